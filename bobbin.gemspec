@@ -1,0 +1,21 @@
+# frozen_string_literal: true
+
+require_relative "lib/bobbin/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "bobbin"
+  spec.version = Bobbin::VERSION
+  spec.authors = [ "Bobbin contributors" ]
+  spec.summary = "SQL-backed background jobs that run as fibers or threads"
+  spec.description = "Every job persisted in PostgreSQL or SQLite; workers run hundreds of I/O-bound jobs " \
+                     "per thread as fibers, or in thread pools, with DB connections sized to DB work."
+  spec.license = "MIT"
+  spec.required_ruby_version = ">= 3.3"
+  spec.files = Dir["lib/**/*.rb", "exe/*", "README.md"]
+  spec.bindir = "exe"
+  spec.executables = [ "bobbin" ]
+  spec.require_paths = [ "lib" ]
+
+  spec.add_dependency "activerecord", ">= 7.2"
+  spec.add_dependency "async", ">= 2.20"
+end

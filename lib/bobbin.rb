@@ -1,0 +1,74 @@
+# frozen_string_literal: true
+
+require "active_record"
+require "json"
+
+require_relative "bobbin/version"
+require_relative "bobbin/errors"
+require_relative "bobbin/configuration"
+require_relative "bobbin/client/arguments"
+require_relative "bobbin/client/enqueuer"
+require_relative "bobbin/job"
+require_relative "bobbin/store/record"
+require_relative "bobbin/store/schema"
+require_relative "bobbin/store/job_record"
+require_relative "bobbin/store/process_record"
+require_relative "bobbin/store/queue_pause"
+require_relative "bobbin/store"
+require_relative "bobbin/store/rows"
+require_relative "bobbin/store/queue_selection"
+require_relative "bobbin/store/postgresql"
+require_relative "bobbin/store/sqlite"
+
+# Bobbin: background jobs persisted in SQL, run as fibers or threads.
+module Bobbin
+  autoload :Worker, "bobbin/worker"
+
+  class << self
+    # The process-wide Configuration.
+    def config = @config ||= Configuration.new
+
+    # Yields the Configuration to change it.
+    def configure = yield(config)
+
+    # Bobbin's logger (Bobbin.config.logger).
+    def logger = config.logger
+
+    # Connects Active Record (and so Bobbin) to `url`: "postgres://…", "sqlite3:path/to/db.sqlite3".
+    # Outside a Rails app it also makes Active Record isolate connections per fiber, which fiber pools need.
+    def connect(url = ENV["DATABASE_URL"])
+      raise ConfigurationError, "no database: call Bobbin.connect(url) or set DATABASE_URL" if url.to_s.empty?
+
+      require_driver(url)
+      ActiveSupport::IsolatedExecutionState.isolation_level = :fiber unless defined?(::Rails.application) && ::Rails.application
+      ActiveRecord::Base.establish_connection(url)
+      ActiveRecord::Base.connection_pool.with_connection(&:verify!)
+      self
+    end
+
+    # Creates or upgrades Bobbin's tables; idempotent.
+    def migrate!
+      Record.connection_pool.with_connection { |connection| Schema.up(connection) }
+    end
+
+    # Enqueues many jobs in one INSERT: `Bobbin.enqueue_all([[FetchJob, ["a"]], [FetchJob, ["b"]]])`; returns ids.
+    def enqueue_all(pairs) = Client::Enqueuer.enqueue_all(pairs)
+
+    # Job counts by state: ready, scheduled, running, succeeded, failed, discarded.
+    def counts = JobRecord.counts
+
+    # Stops workers from claiming jobs of `queue` until resumed.
+    def pause(queue) = QueuePause.pause(queue)
+
+    # Lets workers claim jobs of `queue` again.
+    def resume(queue) = QueuePause.resume(queue)
+
+    private
+      def require_driver(url)
+        case url
+        when /\Apostgres/ then require "pg"
+        when /\Asqlite/ then require "sqlite3"
+        end
+      end
+  end
+end

@@ -1,0 +1,44 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # Include in a class with a `perform` method to make it a Bobbin job.
+  #
+  #   class FetchJob
+  #     include Bobbin::Job
+  #     bobbin_options queue: "llm", priority: 0, retries: 5
+  #     def perform(url) = ...
+  #   end
+  module Job
+    DEFAULTS = { queue: "default", priority: 0, retries: 5, backoff: 2.0 }.freeze
+
+    def self.included(base)
+      base.extend(ClassMethods)
+    end
+
+    module ClassMethods
+      # With options, sets this class's queue, priority, retries and backoff (seconds); without, returns them.
+      def bobbin_options(**options)
+        return @bobbin_options ||= inherited_bobbin_options if options.empty?
+
+        unknown = options.keys - DEFAULTS.keys
+        raise ConfigurationError, "#{name}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
+
+        @bobbin_options = bobbin_options.merge(options).freeze
+      end
+
+      # Stores a job to run as soon as a worker is free; returns its id.
+      def enqueue(*args) = Client::Enqueuer.enqueue(self, args)
+
+      # Stores a job to run at `time` (or later); returns its id.
+      def enqueue_at(time, *args) = Client::Enqueuer.enqueue(self, args, run_at: time)
+
+      # Runs the job inline, in this process, as a worker would (tests, consoles).
+      def perform_now(*args) = new.perform(*Client::Arguments.load(Client::Arguments.dump(name, args)))
+
+      private
+        def inherited_bobbin_options
+          superclass.respond_to?(:bobbin_options) ? superclass.bobbin_options : DEFAULTS
+        end
+    end
+  end
+end

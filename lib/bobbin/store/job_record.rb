@@ -1,0 +1,36 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # One row per job. Used off the hot path (counts, inspection, retry/discard); workers use Store SQL.
+  class JobRecord < Record
+    self.table_name = "bobbin_jobs"
+
+    STATES = %w[ready running succeeded failed discarded].freeze
+
+    scope :scheduled, -> { where(state: "ready").where(arel_table[:run_at].gt(Time.now.utc)) }
+    scope :due, -> { where(state: "ready").where(arel_table[:run_at].lteq(Time.now.utc)) }
+
+    # Job counts by state; "scheduled" are ready jobs whose run_at is still ahead.
+    def self.counts
+      by_state = group(:state).count
+      scheduled = self.scheduled.count
+      STATES.to_h { |state| [ state, by_state.fetch(state, 0) ] }
+            .merge("ready" => by_state.fetch("ready", 0) - scheduled, "scheduled" => scheduled)
+    end
+
+    # Puts a failed or discarded job back in its queue to run now with a fresh attempt budget.
+    def retry!
+      update!(state: "ready", run_at: Time.now.utc, attempts: 0, finished_at: nil, claimed_by: nil, claimed_at: nil)
+    end
+
+    # Marks a failed job as given up on; it stays for inspection.
+    def discard!
+      update!(state: "discarded", finished_at: Time.now.utc)
+    end
+
+    # The stored arguments, parsed (raises UnrunnableJob when the row's JSON is broken).
+    def parsed_arguments
+      Client::Arguments.load(arguments)
+    end
+  end
+end

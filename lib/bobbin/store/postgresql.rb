@@ -1,0 +1,98 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Store
+    # Bobbin's hot-path SQL for PostgreSQL: one statement per batch, run on a connection the worker owns.
+    class PostgreSQL
+      RETURNED = "id, queue, class_name, arguments, attempts, max_attempts, active_job_id"
+
+      FINISH = <<~SQL
+        UPDATE bobbin_jobs AS j SET state = o.state, finished_at = o.finished_at, run_at = COALESCE(o.run_at, j.run_at),
+          last_error_class = COALESCE(o.error_class, j.last_error_class),
+          last_error_message = COALESCE(o.error_message, j.last_error_message),
+          last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace)
+        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[])
+          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace)
+        WHERE j.id = o.id AND j.state = 'running' AND j.claimed_by = $1
+      SQL
+
+      RELEASE = <<~SQL
+        UPDATE bobbin_jobs SET state = 'ready', attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        WHERE state = 'running' AND claimed_by = $1 AND NOT (id = ANY($2::bigint[]))
+      SQL
+
+      HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = now() AT TIME ZONE 'UTC', metadata = $2 WHERE id = $1"
+
+      # `adapter` is an Active Record adapter this store owns; `selection` is a QueueSelection.
+      def initialize(adapter, selection)
+        @adapter = adapter
+        @selection = selection
+        @claim_sql = claim_sql
+        @array = PG::TextEncoder::Array.new
+      end
+
+      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement.
+      def claim(process_id, limit)
+        result = exec(@claim_sql, [ process_id, limit, *queue_binds ])
+        result.values.map do |id, queue, class_name, arguments, attempts, max_attempts, active_job_id|
+          ClaimedJob.new(id.to_i, queue, class_name, arguments, attempts.to_i, max_attempts.to_i, active_job_id)
+        end
+      end
+
+      # Writes the outcomes of many jobs in one statement; only rows still claimed by `process_id` change.
+      def finish(process_id, outcomes)
+        columns = Outcome.members.map { |member| @array.encode(outcomes.map(&member)) }
+        exec(FINISH, [ process_id, *columns ]).cmd_tuples
+      end
+
+      # Returns the jobs `process_id` holds, except those in `keep`, to ready, giving back the interrupted attempt.
+      def release(process_id, keep = [])
+        exec(RELEASE, [ process_id, @array.encode(keep) ]).cmd_tuples
+      end
+
+      # Records that `process_id` is alive, with its live numbers.
+      def heartbeat(process_id, metadata_json)
+        exec(HEARTBEAT, [ process_id, metadata_json ]).cmd_tuples.positive?
+      end
+
+      # Reopens the connection after an outage.
+      def reconnect! = @adapter.reconnect!
+
+      # Closes the connection.
+      def close = @adapter.disconnect!
+
+      private
+        def exec(sql, binds)
+          @adapter.raw_connection.exec_params(sql, binds)
+        end
+
+        def claim_sql
+          <<~SQL
+            UPDATE bobbin_jobs SET state = 'running', claimed_by = $1, attempts = attempts + 1,
+              claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
+            WHERE id = ANY(ARRAY(
+              SELECT id FROM bobbin_jobs AS j
+              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' #{queue_condition}
+                AND NOT EXISTS (SELECT 1 FROM bobbin_pauses AS p WHERE p.queue = j.queue)
+              ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
+            RETURNING #{RETURNED}
+          SQL
+        end
+
+        def queue_condition
+          return "" if @selection.all?
+
+          terms = []
+          terms << "queue = ANY($3::text[])" if @selection.names.any?
+          @selection.like_patterns.each_index { |i| terms << "queue LIKE $#{i + 3 + (@selection.names.any? ? 1 : 0)}" }
+          "AND (#{terms.join(' OR ')})"
+        end
+
+        def queue_binds
+          return [] if @selection.all?
+
+          (@selection.names.any? ? [ @array.encode(@selection.names) ] : []) + @selection.like_patterns
+        end
+    end
+  end
+end

@@ -1,0 +1,16 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Store
+    # A job the worker claimed: everything needed to run it, as plain values (no Active Record model per job).
+    ClaimedJob = Struct.new(:id, :queue, :class_name, :arguments, :attempts, :max_attempts, :active_job_id)
+
+    # What became of a job: state "succeeded", "failed", or "ready" again (a retry at run_at).
+    Outcome = Struct.new(:id, :state, :finished_at, :run_at, :error_class, :error_message, :backtrace)
+
+    # Formats a Time the way both databases compare and Active Record reads it back.
+    def self.timestamp(time)
+      time&.utc&.strftime("%Y-%m-%d %H:%M:%S.%6N")
+    end
+  end
+end

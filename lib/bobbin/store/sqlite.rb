@@ -1,0 +1,108 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Store
+    # Bobbin's hot-path SQL for SQLite: each batch is one IMMEDIATE transaction on a connection the worker owns.
+    class SQLite
+      FINISH = <<~SQL
+        UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at),
+          last_error_class = COALESCE(?, last_error_class), last_error_message = COALESCE(?, last_error_message),
+          last_error_backtrace = COALESCE(?, last_error_backtrace)
+        WHERE id = ? AND state = 'running' AND claimed_by = ?
+      SQL
+
+      RELEASE = <<~SQL
+        UPDATE bobbin_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        WHERE state = 'running' AND claimed_by = ? AND id NOT IN (SELECT value FROM json_each(?))
+      SQL
+
+      HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = ?, metadata = ? WHERE id = ?"
+
+      # `adapter` is an Active Record adapter this store owns; `selection` is a QueueSelection.
+      def initialize(adapter, selection)
+        @adapter = adapter
+        @selection = selection
+        @claim_sql = claim_sql
+      end
+
+      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement.
+      def claim(process_id, limit)
+        now = Store.timestamp(Time.now)
+        rows = transaction { execute(@claim_sql, [ process_id, now, now, now, *queue_binds, limit ]) }
+        rows.map do |row|
+          ClaimedJob.new(row["id"], row["queue"], row["class_name"], row["arguments"], row["attempts"],
+                         row["max_attempts"], row["active_job_id"])
+        end
+      end
+
+      # Writes the outcomes of many jobs in one transaction; only rows still claimed by `process_id` change.
+      def finish(process_id, outcomes)
+        transaction do
+          statement = db.prepare(FINISH)
+          outcomes.sum do |o|
+            statement.execute(o.state, o.finished_at, o.run_at, o.error_class, o.error_message, o.backtrace, o.id, process_id)
+            db.changes
+          end
+        ensure
+          statement&.close
+        end
+      end
+
+      # Returns the jobs `process_id` holds, except those in `keep`, to ready, giving back the interrupted attempt.
+      def release(process_id, keep = [])
+        transaction { execute(RELEASE, [ process_id, JSON.generate(keep) ]) && db.changes }
+      end
+
+      # Records that `process_id` is alive, with its live numbers.
+      def heartbeat(process_id, metadata_json)
+        transaction { execute(HEARTBEAT, [ Store.timestamp(Time.now), metadata_json, process_id ]) && db.changes.positive? }
+      end
+
+      # Reopens the connection after an outage.
+      def reconnect! = @adapter.reconnect!
+
+      # Closes the connection.
+      def close = @adapter.disconnect!
+
+      private
+        def db = @adapter.raw_connection
+
+        def execute(sql, binds)
+          db.execute(sql, binds)
+        end
+
+        def transaction
+          db.execute("BEGIN IMMEDIATE")
+          result = yield
+          db.execute("COMMIT")
+          result
+        rescue Exception # rubocop:disable Lint/RescueException -- roll back on anything, then re-raise it
+          db.execute("ROLLBACK") if db.transaction_active?
+          raise
+        end
+
+        def claim_sql
+          <<~SQL
+            UPDATE bobbin_jobs SET state = 'running', claimed_by = ?, attempts = attempts + 1, claimed_at = ?, started_at = ?
+            WHERE id IN (
+              SELECT id FROM bobbin_jobs AS j
+              WHERE state = 'ready' AND run_at <= ? #{queue_condition}
+                AND NOT EXISTS (SELECT 1 FROM bobbin_pauses AS p WHERE p.queue = j.queue)
+              ORDER BY priority, run_at, id LIMIT ?)
+            RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id
+          SQL
+        end
+
+        def queue_condition
+          return "" if @selection.all?
+
+          terms = []
+          terms << "queue IN (#{(['?'] * @selection.names.size).join(', ')})" if @selection.names.any?
+          @selection.like_patterns.each { terms << "queue LIKE ? ESCAPE '\\'" }
+          "AND (#{terms.join(' OR ')})"
+        end
+
+        def queue_binds = @selection.all? ? [] : @selection.names + @selection.like_patterns
+    end
+  end
+end

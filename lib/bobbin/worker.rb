@@ -1,0 +1,144 @@
+# frozen_string_literal: true
+
+require_relative "connection_budget"
+require_relative "worker/execution"
+require_relative "worker/outcome_buffer"
+require_relative "worker/fiber_executor"
+require_relative "worker/thread_executor"
+require_relative "worker/heartbeat"
+
+module Bobbin
+  # One worker pool in one process: claims jobs in batches of exactly its free capacity and runs them as
+  # fibers or threads.
+  #
+  #   Bobbin::Worker.new(queues: ["llm", "default"], fibers: 500).start   # until TERM/INT
+  #   Bobbin::Worker.new(queues: ["*"], threads: 10).run_until_empty       # drains, then returns
+  class Worker
+    # Raised into job threads that outlive the shutdown timeout.
+    class Shutdown < Exception; end # rubocop:disable Lint/InheritException -- must pass through the jobs' rescue StandardError
+
+    attr_reader :selection, :executor, :process_id, :name
+
+    def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, shutdown_timeout: nil, name: nil)
+      raise ConfigurationError, "a worker needs exactly one of fibers: N or threads: N" unless fibers.nil? ^ threads.nil?
+
+      size = Integer(fibers || threads)
+      raise ConfigurationError, "#{fibers ? 'fibers' : 'threads'} must be at least 1, got #{size}" if size < 1
+
+      @selection = Store::QueueSelection.new(queues)
+      @executor = (fibers ? FiberExecutor : ThreadExecutor).new(size, on_done: method(:wake))
+      @polling_interval = polling_interval || Bobbin.config.polling_interval
+      @shutdown_timeout = shutdown_timeout || Bobbin.config.shutdown_timeout
+      @name = name || "#{@executor.mode}-#{size}"
+      @wake_reader, @wake_writer = IO.pipe
+    end
+
+    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate).
+    def start
+      previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) } }
+                 .to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
+      run(drain: false)
+    ensure
+      previous&.each { |signal, handler| trap(signal, handler || "DEFAULT") }
+    end
+
+    # Runs until no job is due and none is running, then returns.
+    def run_until_empty = run(drain: true)
+
+    # Asks the worker to stop claiming and shut down (safe from a signal handler).
+    def stop(timeout: nil)
+      @shutdown_timeout = timeout if timeout
+      @stopping = true
+      wake
+    end
+
+    # Live numbers for the process row, process title and dashboard.
+    def status
+      { mode: @executor.mode, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name }
+    end
+
+    private
+      def run(drain:)
+        ConnectionBudget.check!(@executor.mode, @executor.capacity)
+        boot
+        @executor.run do
+          services = [ @executor.spawn_service { @outcomes.run }, @executor.spawn_service { @heartbeat.run } ]
+          claim_loop(drain)
+          shut_down(services)
+        end
+      ensure
+        finish
+      end
+
+      def boot
+        @stopping = false
+        @execution = Execution.new
+        @process_id = ProcessRecord.register(kind: "worker", name: @name, metadata: status).id
+        @claimer = Store.open(@selection)
+        @writer = Store.open(@selection)
+        @outcomes = OutcomeBuffer.new(@writer, @process_id)
+        @heartbeat = Heartbeat.new(self, @writer)
+        Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
+      end
+
+      def claim_loop(drain)
+        until @stopping
+          free = @executor.free
+          jobs = free.positive? ? claim(free) : []
+          jobs.each { |job| @executor.post(job.id) { @outcomes << @execution.call(job) } }
+          next if free.positive? && jobs.size == free
+          break if drain && jobs.empty? && @executor.busy.zero? && @outcomes.flush&.zero?
+
+          wait(@polling_interval) unless drain && @executor.busy.zero?
+        end
+      end
+
+      def claim(limit)
+        jobs = @claimer.claim(@process_id, limit)
+        @claim_failures = reconcile if @claim_failures
+        jobs
+      rescue Store::Unavailable => error
+        Bobbin.logger.warn("bobbin worker #{@process_id}: #{error.message}; retrying") unless @claim_failures
+        @claim_failures = (@claim_failures || 0) + 1
+        wait([ 0.1 * (2**@claim_failures), 5 ].min)
+        []
+      end
+
+      # After an outage a claim may have committed without us seeing its rows: hand such jobs back.
+      def reconcile
+        @claimer.release(@process_id, @executor.running_ids + @outcomes.pending_ids)
+        Bobbin.logger.info("bobbin worker #{@process_id}: database reachable again")
+        nil
+      end
+
+      def shut_down(services)
+        deadline = monotonic + @shutdown_timeout
+        wait([ deadline - monotonic, 0.05 ].min) while @executor.busy.positive? && monotonic < deadline
+        @executor.stop_all if @executor.busy.positive?
+        @outcomes.stop
+        @heartbeat.stop
+        services.each { |service| @executor.join(service) }
+        @outcomes.flush
+        released = @claimer.release(@process_id)
+        Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready")
+      end
+
+      def finish
+        ProcessRecord.where(id: @process_id).delete_all if @process_id
+        [ @claimer, @writer ].compact.each(&:close)
+      rescue StandardError => error
+        Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister: #{error.message}")
+      end
+
+      def wake
+        @wake_writer.write_nonblock(".", exception: false)
+      end
+
+      def wait(timeout)
+        @wake_reader.wait_readable(timeout)
+        @wake_reader.read_nonblock(4096, exception: false)
+      end
+
+      def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+  end
+end

@@ -1,0 +1,63 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Worker
+    # Collects job outcomes and writes them in batches: after `interval` seconds or `batch` outcomes, whichever first.
+    class OutcomeBuffer
+      def initialize(store, process_id, interval: 0.005, batch: 500, logger: Bobbin.logger)
+        @store = store
+        @process_id = process_id
+        @interval = interval
+        @batch = batch
+        @logger = logger
+        @pending = []
+        @lock = Mutex.new
+        @signal = Thread::Queue.new
+      end
+
+      # Adds an outcome; the first one of a batch wakes the flusher.
+      def <<(outcome)
+        first = @lock.synchronize { @pending << outcome; @pending.size == 1 || @pending.size == @batch }
+        @signal << :outcome if first
+      end
+
+      # Ids of jobs whose outcome is known but not yet written.
+      def pending_ids = @lock.synchronize { @pending.map(&:id) }
+
+      # Flushes until `stop`; on a database outage keeps the outcomes and tries again.
+      def run
+        until @signal.pop == :stop
+          sleep(@interval) if @lock.synchronize { @pending.size < @batch }
+          break unless flush_with_retry
+        end
+      end
+
+      # Makes `run` return after it writes what it holds.
+      def stop = @signal << :stop
+
+      # Writes everything pending now and returns how many; nil (keeping them) when the database is unavailable.
+      def flush
+        outcomes = @lock.synchronize { @pending.slice!(0, @pending.size) }
+        return 0 if outcomes.empty?
+
+        @store.finish(@process_id, outcomes)
+        outcomes.size
+      rescue Store::Unavailable => error
+        @lock.synchronize { @pending.unshift(*outcomes) }
+        @logger.warn("bobbin: could not write #{outcomes.size} job outcomes, will retry: #{error.message}")
+        nil
+      end
+
+      private
+        def flush_with_retry
+          delay = 0.1
+          until flush
+            return false if @signal.pop(timeout: delay) == :stop
+
+            delay = [ delay * 2, 5 ].min
+          end
+          true
+        end
+    end
+  end
+end
