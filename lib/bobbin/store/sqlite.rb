@@ -97,7 +97,7 @@ module Bobbin
           return "" if @selection.all?
 
           terms = []
-          terms << "queue IN (#{(['?'] * @selection.names.size).join(', ')})" if @selection.names.any?
+          terms << "queue IN (#{([ "?" ] * @selection.names.size).join(', ')})" if @selection.names.any?
           @selection.like_patterns.each { terms << "queue LIKE ? ESCAPE '\\'" }
           "AND (#{terms.join(' OR ')})"
         end

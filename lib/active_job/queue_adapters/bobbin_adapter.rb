@@ -1,0 +1,51 @@
+# frozen_string_literal: true
+
+require "bobbin"
+require "active_job"
+
+module ActiveJob
+  module QueueAdapters
+    # Active Job adapter: `config.active_job.queue_adapter = :bobbin`. Each job is one row; Active Job's own
+    # serialization, retry_on and discard_on run inside Bobbin's worker unchanged.
+    class BobbinAdapter < (defined?(AbstractAdapter) ? AbstractAdapter : Object)
+      # Rails 7.2 asks the adapter; later versions ask the job class (enqueue_after_transaction_commit).
+      def enqueue_after_transaction_commit? = true
+
+      # Stores the job to run now; sets its provider_job_id.
+      def enqueue(job) = enqueue_at(job, nil)
+
+      # Stores the job to run at `timestamp` (seconds since the epoch).
+      def enqueue_at(job, timestamp)
+        job.provider_job_id = Bobbin::Client::Enqueuer.insert([ row(job, timestamp) ]).first
+      end
+
+      # Stores many jobs in one INSERT (perform_all_later); returns how many were enqueued.
+      def enqueue_all(jobs)
+        ids = Bobbin::Client::Enqueuer.insert(jobs.map { |job| row(job, job.scheduled_at&.to_f) })
+        jobs.zip(ids) do |job, id|
+          job.provider_job_id = id
+          job.successfully_enqueued = true
+        end
+        ids.size
+      end
+
+      private
+        def row(job, timestamp)
+          arguments = JSON.generate(job.serialize)
+          check_size(job, arguments)
+          Bobbin::Client::Enqueuer.build(
+            class_name: job.class.name, arguments: arguments, queue: job.queue_name, priority: job.priority,
+            run_at: timestamp && Time.at(timestamp), max_attempts: 1, active_job_id: job.job_id
+          )
+        end
+
+        def check_size(job, json)
+          limit = Bobbin.config.max_argument_bytes
+          return if limit.nil? || json.bytesize <= limit
+
+          raise Bobbin::SerializationError, "#{job.class.name}: serialized job is #{json.bytesize} bytes, over the " \
+                                            "#{limit}-byte limit (Bobbin.config.max_argument_bytes)"
+        end
+    end
+  end
+end

@@ -1,0 +1,106 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "active_job"
+require "active_job/queue_adapters/bobbin_adapter"
+
+ActiveJob::Base.queue_adapter = :bobbin
+ActiveJob::Base.logger = Logger.new(File::NULL)
+ActiveJob::Base.include(ActiveJob::EnqueueAfterTransactionCommit)
+
+class LedgerActiveJob < ActiveJob::Base
+  def perform(key, options = {}) = LedgerEntry.create!(key: "#{key}#{options[:suffix]}", pid: Process.pid)
+end
+
+class RetryingActiveJob < ActiveJob::Base
+  retry_on ArgumentError, wait: 0, attempts: 3
+
+  def perform(key)
+    Recorder.around(key) { }
+    raise ArgumentError, "again" if Recorder.calls.count(key) < 3
+
+    LedgerEntry.create!(key: key)
+  end
+end
+
+class DiscardingActiveJob < ActiveJob::Base
+  discard_on KeyError
+
+  def perform = raise(KeyError, "gone")
+end
+
+class UnhandledActiveJob < ActiveJob::Base
+  def perform = raise(ArgumentError, "nobody handles this")
+end
+
+class AfterCommitActiveJob < LedgerActiveJob
+  self.enqueue_after_transaction_commit = true
+end
+
+class ActiveJobAdapterTest < Bobbin::TestCase
+  test "perform_later stores the job with Active Job's serialization and runs it" do
+    job = LedgerActiveJob.perform_later("a", suffix: "!")
+    row = Bobbin::JobRecord.find(job.provider_job_id)
+    assert_equal [ "LedgerActiveJob", "default", job.job_id ], [ row.class_name, row.queue, row.active_job_id ]
+    drain(fibers: 5)
+    assert_equal [ "a!" ], LedgerEntry.pluck(:key)
+  end
+
+  test "set(wait:) schedules, set(priority:) and queue names are stored" do
+    LedgerActiveJob.set(wait: 1.hour).perform_later("later")
+    LedgerActiveJob.set(priority: -3, queue: "urgent").perform_later("now")
+    assert_in_delta Time.now + 3600, Bobbin::JobRecord.find_by!(priority: 0).run_at, 5
+    assert_equal "urgent", Bobbin::JobRecord.find_by!(priority: -3).queue
+    drain(fibers: 5, queues: [ "urgent" ])
+    assert_equal [ "now" ], LedgerEntry.pluck(:key)
+  end
+
+  test "perform_all_later enqueues many jobs in one INSERT" do
+    inserts = 0
+    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") { |*, p| inserts += 1 if p[:sql].start_with?("INSERT") }
+    jobs = Array.new(50) { |i| LedgerActiveJob.new("k#{i}") }
+    ActiveJob.perform_all_later(jobs)
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+    assert_equal 1, inserts
+    assert jobs.all?(&:successfully_enqueued?)
+    drain(threads: 4)
+    assert_equal 50, LedgerEntry.count
+  end
+
+  test "retry_on re-enqueues through the adapter until the job succeeds" do
+    RetryingActiveJob.perform_later("r")
+    drain(fibers: 5)
+    assert_equal [ "r" ], LedgerEntry.pluck(:key)
+    assert_equal 3, Bobbin::JobRecord.where(class_name: "RetryingActiveJob", state: "succeeded").count
+  end
+
+  test "discard_on drops the job without a failure" do
+    DiscardingActiveJob.perform_later
+    drain(fibers: 5)
+    assert_equal 0, Bobbin.counts["failed"]
+  end
+
+  test "an error Active Job does not handle marks the job failed" do
+    UnhandledActiveJob.perform_later
+    drain(fibers: 5)
+    failed = Bobbin::JobRecord.find_by!(state: "failed")
+    assert_equal [ "UnhandledActiveJob", "ArgumentError", "nobody handles this" ],
+                 [ failed.class_name, failed.last_error_class, failed.last_error_message ]
+  end
+
+  test "enqueue after transaction commit: nothing on rollback, one job on commit" do
+    ActiveRecord::Base.transaction do
+      AfterCommitActiveJob.perform_later("rolled-back")
+      assert_equal 0, Bobbin::JobRecord.count, "deferred until commit"
+      raise ActiveRecord::Rollback
+    end
+    assert_equal 0, Bobbin::JobRecord.count
+    ActiveRecord::Base.transaction { AfterCommitActiveJob.perform_later("committed") }
+    assert_equal 1, Bobbin::JobRecord.count
+  end
+
+  test "non-serializable arguments raise Active Job's error at enqueue and store nothing" do
+    assert_raises(ActiveJob::SerializationError) { LedgerActiveJob.perform_later(Object.new) }
+    assert_equal 0, Bobbin::JobRecord.count
+  end
+end

@@ -1,0 +1,34 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class ArgumentsTest < Bobbin::TestCase
+  test "JSON-safe arguments are stored and come back equal" do
+    args = [ "s", 1, 2.5, true, nil, [ 1, [ "x" ] ], { "a" => { "b" => [ nil ] } } ]
+    id = SleepJob.enqueue(*args)
+    assert_equal args, Bobbin::JobRecord.find(id).parsed_arguments
+  end
+
+  test "a non-JSON argument is rejected at enqueue, naming the job and the position" do
+    error = assert_raises(Bobbin::SerializationError) { SleepJob.enqueue(0.1, Time.now) }
+    assert_match(/SleepJob argument 2 is Time/, error.message)
+    assert_equal 0, Bobbin::JobRecord.count
+  end
+
+  test "nested values that would not round-trip are rejected with their path" do
+    error = assert_raises(Bobbin::SerializationError) { SleepJob.enqueue([ { "ok" => 1, a: 2 } ]) }
+    assert_match(/argument 1\[0\] is a Hash with Symbol key :a/, error.message)
+    assert_raises(Bobbin::SerializationError) { SleepJob.enqueue(Float::NAN) }
+    assert_raises(Bobbin::SerializationError) { SleepJob.enqueue(Object.new) }
+    assert_raises(Bobbin::SerializationError) { SleepJob.enqueue("\xff".dup.force_encoding("UTF-8")) }
+  end
+
+  test "arguments over the size limit are rejected with the limit in the message" do
+    Bobbin.config.max_argument_bytes = 1_000
+    error = assert_raises(Bobbin::SerializationError) { SleepJob.enqueue("x" * 2_000) }
+    assert_match(/over the 1000-byte limit/, error.message)
+    assert_equal 0, Bobbin::JobRecord.count
+  ensure
+    Bobbin.config.max_argument_bytes = 1_048_576
+  end
+end

@@ -1,0 +1,42 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class EnqueueTest < Bobbin::TestCase
+  test "enqueue stores a ready row with the class's options and returns its id" do
+    id = FlakyJob.enqueue("k", 0)
+    job = Bobbin::JobRecord.find(id)
+    assert_equal [ "FlakyJob", "default", "ready", 4, 0 ], [ job.class_name, job.queue, job.state, job.max_attempts, job.attempts ]
+    assert_equal({ "ready" => 1, "running" => 0, "succeeded" => 0, "failed" => 0, "discarded" => 0, "scheduled" => 0 }, Bobbin.counts)
+  end
+
+  test "enqueue_at stores a scheduled job that no worker claims before its time" do
+    SleepJob.enqueue_at(Time.now + 3600, 0, "later")
+    assert_equal 1, Bobbin.counts["scheduled"]
+    drain(fibers: 5)
+    assert_equal 1, Bobbin.counts["scheduled"]
+    assert_empty LedgerEntry.all
+  end
+
+  test "enqueue_all writes many jobs with one INSERT and returns their ids in order" do
+    inserts = []
+    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+      inserts << payload[:sql] if payload[:sql].start_with?("INSERT")
+    end
+    ids = Bobbin.enqueue_all(Array.new(300) { |i| [ LedgerJob, [ "k#{i}" ] ] })
+    assert_equal 1, inserts.size
+    assert_equal 300, ids.size
+    assert_equal [ "k0" ], Bobbin::JobRecord.find(ids.first).parsed_arguments
+  ensure
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+  end
+
+  test "a class that is not a Bobbin job cannot be enqueued" do
+    assert_raises(ArgumentError) { Bobbin.enqueue_all([ [ NotAJob, [] ] ]) }
+  end
+
+  test "unknown bobbin_options are a configuration error naming them" do
+    error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job; bobbin_options(retry: 3) } }
+    assert_match(/unknown bobbin_options retry/, error.message)
+  end
+end

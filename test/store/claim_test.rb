@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class ClaimTest < Bobbin::TestCase
+  setup do
+    @process_id = Bobbin::ProcessRecord.register(kind: "test", name: "claim-test").id
+  end
+
+  teardown { @store&.close }
+
+  def store(queues = [ "*" ]) = @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new(queues))
+
+  test "claims by priority, then run_at, then id, and marks the jobs running for the process" do
+    low = SleepJob.enqueue(0)
+    high = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 1 ], priority: -5)
+    older = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 2 ], run_at: Time.now - 60)
+    claimed = store.claim(@process_id, 2)
+    assert_equal [ high, older ].sort, claimed.map(&:id).sort
+    assert_equal [ "running" ], Bobbin::JobRecord.where(id: claimed.map(&:id)).distinct.pluck(:state)
+    assert_equal [ @process_id ], Bobbin::JobRecord.where(id: claimed.map(&:id)).distinct.pluck(:claimed_by)
+    assert_equal [ low ], store.claim(@process_id, 10).map(&:id)
+    assert_empty store.claim(@process_id, 10)
+  end
+
+  test "a claim never returns more than asked, and a job is claimed once" do
+    Bobbin.enqueue_all(Array.new(25) { |i| [ SleepJob, [ i ] ] })
+    batches = Array.new(4) { store.claim(@process_id, 10) }
+    assert_equal [ 10, 10, 5, 0 ], batches.map(&:size)
+    assert_equal 25, batches.flatten.map(&:id).uniq.size
+    assert_equal [ 1 ], batches.flatten.map(&:attempts).uniq
+  end
+
+  test "exact names and prefix wildcards select queues; _ in a prefix matches literally" do
+    ids = %w[llm_chat llm_x llmzchat default].to_h { |queue| [ queue, Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: queue) ] }
+    claimed = store([ "llm_*" ]).claim(@process_id, 10).map(&:queue).sort
+    assert_equal %w[llm_chat llm_x], claimed
+    @store.close
+    assert_equal [ ids["default"] ], store([ "default", "other" ]).claim(@process_id, 10).map(&:id)
+  end
+
+  test "a paused queue is skipped by the claim until resumed" do
+    Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "llm")
+    Bobbin.pause("llm")
+    Bobbin.pause("llm")
+    assert_empty store.claim(@process_id, 10)
+    Bobbin.resume("llm")
+    assert_equal 1, store.claim(@process_id, 10).size
+  end
+
+  test "outcomes are written in one batch and only for jobs the process still holds" do
+    ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
+    store.claim(@process_id, 3)
+    now = Bobbin::Store.timestamp(Time.now)
+    outcomes = [ Bobbin::Store::Outcome.new(ids[0], "succeeded", now),
+                 Bobbin::Store::Outcome.new(ids[1], "failed", now, nil, "RuntimeError", "boom", "a.rb:1"),
+                 Bobbin::Store::Outcome.new(ids[2], "succeeded", now) ]
+    assert_equal 3, @store.finish(@process_id, outcomes)
+    assert_equal 0, @store.finish(@process_id, outcomes), "a second write of the same outcomes changes nothing"
+    failed = Bobbin::JobRecord.find(ids[1])
+    assert_equal [ "failed", "RuntimeError", "boom", "a.rb:1" ], [ failed.state, failed.last_error_class, failed.last_error_message, failed.last_error_backtrace ]
+  end
+
+  test "release returns held jobs to ready and gives back the attempt, except those kept" do
+    ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
+    store.claim(@process_id, 3)
+    assert_equal 2, @store.release(@process_id, [ ids[0] ])
+    assert_equal({ ids[0] => [ "running", 1 ], ids[1] => [ "ready", 0 ], ids[2] => [ "ready", 0 ] },
+                 Bobbin::JobRecord.where(id: ids).to_h { |job| [ job.id, [ job.state, job.attempts ] ] })
+  end
+end

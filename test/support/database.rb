@@ -1,0 +1,45 @@
+# frozen_string_literal: true
+
+require "logger"
+
+# Connects to the database the Rakefile chose (BOBBIN_TEST_DATABASE) and keeps it clean between tests.
+module TestDatabase
+  module_function
+
+  def url = ENV.fetch("BOBBIN_TEST_DATABASE") { "sqlite3:tmp/test-#{Process.pid}.sqlite3" }
+
+  def postgres? = url.start_with?("postgres")
+
+  # The URL with a pool big enough for the thread pools the tests run.
+  def url_with_pool(pool = 25) = url + (url.include?("?") ? "&" : "?") + "pool=#{pool}"
+
+  def setup!
+    FileUtils.mkdir_p("tmp")
+    remove_sqlite_files
+    Bobbin.config.logger = Logger.new(ENV["BOBBIN_TEST_LOG"] || File::NULL)
+    Bobbin.connect(url_with_pool)
+    ActiveRecord::Base.connection_pool.with_connection do |connection|
+      Bobbin::Schema.down(connection)
+      connection.drop_table(:bobbin_test_ledger, if_exists: true)
+      Bobbin.migrate!
+      connection.create_table(:bobbin_test_ledger) do |t|
+        t.string :key, null: false, index: { unique: true }
+        t.integer :pid
+      end
+    end
+    Minitest.after_run { remove_sqlite_files }
+  end
+
+  def remove_sqlite_files
+    return if postgres?
+
+    path = url.delete_prefix("sqlite3:")
+    [ path, "#{path}-wal", "#{path}-shm" ].each { |file| FileUtils.rm_f(file) }
+  end
+
+  def clean!
+    ActiveRecord::Base.connection_pool.with_connection do |connection|
+      %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_test_ledger].each { |table| connection.execute("DELETE FROM #{table}") }
+    end
+  end
+end

@@ -1,0 +1,91 @@
+# frozen_string_literal: true
+
+# Job classes the tests (and the worker processes they start) run.
+
+# Records, from inside jobs, how many ran at once and what ran: no inference from timing.
+module Recorder
+  @lock = Mutex.new
+
+  class << self
+    attr_reader :max_in_flight, :calls
+
+    def reset
+      @lock.synchronize { @in_flight = 0; @max_in_flight = 0; @calls = [] }
+    end
+
+    def around(name)
+      @lock.synchronize do
+        @in_flight += 1
+        @max_in_flight = [ @max_in_flight, @in_flight ].max
+        @calls << name
+      end
+      yield
+    ensure
+      @lock.synchronize { @in_flight -= 1 }
+    end
+  end
+  reset
+end
+
+class LedgerEntry < ActiveRecord::Base
+  self.table_name = "bobbin_test_ledger"
+end
+
+class SleepJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(seconds, key = nil)
+    Recorder.around(key) { sleep(seconds) }
+    LedgerEntry.create!(key: key, pid: Process.pid) if key
+  end
+end
+
+class LedgerJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key) = LedgerEntry.create!(key: key, pid: Process.pid)
+end
+
+class SessionCountingJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  class << self
+    attr_accessor :peak
+  end
+
+  def perform(key)
+    Recorder.around(key) { sleep(0.05) }
+    sessions = LedgerEntry.with_connection { |c| c.select_value(SESSIONS) if c.adapter_name.match?(/postg/i) }
+    self.class.peak = [ self.class.peak.to_i, sessions.to_i ].max
+    LedgerEntry.create!(key: key, pid: Process.pid)
+  end
+
+  SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+end
+
+class FlakyJob
+  include Bobbin::Job
+  bobbin_options retries: 3, backoff: 0
+
+  # Fails until it has been called `failures` times for `key`, then records success.
+  def perform(key, failures)
+    Recorder.around(key) { }
+    raise ArgumentError, "flaky #{key}" if Recorder.calls.count(key) <= failures
+
+    LedgerEntry.create!(key: key, pid: Process.pid)
+  end
+end
+
+class NotImplementedJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform = raise(NotImplementedError, "not yet")
+end
+
+class NotAJob
+  def perform = nil
+end

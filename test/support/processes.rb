@@ -1,0 +1,49 @@
+# frozen_string_literal: true
+
+require "rbconfig"
+
+# Starts real `bobbin` processes for tests and waits on real conditions (never on a fixed sleep).
+module TestProcesses
+  ROOT = File.expand_path("../..", __dir__)
+
+  # Spawns `exe/bobbin ARGS` against the test database, loading the test jobs; returns its pid.
+  def spawn_bobbin(*args, log: File::NULL)
+    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }
+    command = [ RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
+    Process.spawn(env, *command, chdir: ROOT, out: log, err: log)
+  end
+
+  # Waits up to `timeout` seconds for the block to return truthy; fails the test otherwise.
+  def wait_for(what, timeout: 30, interval: 0.05)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    until (result = yield)
+      flunk("timed out after #{timeout}s waiting for #{what}") if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep(interval)
+    end
+    result
+  end
+
+  # Waits for `pid` to exit; returns its Process::Status, or nil after `timeout`.
+  def wait_exit(pid, timeout: 30)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    loop do
+      _, status = Process.wait2(pid, Process::WNOHANG)
+      return status if status
+      return nil if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep(0.05)
+    end
+  end
+
+  # Kills any process the block leaves behind.
+  def ensure_killed(*pids)
+    yield
+  ensure
+    pids.flatten.each do |pid|
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+  end
+end

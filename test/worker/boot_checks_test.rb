@@ -1,0 +1,32 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class BootChecksTest < Bobbin::TestCase
+  test "a thread pool larger than the Active Record pool is refused at boot with the numbers" do
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(threads: 40).run_until_empty }
+    assert_match(/has 25 connections but a threads pool of 40 needs 40; set pool: 40/, error.message)
+    assert_equal 0, Bobbin::ProcessRecord.count, "nothing registered"
+  end
+
+  test "a fiber pool needs the fiber DB concurrency, not one connection per fiber" do
+    assert_equal 3, Bobbin::ConnectionBudget.job_connections(:fibers, 10_000)
+    assert_equal 2, Bobbin::ConnectionBudget.job_connections(:fibers, 2)
+    assert_equal 10, Bobbin::ConnectionBudget.job_connections(:threads, 10)
+  end
+
+  test "a fiber pool without fiber isolation is refused at boot" do
+    ActiveSupport::IsolatedExecutionState.isolation_level = :thread
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: 10).run_until_empty }
+    assert_match(/needs Active Support's isolation level :fiber, but it is :thread/, error.message)
+  ensure
+    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
+  end
+
+  test "a worker needs exactly one of fibers and threads, and a positive size" do
+    assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: 1, threads: 1) }
+    assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new }
+    assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: 0) }
+    assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: 1, queues: []) }
+  end
+end

@@ -1,0 +1,63 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class FiberWorkerTest < Bobbin::TestCase
+  test "1,000 jobs that each sleep 0.2 s all succeed under fibers: 500, with at least 450 in flight at once" do
+    Bobbin.enqueue_all(Array.new(1_000) { |i| [ SleepJob, [ 0.2, "job-#{i}" ] ] })
+    drain(fibers: 500)
+    assert_equal 1_000, Bobbin.counts["succeeded"]
+    assert_equal 1_000, LedgerEntry.count
+    assert_operator Recorder.max_in_flight, :>=, 450, "highest number of jobs seen running at once"
+    assert_operator Recorder.max_in_flight, :<=, 500, "never more than the pool's capacity"
+  end
+
+  test "200 fibers writing to the database share a pool of 3; the process holds at most 3 + 2 connections" do
+    with_pool(3) do
+      Bobbin.enqueue_all(Array.new(200) { |i| [ SessionCountingJob, [ "job-#{i}" ] ] })
+      drain(fibers: 200)
+      assert_equal 200, LedgerEntry.count, "every job got a connection in turn; none timed out"
+      assert_operator Recorder.max_in_flight, :>=, 150, "the jobs really overlapped"
+      assert_operator ActiveRecord::Base.connection_pool.connections.size, :<=, 3
+      assert_operator SessionCountingJob.peak, :<=, 5, "server-side sessions seen from inside the jobs" if postgres?
+    end
+  end
+
+  test "an exception in one fiber fails that job only; the others and the loop carry on" do
+    Bobbin.enqueue_all([ [ NotImplementedJob, [] ] ] + Array.new(20) { |i| [ SleepJob, [ 0.01, "ok-#{i}" ] ] })
+    drain(fibers: 10)
+    assert_equal 20, LedgerEntry.count
+    failed = Bobbin::JobRecord.find_by!(class_name: "NotImplementedJob")
+    assert_equal [ "failed", "NotImplementedError", "not yet" ], [ failed.state, failed.last_error_class, failed.last_error_message ]
+  end
+
+  test "the worker registers its process while it runs and removes it when it stops" do
+    seen = nil
+    job = Class.new do
+      include Bobbin::Job
+      define_method(:perform) { seen = Bobbin::ProcessRecord.pluck(:id, :kind, :pid) }
+    end
+    stub_const(:ProcessSpyJob, job) do
+      ProcessSpyJob.enqueue
+      drain(fibers: 2)
+    end
+    assert_equal [ [ "worker", Process.pid ] ], seen.map { |_, kind, pid| [ kind, pid ] }
+    assert_equal seen[0][0], Bobbin::JobRecord.last.claimed_by, "the job row names the process that ran it"
+    assert_equal 0, Bobbin::ProcessRecord.count
+  end
+
+  private
+    def with_pool(size)
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(size))
+      yield
+    ensure
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool)
+    end
+
+    def stub_const(name, value)
+      Object.const_set(name, value)
+      yield
+    ensure
+      Object.send(:remove_const, name)
+    end
+end
