@@ -5,7 +5,9 @@ require "json"
 
 require_relative "bobbin/version"
 require_relative "bobbin/errors"
+require_relative "bobbin/config/pool"
 require_relative "bobbin/configuration"
+require_relative "bobbin/config/file"
 require_relative "bobbin/client/arguments"
 require_relative "bobbin/client/enqueuer"
 require_relative "bobbin/job"
@@ -23,6 +25,10 @@ require_relative "bobbin/store/sqlite"
 # Bobbin: background jobs persisted in SQL, run as fibers or threads.
 module Bobbin
   autoload :Worker, "bobbin/worker"
+  autoload :Supervisor, "bobbin/supervisor"
+  autoload :Recovery, "bobbin/recovery"
+  autoload :Doctor, "bobbin/doctor"
+  autoload :ConnectionBudget, "bobbin/connection_budget"
 
   class << self
     # The process-wide Configuration.

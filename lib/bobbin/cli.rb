@@ -7,7 +7,10 @@ module Bobbin
   class CLI
     USAGE = <<~TEXT
       Usage: bobbin COMMAND [options]
+        start    run the configured pools under a supervisor (-c config/bobbin.yml; TERM/INT graceful, QUIT now)
         work     run one worker pool in the foreground (TERM/INT: graceful stop, QUIT: immediate)
+        doctor   check a configuration against the database before deploy (exit 1 on a problem)
+        pause Q  stop workers from claiming jobs of queue Q;  resume Q  let them again
         migrate  create or upgrade Bobbin's tables
         counts   print job counts by state
     TEXT
@@ -19,8 +22,11 @@ module Bobbin
       command = argv.shift
       case command
       when "work" then work(argv)
-      when "migrate" then boot({}) && Bobbin.migrate! && 0
-      when "counts" then boot({}) && puts(JSON.pretty_generate(Bobbin.counts)) || 0
+      when "start" then start_supervisor(argv)
+      when "doctor" then doctor(argv)
+      when "pause", "resume" then toggle(command, argv)
+      when "migrate" then boot({}).then { Bobbin.migrate! }.then { 0 }
+      when "counts" then boot({}).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
       else
         warn(USAGE)
         command.nil? || %w[-h --help help].include?(command) ? 0 : 64
@@ -31,9 +37,52 @@ module Bobbin
     end
 
     private
+      def start_supervisor(argv)
+        options = { mode: "fork" }
+        supervisor_parser(options).parse!(argv)
+        boot(options)
+        load_pools(options)
+        Supervisor.new(mode: options[:mode]).start
+        0
+      end
+
+      def doctor(argv)
+        options = { mode: "fork" }
+        supervisor_parser(options).parse!(argv)
+        boot(options)
+        load_pools(options)
+        Doctor.new(mode: options[:mode]).run
+      end
+
+      def toggle(command, argv)
+        queue = argv.shift or raise OptionParser::MissingArgument, "#{command} needs a queue name"
+        boot({})
+        Bobbin.public_send(command, queue)
+        puts("#{command == 'pause' ? 'paused' : 'resumed'} #{queue}")
+        0
+      end
+
+      def supervisor_parser(options)
+        worker_parser(options).tap do |o|
+          o.banner = "Usage: bobbin start|doctor [options]"
+          o.on("-c", "--config FILE", "pools and settings (default config/bobbin.yml when present)") { |v| options[:config] = v }
+          o.on("--processes N", Integer, "processes for the one pool given by flags") { |v| options[:processes] = v }
+          o.on("--mode MODE", %w[fork async], "fork (default): a process per slot; async: threads in one process") { |v| options[:mode] = v }
+        end
+      end
+
+      def load_pools(options)
+        config = options[:config] || ("config/bobbin.yml" if File.exist?("config/bobbin.yml"))
+        ConfigFile.load(config) if config
+        pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval).transform_keys(&:to_s)
+        Bobbin.config.shutdown_timeout = options[:shutdown_timeout] if options[:shutdown_timeout]
+        Bobbin.config.workers = [ pool ] if (pool.keys & %w[fibers threads]).any?
+      end
+
       def work(argv)
-        options = { queues: [ "*" ] }
+        options = {}
         worker_parser(options).parse!(argv)
+        options[:queues] ||= [ "*" ]
         boot(options)
         worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :shutdown_timeout))
         options[:drain] ? worker.run_until_empty : worker.start

@@ -17,8 +17,12 @@ module Bobbin
     attr_accessor :polling_interval
     # Database connections a fiber pool's jobs share (Active Record >= 7.2 releases between queries).
     attr_accessor :fiber_db_concurrency
+    # Extra runs a job gets when its process dies under it, beyond its own retries; then it fails.
+    attr_accessor :crash_retries
     # Where Bobbin writes its log lines.
     attr_accessor :logger
+    # The worker pools `bobbin start` runs (Pool objects); set with `workers=`.
+    attr_reader :pools
 
     def initialize
       @max_argument_bytes = 1_048_576
@@ -28,7 +32,21 @@ module Bobbin
       @process_alive_threshold = 60
       @polling_interval = 1.0
       @fiber_db_concurrency = 3
+      @crash_retries = 2
       @logger = default_logger
+      @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1, polling_interval: @polling_interval) ]
+    end
+
+    # Sets the pools from a list of hashes: `[{ queues: ["chat"], fibers: 100, processes: 2 }, ...]`.
+    def workers=(list)
+      use_workers(list)
+    end
+
+    # Like `workers=`, with errors that say where the list came from.
+    def use_workers(list, where: "workers")
+      raise ConfigurationError, "#{where}: must be a list of pools, got #{list.inspect}" unless list.is_a?(Array) && list.any?
+
+      @pools = list.each_with_index.map { |hash, index| Pool.parse(hash, "#{where}[#{index}]") }
     end
 
     private

@@ -16,7 +16,17 @@ module Bobbin
     # Raises ConfigurationError when this process cannot run a `mode` pool of `size` jobs.
     def check!(mode, size)
       check_isolation!(size) if mode == :fibers
-      check_pool!(mode, size)
+      check_pool!(job_connections(mode, size), "a #{mode} pool of #{size}")
+    end
+
+    # Like check!, for several pools sharing one process (`[[pool, copies], ...]`, the supervisor's async mode).
+    def check_process!(pools)
+      return if pools.empty?
+
+      fibers = pools.find { |pool, _| pool.mode == :fibers }
+      check_isolation!(fibers[0].size) if fibers
+      needed = pools.sum { |pool, copies| job_connections(pool.mode, pool.size) * copies }
+      check_pool!(needed, "#{pools.sum { |_, copies| copies }} pools in one process")
     end
 
     def check_isolation!(size)
@@ -28,13 +38,12 @@ module Bobbin
                                 "(or ActiveSupport::IsolatedExecutionState.isolation_level = :fiber before connecting)"
     end
 
-    def check_pool!(mode, size)
+    def check_pool!(needed, what)
       pool = ActiveRecord::Base.connection_pool
-      needed = job_connections(mode, size)
       return if pool.size >= needed
 
       raise ConfigurationError, "the Active Record pool of #{pool.db_config.name.inspect} has #{pool.size} connections " \
-                                "but a #{mode} pool of #{size} needs #{needed}; set pool: #{needed} in database.yml " \
+                                "but #{what} needs #{needed}; set pool: #{needed} in database.yml " \
                                 "(or ?pool=#{needed} in DATABASE_URL)"
     end
   end

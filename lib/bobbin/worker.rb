@@ -19,7 +19,8 @@ module Bobbin
 
     attr_reader :selection, :executor, :process_id, :name
 
-    def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, shutdown_timeout: nil, name: nil)
+    def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, shutdown_timeout: nil, name: nil,
+                   supervisor: nil)
       raise ConfigurationError, "a worker needs exactly one of fibers: N or threads: N" unless fibers.nil? ^ threads.nil?
 
       size = Integer(fibers || threads)
@@ -30,6 +31,7 @@ module Bobbin
       @polling_interval = polling_interval || Bobbin.config.polling_interval
       @shutdown_timeout = shutdown_timeout || Bobbin.config.shutdown_timeout
       @name = name || "#{@executor.mode}-#{size}"
+      @supervisor = supervisor
       @wake_reader, @wake_writer = IO.pipe
     end
 
@@ -37,13 +39,16 @@ module Bobbin
     def start
       previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) } }
                  .to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
-      run(drain: false)
+      run
     ensure
       previous&.each { |signal, handler| trap(signal, handler || "DEFAULT") }
     end
 
+    # Runs in the foreground until `stop`, leaving signals to the caller (the supervisor's async mode).
+    def run = work(drain: false)
+
     # Runs until no job is due and none is running, then returns.
-    def run_until_empty = run(drain: true)
+    def run_until_empty = work(drain: true)
 
     # Asks the worker to stop claiming and shut down (safe from a signal handler).
     def stop(timeout: nil)
@@ -58,7 +63,7 @@ module Bobbin
     end
 
     private
-      def run(drain:)
+      def work(drain:)
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
         @executor.run do
@@ -73,11 +78,11 @@ module Bobbin
       def boot
         @stopping = false
         @execution = Execution.new
-        @process_id = ProcessRecord.register(kind: "worker", name: @name, metadata: status).id
+        @process_id = ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id)).id
         @claimer = Store.open(@selection)
         @writer = Store.open(@selection)
         @outcomes = OutcomeBuffer.new(@writer, @process_id)
-        @heartbeat = Heartbeat.new(self, @writer)
+        @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async))
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
       end
 
@@ -124,10 +129,11 @@ module Bobbin
       end
 
       def finish
+        @claimer&.release(@process_id)
         ProcessRecord.where(id: @process_id).delete_all if @process_id
         [ @claimer, @writer ].compact.each(&:close)
       rescue StandardError => error
-        Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister: #{error.message}")
+        Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
       end
 
       def wake

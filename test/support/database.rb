@@ -21,6 +21,8 @@ module TestDatabase
     ActiveRecord::Base.connection_pool.with_connection do |connection|
       Bobbin::Schema.down(connection)
       connection.drop_table(:bobbin_test_ledger, if_exists: true)
+      connection.drop_table(:bobbin_test_starts, if_exists: true)
+      connection.create_table(:bobbin_test_starts) { |t| t.string :key, null: false }
       Bobbin.migrate!
       connection.create_table(:bobbin_test_ledger) do |t|
         t.string :key, null: false, index: { unique: true }
@@ -39,7 +41,7 @@ module TestDatabase
 
   def clean!
     ActiveRecord::Base.connection_pool.with_connection do |connection|
-      %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_test_ledger].each { |table| connection.execute("DELETE FROM #{table}") }
+      %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_test_ledger bobbin_test_starts].each { |table| connection.execute("DELETE FROM #{table}") }
     end
   end
 end

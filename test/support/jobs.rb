@@ -41,6 +41,33 @@ class SleepJob
   end
 end
 
+class StartEntry < ActiveRecord::Base
+  self.table_name = "bobbin_test_starts"
+end
+
+# Records each start, sleeps, then records its one allowed finish: a crash between the two shows as a second start.
+class CrashSafeJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(seconds, key)
+    StartEntry.create!(key: key)
+    sleep(seconds)
+    LedgerEntry.create!(key: key, pid: Process.pid)
+  end
+end
+
+# Survives database outages: retried quickly, and its ledger write is idempotent.
+class OutageSafeJob
+  include Bobbin::Job
+  bobbin_options retries: 25, backoff: 0.05
+
+  def perform(key)
+    sleep(0.01)
+    LedgerEntry.upsert({ key: key, pid: Process.pid }, unique_by: :key)
+  end
+end
+
 class LedgerJob
   include Bobbin::Job
   bobbin_options retries: 0

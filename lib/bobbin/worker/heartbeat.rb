@@ -2,19 +2,31 @@
 
 module Bobbin
   class Worker
-    # Tells the database, every heartbeat_interval, that this process is alive and how busy it is.
+    # Every heartbeat_interval: tells the database this process is alive and how busy it is, and recovers the jobs
+    # of processes that stopped beating. Every second: stops the worker if its supervisor is gone.
     class Heartbeat
-      def initialize(worker, store, interval: Bobbin.config.heartbeat_interval)
+      TICK = 1.0
+
+      def initialize(worker, store, supervisor_pid: nil, title: true, interval: Bobbin.config.heartbeat_interval)
+        @title = title
         @worker = worker
         @store = store
+        @supervisor_pid = supervisor_pid
         @interval = interval
         @signal = Thread::Queue.new
       end
 
       # Beats until `stop`.
       def run
-        until @signal.pop(timeout: @interval) == :stop
+        title
+        last = monotonic
+        until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
+          orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
+          next if monotonic - last < @interval
+
+          last = monotonic
           beat
+          prune
         end
       end
 
@@ -22,15 +34,35 @@ module Bobbin
       def stop = @signal << :stop
 
       private
-        def beat
+        def title
           status = @worker.status
+          return status unless @title
+
           ::Process.setproctitle("bobbin worker #{status[:name]} [#{status[:queues]}] #{status[:busy]}/#{status[:capacity]}")
-          return if @store.heartbeat(@worker.process_id, JSON.generate(status))
+          status
+        end
+
+        def beat
+          return if @store.heartbeat(@worker.process_id, JSON.generate(title))
 
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: process row is gone (pruned as dead?)")
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: heartbeat failed: #{error.message}")
         end
+
+        def prune
+          Recovery.prune
+        rescue ActiveRecord::ActiveRecordError => error
+          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: could not check for dead processes: #{error.message}")
+        end
+
+        def orphaned!
+          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: supervisor #{@supervisor_pid} is gone; stopping")
+          @supervisor_pid = nil
+          @worker.stop
+        end
+
+        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

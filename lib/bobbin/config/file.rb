@@ -1,0 +1,63 @@
+# frozen_string_literal: true
+
+require "erb"
+require "yaml"
+
+module Bobbin
+  # Reads config/bobbin.yml: ERB, then YAML, then the section for the environment; fails fast naming file and key.
+  #
+  #   production:
+  #     shutdown_timeout: 25
+  #     workers:
+  #       - { queues: [chat], fibers: 100, processes: 2 }
+  #       - { queues: [cpu], threads: 2 }
+  module ConfigFile
+    SECONDS = %w[shutdown_timeout heartbeat_interval process_alive_threshold polling_interval retention].freeze
+    COUNTS = %w[max_argument_bytes fiber_db_concurrency crash_retries].freeze
+    KEYS = ([ "workers" ] + SECONDS + COUNTS).freeze
+
+    module_function
+
+    # The environment whose section applies: BOBBIN_ENV, RAILS_ENV, RACK_ENV, else development.
+    def environment = ENV["BOBBIN_ENV"] || ENV["RAILS_ENV"] || ENV["RACK_ENV"] || "development"
+
+    # Loads `path` into Bobbin.config (settings and pools); returns the pools.
+    def load(path, env: environment)
+      section = section(parse(path), path, env)
+      where = "#{path}: #{env}"
+      unknown = section.keys - KEYS
+      raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?
+
+      apply_settings(section, where)
+      raise ConfigurationError, "#{where}: no workers: list" unless section.key?("workers")
+
+      Bobbin.config.use_workers(section["workers"], where: "#{where}.workers")
+    end
+
+    def parse(path)
+      raise ConfigurationError, "config file #{path} not found" unless File.file?(path)
+
+      YAML.safe_load(ERB.new(File.read(path)).result, aliases: true, filename: path) || {}
+    rescue Psych::SyntaxError => error
+      raise ConfigurationError, "#{path}: invalid YAML: #{error.problem} at line #{error.line} column #{error.column}"
+    rescue ConfigurationError
+      raise
+    rescue StandardError, SyntaxError => error
+      raise ConfigurationError, "#{path}: could not be read (#{error.class}: #{error.message})"
+    end
+
+    def section(document, path, env)
+      raise ConfigurationError, "#{path}: expected a mapping at the top, got #{document.class}" unless document.is_a?(Hash)
+      return document if document.key?("workers")
+
+      document.fetch(env) do
+        raise ConfigurationError, "#{path}: no #{env.inspect} section (found: #{document.keys.join(', ')})"
+      end.then { |section| section.is_a?(Hash) ? section : raise(ConfigurationError, "#{path}: #{env} must be a mapping") }
+    end
+
+    def apply_settings(section, where)
+      SECONDS.each { |key| Bobbin.config.public_send("#{key}=", Setting.seconds(section[key], "#{where}.#{key}")) if section.key?(key) }
+      COUNTS.each { |key| Bobbin.config.public_send("#{key}=", Setting.count(section[key], "#{where}.#{key}")) if section.key?(key) }
+    end
+  end
+end

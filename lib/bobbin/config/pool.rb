@@ -1,0 +1,61 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # One configured worker pool: its queues, fibers or threads, how many processes run it, how often it polls.
+  class Pool < Data.define(:queues, :mode, :size, :processes, :polling_interval)
+    KEYS = %w[queues fibers threads processes polling_interval].freeze
+
+    # Builds a Pool from a Hash (string or symbol keys); errors name `where` (e.g. "config/bobbin.yml: workers[1]").
+    def self.parse(hash, where)
+      raise ConfigurationError, "#{where}: a pool must be a mapping of #{KEYS.join(', ')}, got #{hash.inspect}" unless hash.is_a?(Hash)
+
+      hash = hash.transform_keys(&:to_s)
+      unknown = hash.keys - KEYS
+      raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?
+
+      new(queues: queues(hash.fetch("queues", [ "*" ]), where), **mode(hash, where),
+          processes: Setting.count(hash.fetch("processes", 1), "#{where}.processes"),
+          polling_interval: Setting.seconds(hash.fetch("polling_interval", Bobbin.config.polling_interval), "#{where}.polling_interval", min: 0.001))
+    end
+
+    def self.queues(value, where)
+      list = value.is_a?(String) ? value.split(",").map(&:strip) : value
+      valid = list.is_a?(Array) && list.any? && list.all? { |queue| queue.is_a?(String) && !queue.strip.empty? }
+      raise ConfigurationError, "#{where}.queues: must be a list of queue names (or \"*\"), got #{value.inspect}" unless valid
+
+      list
+    end
+
+    def self.mode(hash, where)
+      given = %w[fibers threads].select { |key| hash.key?(key) }
+      raise ConfigurationError, "#{where}: give exactly one of fibers or threads, not both" if given.size == 2
+      raise ConfigurationError, "#{where}: give fibers: N or threads: N" if given.empty?
+
+      { mode: given.first.to_sym, size: Setting.count(hash[given.first], "#{where}.#{given.first}") }
+    end
+
+    # Keyword arguments for Worker.new.
+    def worker_options = { queues: queues, mode => size, polling_interval: polling_interval }
+
+    def to_s = "#{mode}: #{size} × #{processes} process#{'es' if processes > 1}, queues #{queues.join(',')}"
+  end
+
+  # Checks for numeric settings, with messages that name the setting.
+  module Setting
+    module_function
+
+    # A whole number ≥ 1.
+    def count(value, where)
+      return value if value.is_a?(Integer) && value >= 1
+
+      raise ConfigurationError, "#{where}: must be a whole number of at least 1, got #{value.inspect}"
+    end
+
+    # A number of seconds ≥ `min`.
+    def seconds(value, where, min: 0)
+      return value.to_f if value.is_a?(Numeric) && value >= min
+
+      raise ConfigurationError, "#{where}: must be a number of seconds ≥ #{min}, got #{value.inspect}"
+    end
+  end
+end

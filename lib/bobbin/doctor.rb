@@ -1,0 +1,91 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # `bobbin doctor`: checks a configuration before deploy. Prints what each pool needs and what the database
+  # offers; `run` returns 1 when something will fail in production, else 0.
+  class Doctor
+    # Gems that block a fiber pool's event loop, and what to use instead.
+    BLOCKING = { "mysql2" => "trilogy", "typhoeus" => "async-http or Net::HTTP", "ethon" => "async-http or Net::HTTP",
+                 "curb" => "async-http or Net::HTTP", "pg_ruby" => "pg" }.freeze
+
+    def initialize(pools = Bobbin.config.pools, mode: :fork, out: $stdout)
+      @pools = pools
+      @mode = mode.to_sym
+      @out = out
+      @problems = []
+    end
+
+    # Prints the report; returns the exit status.
+    def run
+      report_pools
+      report_pool_size
+      report_server
+      report_fibers
+      @out.puts(@problems.empty? ? "OK: this configuration fits." : "#{@problems.size} problem(s):")
+      @problems.each { |problem| @out.puts("  ✗ #{problem}") }
+      @problems.empty? ? 0 : 1
+    end
+
+    private
+      def report_pools
+        @out.puts("Pools (#{@mode} mode):")
+        @pools.each_with_index do |pool, index|
+          @out.puts(format("  workers[%d] %-40s jobs' DB connections %d + Bobbin's own %d per process",
+                           index, pool.to_s, ConnectionBudget.job_connections(pool.mode, pool.size), ConnectionBudget::OWN_CONNECTIONS))
+        end
+        @out.puts("  total: #{processes} worker processes, #{@pools.sum { |p| p.size * p.processes }} concurrent jobs, " \
+                  "#{total_connections} database connections at most (including the supervisor's)")
+      end
+
+      def report_pool_size
+        needed = per_process_pool
+        size = ActiveRecord::Base.connection_pool.size
+        @out.puts("Active Record pool: #{size} configured, #{needed} needed per process")
+        @problems << "the Active Record pool is #{size} but a worker process needs #{needed}: set pool: #{needed}" if size < needed
+      end
+
+      def report_server
+        connection = ActiveRecord::Base.connection_pool.with_connection { |c| c }
+        return @out.puts("Database: #{connection.adapter_name} (no connection limit)") unless connection.adapter_name.match?(/postg/i)
+
+        max, reserved, in_use = server_numbers
+        available = max - reserved
+        @out.puts("PostgreSQL: max_connections #{max} (#{reserved} reserved for superusers), #{in_use} in use now")
+        return if total_connections <= available
+
+        @problems << "Bobbin needs #{total_connections} connections but PostgreSQL allows #{available}: raise " \
+                     "max_connections, lower threads/processes, or use fiber pools"
+      end
+
+      def report_fibers
+        return unless @pools.any? { |pool| pool.mode == :fibers }
+
+        level = ActiveSupport::IsolatedExecutionState.isolation_level
+        @out.puts("Isolation level: #{level.inspect}")
+        @problems << "fiber pools need config.active_support.isolation_level = :fiber (it is #{level.inspect})" unless level == :fiber
+        (BLOCKING.keys & Gem.loaded_specs.keys).each do |gem|
+          @out.puts("  ! #{gem} blocks the event loop of fiber pools: use #{BLOCKING[gem]}")
+        end
+      end
+
+      def server_numbers
+        ActiveRecord::Base.connection_pool.with_connection do |c|
+          [ c.select_value("SHOW max_connections").to_i, c.select_value("SHOW superuser_reserved_connections").to_i,
+            c.select_value("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").to_i ]
+        end
+      end
+
+      def processes = @mode == :async ? 1 : @pools.sum(&:processes)
+
+      def per_process_pool
+        needs = @pools.map { |pool| ConnectionBudget.job_connections(pool.mode, pool.size) }
+        @mode == :async ? @pools.zip(needs).sum { |pool, need| need * pool.processes } : needs.max
+      end
+
+      def total_connections
+        own = @pools.sum { |pool| pool.processes * ConnectionBudget::OWN_CONNECTIONS }
+        jobs = @pools.sum { |pool| pool.processes * ConnectionBudget.job_connections(pool.mode, pool.size) }
+        own + (@mode == :async ? [ jobs, per_process_pool ].min : jobs) + 1
+      end
+  end
+end

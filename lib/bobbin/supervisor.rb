@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require_relative "supervisor/slot"
+
+module Bobbin
+  # `bobbin start`: runs every configured pool process (forked, or as threads with mode: :async), restarts any
+  # that die, recovers their jobs, and stops them all on TERM/INT (graceful) or QUIT (immediate).
+  class Supervisor
+    SIGNALS = %w[TERM INT QUIT].freeze
+    KILL_GRACE = 5
+
+    def initialize(pools = Bobbin.config.pools, mode: :fork)
+      raise ConfigurationError, "mode must be fork or async, got #{mode.inspect}" unless %i[fork async].include?(mode.to_sym)
+
+      @pools = pools
+      @mode = mode.to_sym
+      @slots = pools.flat_map { |pool| Array.new(pool.processes) { |index| Slot.new(pool, index) } }
+      @signal_reader, @signal_writer = IO.pipe
+    end
+
+    # Runs until a stop signal; returns after every worker has stopped.
+    def start
+      ConnectionBudget.check_process!(@mode == :async ? @pools.map { |pool| [ pool, pool.processes ] } : [])
+      @process = ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) })
+      trap_signals
+      Bobbin.logger.info("bobbin supervisor #{::Process.pid} (#{@mode}) starting #{@slots.size} workers: #{@pools.map(&:to_s).join('; ')}")
+      signal = supervise
+      shut_down(signal)
+    ensure
+      ProcessRecord.where(id: @process.id).delete_all if @process
+    end
+
+    private
+      def supervise
+        beat_at = 0
+        loop do
+          @slots.each { |slot| slot.start(identity) if slot.due? }
+          signal = next_signal(1.0)
+          return signal if signal
+
+          reap
+          beat_at = beat if monotonic >= beat_at
+          ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
+        end
+      end
+
+      def identity = { id: @process.id, pid: (::Process.pid if @mode == :fork), async: @mode == :async }
+
+      def reap
+        @slots.each do |slot|
+          pid = slot.pid
+          status = slot.exited
+          next unless status
+
+          Bobbin.logger.warn("bobbin supervisor: worker #{slot} exited (#{status})") unless @stopping
+          Recovery.process_exited(pid, status) if pid
+        end
+      end
+
+      def beat
+        ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: Time.now.utc)
+        Recovery.prune
+        monotonic + Bobbin.config.heartbeat_interval
+      rescue ActiveRecord::ActiveRecordError => error
+        Bobbin.logger.warn("bobbin supervisor: heartbeat failed: #{error.message}")
+        monotonic + 1
+      end
+
+      def shut_down(signal)
+        graceful = signal != "QUIT"
+        @stopping = true
+        Bobbin.logger.info("bobbin supervisor: #{signal}, stopping workers #{graceful ? 'gracefully' : 'now'}")
+        @slots.each { |slot| slot.stop(graceful: graceful) }
+        deadline = monotonic + (graceful ? Bobbin.config.shutdown_timeout : 0) + KILL_GRACE
+        sleep(0.05) until @slots.none?(&:alive?) || monotonic > deadline
+        @slots.each(&:kill)
+        reap
+      end
+
+      def trap_signals
+        SIGNALS.each { |signal| trap(signal) { @signal_writer.write_nonblock("#{signal}\n", exception: false) } }
+      end
+
+      def next_signal(timeout)
+        return unless @signal_reader.wait_readable(timeout)
+
+        @signal_reader.gets&.strip
+      end
+
+      def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+  end
+end

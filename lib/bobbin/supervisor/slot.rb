@@ -1,0 +1,118 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Supervisor
+    # One process slot of a pool: a forked child (or a thread in async mode) that is restarted when it dies,
+    # with a growing delay when it keeps dying at boot.
+    class Slot
+      QUICK_DEATH = 5
+
+      def initialize(pool, index)
+        @pool = pool
+        @index = index
+        @failures = 0
+        @restart_at = 0
+      end
+
+      # Starts the worker (fork or thread) for this slot.
+      def start(supervisor)
+        @started_at = monotonic
+        if supervisor[:async]
+          @thread = Thread.new { run_thread(supervisor) }
+        else
+          @pid = fork { run_child(supervisor) }
+        end
+      end
+
+      # True when nothing runs for this slot and its restart delay has passed.
+      def due? = !running? && monotonic >= @restart_at
+
+      # True while the slot's process or thread exists.
+      def running? = !!(@pid || @thread)
+
+      # True while the worker process or thread has not ended.
+      def alive?
+        return @thread&.alive? unless @pid
+
+        poll_child
+        @status.nil?
+      end
+
+      # The pid of the forked worker, while there is one.
+      attr_reader :pid
+
+      # Returns the exit status once the worker has ended (and forgets the worker), else nil.
+      def exited
+        status = @pid ? (poll_child || @status) : reap_thread
+        return unless status
+
+        @pid = @status = nil
+        @failures = monotonic - @started_at < QUICK_DEATH ? @failures + 1 : 0
+        @restart_at = monotonic + (@failures.zero? ? 0 : [ 2**@failures, 30 ].min)
+        status
+      end
+
+      # Asks the worker to stop: TERM (graceful) or QUIT (immediate).
+      def stop(graceful:)
+        if @pid
+          ::Process.kill(graceful ? "TERM" : "QUIT", @pid)
+        else
+          @worker&.stop(timeout: graceful ? nil : 0)
+        end
+      rescue Errno::ESRCH
+        nil
+      end
+
+      # Kills a worker process that outlived the shutdown timeout.
+      def kill
+        ::Process.kill("KILL", @pid) if @pid && alive?
+      rescue Errno::ESRCH
+        nil
+      end
+
+      def to_s = "#{@pool.mode}-#{@index} (#{@pid ? "pid #{@pid}" : 'thread'}, queues #{@pool.queues.join(',')})"
+
+      private
+        def worker(supervisor)
+          Worker.new(**@pool.worker_options, name: "#{@pool.mode}-#{@pool.size}##{@index}", supervisor: supervisor)
+        end
+
+        def run_child(supervisor)
+          Supervisor::SIGNALS.each { |signal| trap(signal, "DEFAULT") }
+          worker(supervisor).start
+          exit!(0)
+        rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks
+          Bobbin.logger.error("bobbin worker #{::Process.pid} crashed: #{error.class}: #{error.message}")
+          exit!(1)
+        end
+
+        def run_thread(supervisor)
+          @worker = worker(supervisor.merge(pid: nil))
+          @worker.run
+          :stopped
+        rescue StandardError => error
+          Bobbin.logger.error("bobbin worker thread crashed: #{error.class}: #{error.message}")
+          :crashed
+        end
+
+        def poll_child
+          return @status if @status
+
+          pid, status = ::Process.wait2(@pid, ::Process::WNOHANG)
+          @status = status if pid
+        rescue Errno::ECHILD
+          @status = :gone
+        end
+
+        def reap_thread
+          return if @thread.nil? || @thread.alive?
+
+          result = @thread.value
+          @thread = nil
+          result
+        end
+
+        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+    end
+  end
+end

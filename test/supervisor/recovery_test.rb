@@ -1,0 +1,45 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class RecoveryTest < Bobbin::TestCase
+  def dead_process_with_jobs(attempts:)
+    process = Bobbin::ProcessRecord.register(kind: "worker", name: "ghost")
+    process.update_columns(last_heartbeat_at: Time.now.utc - 3600)
+    ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 0, "k#{i}" ] ] })
+    Bobbin::JobRecord.where(id: ids).update_all(state: "running", claimed_by: process.id, attempts: attempts)
+    [ process, ids ]
+  end
+
+  test "a process silent past the threshold is pruned and its jobs return to ready, with the reason recorded" do
+    process, ids = dead_process_with_jobs(attempts: 1)
+    alive = Bobbin::ProcessRecord.register(kind: "worker", name: "alive")
+    assert_equal 3, Bobbin::Recovery.prune(threshold: 60)
+    assert_equal [ alive.id ], Bobbin::ProcessRecord.pluck(:id)
+    jobs = Bobbin::JobRecord.where(id: ids)
+    assert_equal [ "ready" ], jobs.distinct.pluck(:state)
+    assert_equal [ "Bobbin::ProcessDied" ], jobs.distinct.pluck(:last_error_class)
+    assert_match(/process #{process.pid} on .* stopped heartbeating while this job was running/, jobs.first.last_error_message)
+    assert_equal 0, Bobbin::Recovery.prune(threshold: 60), "a second pass finds nothing"
+  end
+
+  test "a job that has used its runs and its crash retries is failed instead" do
+    _, ids = dead_process_with_jobs(attempts: 1 + Bobbin.config.crash_retries)
+    Bobbin::Recovery.prune(threshold: 60)
+    assert_equal [ "failed" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
+  end
+
+  test "running jobs whose process row is gone are recovered too" do
+    process, ids = dead_process_with_jobs(attempts: 1)
+    process.delete
+    assert_equal 3, Bobbin::Recovery.prune(threshold: 60)
+    assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
+  end
+
+  test "recovered jobs run again" do
+    dead_process_with_jobs(attempts: 1)
+    Bobbin::Recovery.prune(threshold: 60)
+    drain(fibers: 5)
+    assert_equal %w[k0 k1 k2], LedgerEntry.order(:key).pluck(:key)
+  end
+end

@@ -1,0 +1,101 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class SupervisorTest < Bobbin::TestCase
+  def worker_pids = Bobbin::ProcessRecord.where(kind: "worker").pluck(:pid)
+
+  def alive?(pid)
+    Process.kill(0, pid)
+    true
+  rescue Errno::ESRCH
+    false
+  end
+
+  test "kill -9 a fiber worker with 200 jobs in flight: every job completes, only those in flight run twice" do
+    Bobbin.enqueue_all(Array.new(300) { |i| [ CrashSafeJob, [ 1.5, "job-#{i}" ] ] })
+    pids = []
+    in_flight = nil
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "200", "--polling-interval", "0.05", "--shutdown-timeout", "5")
+      wait_for("200 jobs in flight") { Bobbin.counts["running"] == 200 }
+      in_flight = Bobbin::JobRecord.where(state: "running").map { |job| job.parsed_arguments.last }
+      victim = worker_pids.first
+      Process.kill(:KILL, victim)
+      wait_for("all 300 jobs done", timeout: 60) { Bobbin.counts["succeeded"] == 300 }
+      refute_includes worker_pids, victim, "the supervisor replaced the killed worker"
+      assert_equal 1, worker_pids.size
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 20)&.success?
+    end
+    assert_equal 300, LedgerEntry.distinct.count(:key), "no job lost"
+    ran_twice = StartEntry.group(:key).having("count(*) > 1").count.keys
+    assert_operator ran_twice.size, :>, 0, "the killed jobs ran again"
+    assert_empty ran_twice - in_flight, "only jobs in flight at the kill ran twice"
+    assert_equal [ "Bobbin::ProcessDied" ], Bobbin::JobRecord.where(attempts: 2).distinct.pluck(:last_error_class)
+  end
+
+  test "TERM during long jobs: short ones finish, long ones return to ready, the supervisor exits within the timeout" do
+    Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] } + Array.new(3) { |i| [ SleepJob, [ 0.5, "short-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--threads", "3", "--processes", "2", "--shutdown-timeout", "2", "--polling-interval", "0.05")
+      wait_for("6 jobs running") { Bobbin.counts["running"] == 6 }
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 20)&.success?
+      assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 10
+    end
+    assert_equal %w[short-0 short-1 short-2], LedgerEntry.order(:key).pluck(:key)
+    assert_equal({ "ready" => 3, "running" => 0 }, Bobbin.counts.slice("ready", "running"))
+    assert_equal 0, Bobbin::ProcessRecord.count, "every process deregistered"
+  end
+
+  test "workers of a supervisor killed with -9 stop on their own within seconds" do
+    pids = []
+    children = []
+    ensure_killed(pids, children) do
+      pids << spawn_bobbin("start", "--fibers", "5", "--processes", "2", "--polling-interval", "0.05")
+      wait_for("2 workers registered") { worker_pids.size == 2 }
+      children.concat(worker_pids)
+      Process.kill(:KILL, pids.first)
+      Process.wait(pids.first)
+      wait_for("orphaned workers to exit", timeout: 10) { children.none? { |pid| alive?(pid) } }
+    end
+    assert_equal 0, Bobbin::ProcessRecord.where(kind: "worker").count, "they deregistered on the way out"
+  end
+
+  test "async mode runs the pools as threads of one process" do
+    Bobbin.enqueue_all(Array.new(40) { |i| [ SleepJob, [ 0.1, "job-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--mode", "async", "--fibers", "10", "--processes", "2", "--polling-interval", "0.05")
+      wait_for("40 jobs done") { Bobbin.counts["succeeded"] == 40 }
+      assert_equal [ pids.first ], worker_pids.uniq
+      assert_equal 2, worker_pids.size
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 20)&.success?
+    end
+  end
+
+  test "bobbin pause and resume from the command line; a paused queue is not claimed" do
+    assert system({ "DATABASE_URL" => TestDatabase.url_with_pool }, RbConfig.ruby, "exe/bobbin", "pause", "llm", out: File::NULL)
+    Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0, "llm" ], queue: "llm")
+    SleepJob.enqueue(0, "default")
+    drain(fibers: 5)
+    assert_equal [ "default" ], LedgerEntry.pluck(:key)
+    assert system({ "DATABASE_URL" => TestDatabase.url_with_pool }, RbConfig.ruby, "exe/bobbin", "resume", "llm", out: File::NULL)
+    drain(fibers: 5)
+    assert_equal %w[default llm], LedgerEntry.order(:key).pluck(:key)
+  end
+
+  test "a bad config file stops bobbin start with the message and a non-zero status" do
+    Tempfile.create([ "bobbin", ".yml" ]) do |file|
+      file.write("development:\n  workers: [{ fibers: 2, threads: 2 }]\n")
+      file.close
+      output = IO.popen({ "DATABASE_URL" => TestDatabase.url_with_pool }, [ RbConfig.ruby, "exe/bobbin", "start", "-c", file.path ], err: [ :child, :out ], &:read)
+      refute $?.success?
+      assert_match(/#{Regexp.escape(file.path)}: development\.workers\[0\]: give exactly one of fibers or threads/, output)
+    end
+  end
+end
