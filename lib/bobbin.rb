@@ -28,6 +28,7 @@ module Bobbin
   autoload :Supervisor, "bobbin/supervisor"
   autoload :Recovery, "bobbin/recovery"
   autoload :Doctor, "bobbin/doctor"
+  autoload :Retention, "bobbin/retention"
   autoload :ConnectionBudget, "bobbin/connection_budget"
 
   class << self
@@ -46,6 +47,7 @@ module Bobbin
       raise ConfigurationError, "no database: call Bobbin.connect(url) or set DATABASE_URL" if url.to_s.empty?
 
       require_driver(url)
+      url = with_sqlite_timeout(url)
       ActiveSupport::IsolatedExecutionState.isolation_level = :fiber unless defined?(::Rails.application) && ::Rails.application
       ActiveRecord::Base.establish_connection(url)
       ActiveRecord::Base.connection_pool.with_connection(&:verify!)
@@ -70,6 +72,13 @@ module Bobbin
     def resume(queue) = QueuePause.resume(queue)
 
     private
+      # SQLite answers "database is locked" at once unless told to wait; workers and jobs write concurrently.
+      def with_sqlite_timeout(url)
+        return url unless url.start_with?("sqlite") && !url.include?("timeout=")
+
+        url + (url.include?("?") ? "&" : "?") + "timeout=5000"
+      end
+
       def require_driver(url)
         case url
         when /\Apostgres/ then require "pg"

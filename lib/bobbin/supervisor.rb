@@ -53,8 +53,15 @@ module Bobbin
           next unless status
 
           Bobbin.logger.warn("bobbin supervisor: worker #{slot} exited (#{status})") unless @stopping
-          Recovery.process_exited(pid, status) if pid
+          recover(pid, status) if pid
         end
+      end
+
+      def recover(pid, status)
+        Recovery.process_exited(pid, status)
+      rescue ActiveRecord::ActiveRecordError => error
+        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{error.message}); " \
+                           "they are recovered once its heartbeat is stale")
       end
 
       def beat

@@ -68,6 +68,18 @@ class OutageSafeJob
   end
 end
 
+# Chaos: records each start, works a little, records its finish idempotently; survives outages by retrying.
+class ChaosJob
+  include Bobbin::Job
+  bobbin_options retries: 25, backoff: 0.05
+
+  def perform(seconds, key)
+    StartEntry.create!(key: key)
+    sleep(seconds)
+    LedgerEntry.upsert({ key: key, pid: Process.pid }, unique_by: :key)
+  end
+end
+
 class LedgerJob
   include Bobbin::Job
   bobbin_options retries: 0

@@ -20,7 +20,7 @@ module Bobbin
         if supervisor[:async]
           @thread = Thread.new { run_thread(supervisor) }
         else
-          @pid = fork { run_child(supervisor) }
+          @pid = @last_pid = fork { run_child(supervisor) }
         end
       end
 
@@ -70,7 +70,7 @@ module Bobbin
         nil
       end
 
-      def to_s = "#{@pool.mode}-#{@index} (#{@pid ? "pid #{@pid}" : 'thread'}, queues #{@pool.queues.join(',')})"
+      def to_s = "#{@pool.mode}-#{@index} (#{@last_pid ? "pid #{@last_pid}" : 'thread'}, queues #{@pool.queues.join(',')})"
 
       private
         def worker(supervisor)

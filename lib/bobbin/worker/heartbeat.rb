@@ -52,6 +52,7 @@ module Bobbin
 
         def prune
           Recovery.prune
+          Retention.sweep
         rescue ActiveRecord::ActiveRecordError => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: could not check for dead processes: #{error.message}")
         end
