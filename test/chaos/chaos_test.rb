@@ -8,18 +8,18 @@ class ChaosTest < Bobbin::TestCase
   JOBS = Integer(ENV.fetch("CHAOS_JOBS", 10_000))
   KILLS = Integer(ENV.fetch("CHAOS_KILLS", 4))
 
-  def counts
-    Bobbin.counts
+  def counts = query { Bobbin.counts }
+
+  # Reads through a PostgreSQL restart: a query that meets a dropped connection is retried on a fresh one.
+  def query
+    yield
   rescue ActiveRecord::ActiveRecordError
     ActiveRecord::Base.connection_handler.clear_all_connections!
-    {}
+    sleep(0.2)
+    retry
   end
 
-  def in_flight_keys
-    Bobbin::JobRecord.where(state: "running").pluck(:arguments).map { |json| JSON.parse(json).last }
-  rescue ActiveRecord::ActiveRecordError
-    []
-  end
+  def in_flight_keys = query { Bobbin::JobRecord.where(state: "running").pluck(:arguments) }.map { |json| JSON.parse(json).last }
 
   def restart_postgres
     port = TestDatabase.url[/port=(\d+)/, 1] || "5432"
@@ -37,7 +37,7 @@ class ChaosTest < Bobbin::TestCase
       KILLS.times do |round|
         wait_for("jobs flowing (round #{round})", timeout: 60) { counts["running"].to_i >= 20 }
         exposed.concat(in_flight_keys)
-        victim = Bobbin::ProcessRecord.where(kind: "worker").pluck(:pid).sample
+        victim = query { Bobbin::ProcessRecord.where(kind: "worker").pluck(:pid) }.sample
         Process.kill(:KILL, victim) if victim
         restart_postgres if round == KILLS / 2
       end

@@ -71,9 +71,9 @@ module Bobbin
             UPDATE bobbin_jobs SET state = 'running', claimed_by = $1, attempts = attempts + 1,
               claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
             WHERE id = ANY(ARRAY(
-              SELECT id FROM bobbin_jobs AS j
+              SELECT id FROM bobbin_jobs
               WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' #{queue_condition}
-                AND NOT EXISTS (SELECT 1 FROM bobbin_pauses AS p WHERE p.queue = j.queue)
+                AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
               ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
             RETURNING #{RETURNED}
           SQL

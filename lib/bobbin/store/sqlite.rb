@@ -85,9 +85,9 @@ module Bobbin
           <<~SQL
             UPDATE bobbin_jobs SET state = 'running', claimed_by = ?, attempts = attempts + 1, claimed_at = ?, started_at = ?
             WHERE id IN (
-              SELECT id FROM bobbin_jobs AS j
+              SELECT id FROM bobbin_jobs
               WHERE state = 'ready' AND run_at <= ? #{queue_condition}
-                AND NOT EXISTS (SELECT 1 FROM bobbin_pauses AS p WHERE p.queue = j.queue)
+                AND queue NOT IN (SELECT queue FROM bobbin_pauses)
               ORDER BY priority, run_at, id LIMIT ?)
             RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id
           SQL
