@@ -11,12 +11,21 @@ module Bobbin
     # Opens a store on a new connection of its own (outside the pool the jobs' code uses).
     def self.open(selection)
       db_config = Record.connection_db_config
-      store_class = case db_config.adapter
+      Guarded.new(for_adapter(db_config.adapter).new(db_config.new_connection, selection))
+    end
+
+    # Inserts new job rows with one statement on the app's connection; returns their ids.
+    def self.insert(rows)
+      Record.with_connection { |connection| for_adapter(connection.adapter_name).insert(connection, rows) }
+    end
+
+    # The class holding the hot-path SQL for an adapter name.
+    def self.for_adapter(name)
+      case name.to_s.downcase
       when /postg/ then PostgreSQL
       when /sqlite/ then SQLite
-      else raise ConfigurationError, "Bobbin supports PostgreSQL and SQLite, not #{db_config.adapter.inspect}"
+      else raise ConfigurationError, "Bobbin supports PostgreSQL and SQLite, not #{name.inspect}"
       end
-      Guarded.new(store_class.new(db_config.new_connection, selection))
     end
 
     # Serialises a store's calls (fibers and threads share it) and turns lost connections into Unavailable.

@@ -28,19 +28,17 @@ module Bobbin
               run_at: run_at, max_attempts: options[:retries] + 1)
       end
 
-      # Builds a row from parts already serialised (the Active Job adapter uses this).
+      # Builds a row from parts already serialised (the Active Job adapter uses this); run_at nil means now.
       def build(class_name:, arguments:, queue:, priority:, run_at:, max_attempts:, active_job_id: nil)
-        now = Time.now.utc
         { queue: queue.to_s, class_name: class_name, arguments: arguments, priority: Integer(priority || 0),
-          state: "ready", run_at: run_at&.to_time&.utc || now, attempts: 0, max_attempts: max_attempts,
-          enqueued_at: now, active_job_id: active_job_id }
+          run_at: Store.timestamp(run_at&.to_time), max_attempts: max_attempts, active_job_id: active_job_id }
       end
 
       # Inserts rows in one statement and returns their ids.
       def insert(rows)
         return [] if rows.empty?
 
-        JobRecord.insert_all(rows, returning: [ :id ], record_timestamps: false).rows.map(&:first)
+        Store.insert(rows)
       end
     end
   end

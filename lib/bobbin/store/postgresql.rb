@@ -21,7 +21,24 @@ module Bobbin
         WHERE state = 'running' AND claimed_by = $1 AND NOT (id = ANY($2::bigint[]))
       SQL
 
+      INSERT = <<~SQL
+        INSERT INTO bobbin_jobs (queue, class_name, arguments, priority, run_at, max_attempts, active_job_id,
+                                 state, attempts, enqueued_at)
+        SELECT q, c, a, p, COALESCE(r, now() AT TIME ZONE 'UTC'), m, aj, 'ready', 0, now() AT TIME ZONE 'UTC'
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamp[], $6::int[], $7::text[])
+          AS t(q, c, a, p, r, m, aj)
+        RETURNING id
+      SQL
+
       HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = now() AT TIME ZONE 'UTC', metadata = $2 WHERE id = $1"
+
+      # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
+      # so an enqueue inside a transaction commits or rolls back with it. Returns the ids in order.
+      def self.insert(connection, rows)
+        array = PG::TextEncoder::Array.new
+        binds = NEW_JOB.map { |column| array.encode(rows.map { |row| row[column] }) }
+        connection.select_rows(INSERT, "Bobbin Enqueue", binds).map { |(id)| id.to_i }
+      end
 
       # `adapter` is an Active Record adapter this store owns; `selection` is a QueueSelection.
       def initialize(adapter, selection)

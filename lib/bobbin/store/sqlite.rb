@@ -16,7 +16,23 @@ module Bobbin
         WHERE state = 'running' AND claimed_by = ? AND id NOT IN (SELECT value FROM json_each(?))
       SQL
 
+      INSERT = <<~SQL
+        INSERT INTO bobbin_jobs (queue, class_name, arguments, priority, run_at, max_attempts, active_job_id,
+                                 state, attempts, enqueued_at)
+        SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, COALESCE(value ->> 4, ?1), value ->> 5,
+               value ->> 6, 'ready', 0, ?1
+        FROM json_each(?2)
+        RETURNING id
+      SQL
+
       HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = ?, metadata = ? WHERE id = ?"
+
+      # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
+      # so an enqueue inside a transaction commits or rolls back with it. Returns the ids in order.
+      def self.insert(connection, rows)
+        json = JSON.generate(rows.map { |row| row.values_at(*NEW_JOB) })
+        connection.select_rows(INSERT, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
+      end
 
       # `adapter` is an Active Record adapter this store owns; `selection` is a QueueSelection.
       def initialize(adapter, selection)
