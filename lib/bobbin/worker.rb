@@ -92,7 +92,7 @@ module Bobbin
           jobs = free.positive? ? claim(free) : []
           jobs.each { |job| @executor.post(job.id) { @outcomes << @execution.call(job) } }
           next if free.positive? && jobs.size == free
-          break if drain && jobs.empty? && @executor.busy.zero? && @outcomes.flush&.zero?
+          break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
           wait(@polling_interval) unless drain && @executor.busy.zero?
         end
@@ -107,6 +107,13 @@ module Bobbin
         @claim_failures = (@claim_failures || 0) + 1
         wait([ 0.1 * (2**@claim_failures), 5 ].min)
         []
+      end
+
+      # True once everything is written and nothing was written since the last empty claim (a retry may be due).
+      def drained?
+        return false unless @outcomes.flush
+
+        (@outcomes.written == @drain_mark).tap { @drain_mark = @outcomes.written }
       end
 
       # After an outage a claim may have committed without us seeing its rows: hand such jobs back.

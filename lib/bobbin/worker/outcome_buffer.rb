@@ -11,7 +11,9 @@ module Bobbin
         @batch = batch
         @logger = logger
         @pending = []
+        @written = 0
         @lock = Mutex.new
+        @flush_lock = Mutex.new
         @signal = Thread::Queue.new
       end
 
@@ -20,6 +22,9 @@ module Bobbin
         first = @lock.synchronize { @pending << outcome; @pending.size == 1 || @pending.size == @batch }
         @signal << :outcome if first
       end
+
+      # How many outcomes have been written so far.
+      attr_reader :written
 
       # Ids of jobs whose outcome is known but not yet written.
       def pending_ids = @lock.synchronize { @pending.map(&:id) }
@@ -35,20 +40,25 @@ module Bobbin
       # Makes `run` return after it writes what it holds.
       def stop = @signal << :stop
 
-      # Writes everything pending now and returns how many; nil (keeping them) when the database is unavailable.
+      # Writes everything pending now (after any write already under way) and returns how many; nil (keeping
+      # them) when the database is unavailable.
       def flush
-        outcomes = @lock.synchronize { @pending.slice!(0, @pending.size) }
-        return 0 if outcomes.empty?
-
-        @store.finish(@process_id, outcomes)
-        outcomes.size
-      rescue Store::Unavailable => error
-        @lock.synchronize { @pending.unshift(*outcomes) }
-        @logger.warn("bobbin: could not write #{outcomes.size} job outcomes, will retry: #{error.message}")
-        nil
+        @flush_lock.synchronize { write(@lock.synchronize { @pending.slice!(0, @pending.size) }) }
       end
 
       private
+        def write(outcomes)
+          return 0 if outcomes.empty?
+
+          @store.finish(@process_id, outcomes)
+          @written += outcomes.size
+          outcomes.size
+        rescue Store::Unavailable => error
+          @lock.synchronize { @pending.unshift(*outcomes) }
+          @logger.warn("bobbin: could not write #{outcomes.size} job outcomes, will retry: #{error.message}")
+          nil
+        end
+
         def flush_with_retry
           delay = 0.1
           until flush
