@@ -18,7 +18,7 @@ class SupervisorTest < Bobbin::TestCase
     in_flight = nil
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "200", "--polling-interval", "0.05", "--shutdown-timeout", "5")
-      wait_for("200 jobs in flight") { Bobbin.counts["running"] == 200 }
+      wait_for("200 jobs in flight") { Bobbin.counts["running"] == 200 && StartEntry.count >= 200 }
       in_flight = Bobbin::JobRecord.where(state: "running").map { |job| job.parsed_arguments.last }
       victim = worker_pids.first
       Process.kill(:KILL, victim)
