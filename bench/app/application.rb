@@ -1,0 +1,32 @@
+# frozen_string_literal: true
+
+# A minimal Rails application for the peers that are Rails engines (Solid Queue, GoodJob, and Async::Job's
+# Active Job adapter), in production settings: eager load, no reloading, log level warn.
+require "rails"
+require "active_record/railtie"
+require "active_job/railtie"
+require_relative "../lib/work"
+
+ENV["RAILS_ENV"] = "production"
+ADAPTER = ENV.fetch("BENCH_ADAPTER")
+require ADAPTER == "async_job" ? "async/job/adapter/active_job" : ADAPTER
+
+class BenchApp < Rails::Application
+  config.load_defaults 8.1
+  config.root = __dir__
+  config.eager_load = true
+  config.enable_reloading = false
+  config.secret_key_base = "bench"
+  config.logger = Logger.new($stderr, level: Logger::WARN)
+  config.log_level = :warn
+  config.active_job.queue_adapter = ADAPTER.to_sym
+  config.active_support.isolation_level = :fiber if ENV["BENCH_FIBERS"]
+  config.good_job.execution_mode = :external if ADAPTER == "good_job"
+  config.solid_queue.silence_polling = true if ADAPTER == "solid_queue"
+end
+
+class BenchActiveJob < ActiveJob::Base
+  def perform(workload, key) = Work.run(workload, key)
+end
+
+Rails.application.initialize!

@@ -1,0 +1,82 @@
+# frozen_string_literal: true
+
+require "json"
+require "open3"
+require_relative "sampler"
+
+# One measurement: one system, one workload, one round. Jobs are enqueued before the worker starts; the
+# clock runs from the first job's start to the last job's finish, as the ledger reports them.
+class Cell
+  BENCH = File.expand_path("..", __dir__)
+
+  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:)
+    @system = system
+    @workload = workload
+    @jobs = jobs
+    @concurrency = concurrency
+    @env = env
+    @ledger = ledger
+    @prefix = "#{system[:name]}-#{workload}-#{round}-#{rand(1 << 30)}"
+  end
+
+  # Runs the cell; returns its numbers (or an error, never a silent gap).
+  def run(timeout:)
+    script("reset")
+    enqueue = JSON.parse(script("enqueue", @workload, @jobs.to_s, @prefix).lines.last)["enqueue_seconds"]
+    pid = Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s,
+                        chdir: BENCH, out: log_path, err: log_path, pgroup: true)
+    sampler = Sampler.new(pid, @system[:database])
+    finished = wait_for_jobs(pid, timeout)
+    sleep 0.3 # late duplicates still arrive
+    cpu = sampler.stop
+    stop(pid)
+    result(enqueue, finished, sampler, cpu)
+  rescue StandardError => error
+    { "system" => @system[:name], "workload" => @workload, "error" => "#{error.class}: #{error.message}"[0, 300] }
+  end
+
+  private
+    def script_path = File.join(BENCH, "systems", "#{@system[:script]}.rb")
+
+    def log_path = File.join(BENCH, "tmp", "#{@system[:name]}.log")
+
+    def script(*args)
+      out, status = Open3.capture2e(@env, RbConfig.ruby, script_path, *args, chdir: BENCH)
+      raise "#{@system[:name]} #{args.first} failed: #{out.lines.last(3).join}" unless status.success?
+
+      out
+    end
+
+    def wait_for_jobs(pid, timeout)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      until @ledger.distinct(@prefix) >= @jobs
+        return false if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        raise "#{@system[:name]} worker exited early (see #{log_path})" if Process.wait(pid, Process::WNOHANG)
+
+        sleep 0.05
+      end
+      true
+    end
+
+    def stop(pid)
+      Process.kill("TERM", -pid)
+      20.times { return Process.wait(pid) if Process.wait(pid, Process::WNOHANG); sleep 0.25 }
+      Process.kill("KILL", -pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+
+    def result(enqueue, finished, sampler, cpu)
+      runs = @ledger.runs(@prefix)
+      starts = runs.values.flatten(1).map(&:first)
+      finishes = runs.values.flatten(1).map(&:last)
+      span = runs.empty? ? nil : finishes.max - starts.min
+      { "system" => @system[:name], "workload" => @workload, "jobs" => @jobs, "concurrency" => @concurrency,
+        "pool" => @system[:pool], "completed" => runs.size, "missing" => @jobs - runs.size,
+        "duplicates" => runs.values.sum(&:size) - runs.size, "timed_out" => !finished,
+        "span_seconds" => span, "jobs_per_second" => span && runs.size / span,
+        "enqueue_per_second" => @jobs / enqueue, "peak_rss_mb" => sampler.peak_rss_mb,
+        "peak_connections" => sampler.peak_connections, "cpu_seconds" => cpu }
+    end
+end

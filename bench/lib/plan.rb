@@ -1,0 +1,34 @@
+# frozen_string_literal: true
+
+# What the benchmark runs: the systems (each in its documented production mode, with the pool it gets) and
+# the workloads (concurrency, job count for full and quick runs, and the per-job latency of I/O workloads).
+module Plan
+  SYSTEMS = [
+    { name: "bobbin-fibers", script: "bobbin", mode: "fibers", database: "bench_bobbin", pool: 5 },
+    { name: "bobbin-threads", script: "bobbin", mode: "threads", database: "bench_bobbin", pool: :threads },
+    { name: "solid_queue-fibers", script: "solid_queue", mode: "fibers", database: "bench_solid_queue", pool: 10 },
+    { name: "solid_queue-threads", script: "solid_queue", mode: "threads", database: "bench_solid_queue", pool: :threads },
+    { name: "good_job", script: "good_job", mode: "threads", database: "bench_good_job", pool: :threads },
+    { name: "sidekiq", script: "sidekiq", mode: "threads", database: nil, pool: nil }
+  ].freeze
+
+  # latency: seconds each job waits (nil for CPU-bound); threads: the thread systems' concurrency where it
+  # differs (a thread pool cannot sensibly hold 1,500 threads, nor can PostgreSQL hold their connections).
+  WORKLOADS = {
+    "noop" => { concurrency: 100, jobs: 10_000, quick: 3_000, latency: nil },
+    "sleep" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
+    "http" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
+    "cpu" => { concurrency: 10, jobs: 400, quick: 100, latency: nil },
+    "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 1_500, latency: 1.25 }
+  }.freeze
+
+  module_function
+
+  # The concurrency and Active Record pool a system gets for a workload.
+  def sizing(system, workload)
+    spec = WORKLOADS.fetch(workload)
+    concurrency = system[:mode] == "threads" ? spec.fetch(:threads, spec[:concurrency]) : spec[:concurrency]
+    pool = system[:pool] == :threads ? concurrency + 5 : system[:pool]
+    [ concurrency, pool ]
+  end
+end

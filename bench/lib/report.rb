@@ -1,0 +1,79 @@
+# frozen_string_literal: true
+
+require "csv"
+require "fileutils"
+require "json"
+require "time"
+require_relative "charts"
+require_relative "facts"
+
+# Turns the cells of a run into bench/results/<date>-<name>.{json,csv}, SVG charts and bench/RESULTS.md.
+class Report
+  DIR = File.expand_path("..", __dir__)
+  PEERS = %w[solid_queue-fibers solid_queue-threads good_job sidekiq bobbin-threads].freeze
+
+  # True when a cell lost, repeated or failed jobs, or did not finish.
+  def self.bad?(cell) = cell["error"] || cell["timed_out"] || cell["missing"].to_i.positive? || cell["duplicates"].to_i.positive?
+
+  def initialize(cells, options:, server_check:)
+    @cells = cells
+    @options = options
+    @server_check = server_check
+    @name = "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
+  end
+
+  def write
+    FileUtils.mkdir_p(File.join(DIR, "results", "charts"))
+    File.write(path("json"), JSON.pretty_generate(facts: Facts.collect, options: @options, server_check: @server_check, cells: @cells))
+    write_csv
+    charts
+    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: Facts.collect, name: @name, options: @options, server_check: @server_check).to_s)
+    puts "wrote #{path('json')}, #{path('csv')}, bench/results/charts/ and bench/RESULTS.md"
+  end
+
+  # { workload => { system => stats } } over measured (non-warm-up) rounds.
+  def summary
+    @summary ||= @cells.reject { |c| c["warmup"] }.group_by { |c| c["workload"] }.transform_values do |cells|
+      cells.group_by { |c| c["system"] }.transform_values { |runs| stats(runs) }
+    end
+  end
+
+  private
+    def path(ext) = File.join(DIR, "results", "#{@name}.#{ext}")
+
+    def stats(runs)
+      good = runs.reject { |r| self.class.bad?(r) }.map { |r| r["jobs_per_second"] }.compact.sort
+      { "median" => median(good), "min" => good.first, "max" => good.last, "rounds" => runs.size, "bad_rounds" => runs.count { |r| self.class.bad?(r) },
+        "enqueue_per_second" => median(runs.map { |r| r["enqueue_per_second"] }.compact.sort),
+        "span_seconds" => median(runs.map { |r| r["span_seconds"] }.compact.sort),
+        "peak_rss_mb" => runs.map { |r| r["peak_rss_mb"].to_i }.max, "peak_connections" => runs.map { |r| r["peak_connections"].to_i }.max,
+        "cpu_seconds" => median(runs.map { |r| r["cpu_seconds"] }.compact.sort), "pool" => runs.first["pool"],
+        "concurrency" => runs.first["concurrency"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
+        "errors" => runs.filter_map { |r| r["error"] }.uniq }
+    end
+
+    def median(values) = values.empty? ? nil : values[values.size / 2]
+
+    def write_csv
+      CSV.open(path("csv"), "w") do |csv|
+        csv << %w[workload system concurrency pool median_jobs_per_s min max enqueue_per_s span_s peak_rss_mb peak_connections cpu_s missing duplicates bad_rounds]
+        summary.each do |workload, systems|
+          systems.each do |system, s|
+            csv << [ workload, system, s["concurrency"], s["pool"], s["median"]&.round(1), s["min"]&.round(1), s["max"]&.round(1), s["enqueue_per_second"]&.round,
+                     s["span_seconds"]&.round(3), s["peak_rss_mb"], s["peak_connections"], s["cpu_seconds"], s["missing"], s["duplicates"], s["bad_rounds"] ]
+          end
+        end
+      end
+    end
+
+    def charts
+      dir = File.join(DIR, "results", "charts")
+      summary.each do |workload, systems|
+        Charts.bars(File.join(dir, "#{workload}-throughput.svg"), "#{workload}: jobs/s (median)", "jobs/s", systems.transform_values { |s| s["median"] })
+        Charts.bars(File.join(dir, "#{workload}-rss.svg"), "#{workload}: peak RSS of the worker", "MB", systems.transform_values { |s| s["peak_rss_mb"] })
+        Charts.bars(File.join(dir, "#{workload}-connections.svg"), "#{workload}: peak PostgreSQL sessions", "", systems.transform_values { |s| s["peak_connections"] })
+      end
+    end
+end
+
+require_relative "results"

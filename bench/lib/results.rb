@@ -1,0 +1,104 @@
+# frozen_string_literal: true
+
+# Renders bench/RESULTS.md from a run's summary: ratios, efficiency, targets, resources, machine facts, and
+# the hand-written analysis in bench/analysis.md.
+class Results
+  TARGETS = [
+    [ "noop, one worker process (jobs/s)", "noop", :median, ">=", 3_100 ],
+    [ "sleep at C=100 (jobs/s)", "sleep", :median, ">=", 1_800 ],
+    [ "http at C=100 (jobs/s)", "http", :median, ">=", 1_800 ],
+    [ "burst 1,500 × 0.5–2 s (seconds, first start → last finish)", "burst", :span, "<=", 2.3 ],
+    [ "enqueue_all (jobs/s)", "noop", :enqueue, ">=", 20_000 ]
+  ].freeze
+
+  def initialize(summary, facts:, name:, options:, server_check:)
+    @summary = summary
+    @facts = facts
+    @name = name
+    @options = options
+    @server_check = server_check
+  end
+
+  def to_s
+    [ header, ratios, throughput, targets, resources, machine, analysis ].join("\n")
+  end
+
+  private
+    def fmt(value, digits = 0) = value.nil? ? "—" : (digits.zero? ? value.round.to_s : value.round(digits).to_s)
+
+    def bobbin(workload) = @summary.dig(workload, "bobbin-fibers")
+
+    def header
+      <<~MD
+        # Bobbin benchmark results
+
+        Run `#{@name}` (`bin/bench#{' --quick' if @options[:quick]}`): #{@options[:rounds]} measured rounds after one warm-up round per
+        workload, systems interleaved (A B C, B C A, …), jobs enqueued before each worker starts, one worker process,
+        time from the first job's start to the last job's finish as each job reports it. Raw data:
+        `results/#{@name}.json` and `.csv`; charts in `results/charts/`. Every cell checks that each job ran exactly
+        once (a ledger of job keys); a round that lost, repeated or failed a job is counted in "bad rounds" and left
+        out of the medians, never dropped silently.
+
+        Fake LLM/delay server check: #{@server_check['concurrent_requests']} concurrent 50 ms requests finished in
+        #{fmt(@server_check['seconds'] * 1000)} ms (all ok: #{@server_check['all_ok']}), so it is not the bottleneck.
+      MD
+    end
+
+    def ratios
+      peers = Report::PEERS.select { |p| @summary.values.any? { |s| s.key?(p) } }
+      rows = @summary.map do |workload, systems|
+        mine = systems.dig("bobbin-fibers", "median")
+        "| #{workload} | " + peers.map { |p| (m = systems.dig(p, "median")) && mine ? "#{fmt(mine / m, 2)}×" : "—" }.join(" | ") + " |"
+      end
+      "## Bobbin (fibers) ÷ each peer, median jobs/s\n\n| workload | #{peers.join(' | ')} |\n|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n"
+    end
+
+    def throughput
+      rows = @summary.flat_map do |workload, systems|
+        latency = Plan::WORKLOADS.dig(workload, :latency)
+        systems.map do |system, s|
+          ideal = latency && s["concurrency"] / latency
+          ideal = Plan::WORKLOADS.dig(workload, :jobs).fdiv(2.0) if workload == "burst" && latency
+          eff = ideal && s["median"] ? "#{fmt(100.0 * [ s['median'] / ideal, 1 ].min)} %" : "—"
+          "| #{workload} | #{system} | #{s['concurrency']} | #{s['pool'] || '—'} | #{fmt(s['median'])} (#{fmt(s['min'])}–#{fmt(s['max'])}) | #{eff} | #{fmt(s['enqueue_per_second'])} | #{s['bad_rounds']}/#{s['rounds']} #{s['errors'].first&.slice(0, 60)} |"
+        end
+      end
+      "## Throughput\n\nEfficiency = achieved ÷ ideal (concurrency ÷ latency; burst: 1,500 jobs in ≈ 2.0 s).\n\n" \
+        "| workload | system | concurrency | AR pool | jobs/s median (min–max) | efficiency | enqueue jobs/s | bad rounds |\n" \
+        "|---|---|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
+    end
+
+    def targets
+      rows = TARGETS.map do |label, workload, metric, op, goal|
+        s = bobbin(workload)
+        value = s && { median: s["median"], span: s["span_seconds"], enqueue: s["enqueue_per_second"] }[metric]
+        met = value && (op == ">=" ? value >= goal : value <= goal)
+        "| #{label} | #{op} #{goal} | #{fmt(value, metric == :span ? 2 : 0)} | #{value.nil? ? 'not run' : (met ? 'met' : 'missed')} |"
+      end
+      cpu = @summary["cpu"]
+      if cpu&.dig("bobbin-fibers", "median") && cpu&.dig("bobbin-threads", "median")
+        ratio = cpu["bobbin-fibers"]["median"] / cpu["bobbin-threads"]["median"]
+        rows << "| cpu: fibers within 5 % of threads | ≥ 0.95× | #{fmt(ratio, 2)}× | #{ratio >= 0.95 ? 'met' : 'missed'} |"
+      end
+      "## Targets (issue 5), Bobbin fibers\n\n| target | goal | measured | |\n|---|---|---|---|\n#{rows.join("\n")}\n"
+    end
+
+    def resources
+      rows = @summary.flat_map do |workload, systems|
+        systems.map { |system, s| "| #{workload} | #{system} | #{s['peak_rss_mb']} | #{s['peak_connections']} | #{fmt(s['cpu_seconds'], 1)} | #{s['missing']} | #{s['duplicates']} |" }
+      end
+      "## Resources and correctness (worst round)\n\n| workload | system | peak RSS MB | peak PG sessions | worker CPU s (median) | missing | duplicates |\n|---|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
+    end
+
+    def machine
+      gems = @facts["gems"].map { |name, version| "#{name} #{version}" }.join(", ")
+      "## Machine\n\n#{@facts['cores']} cores (#{@facts['cpu']}), #{@facts['memory_gb']} GiB, Linux #{@facts['kernel']}; #{@facts['ruby']}\n\n" \
+        "PostgreSQL #{@facts['postgresql']} (max_connections #{@facts['max_connections']}, shared_buffers #{@facts['shared_buffers']}, " \
+        "synchronous_commit #{@facts['synchronous_commit']}), Redis #{@facts['redis']}, on the same machine.\n\nGems: #{gems}\n"
+    end
+
+    def analysis
+      path = File.join(Report::DIR, "analysis.md")
+      File.exist?(path) ? File.read(path) : ""
+    end
+end

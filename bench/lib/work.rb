@@ -1,0 +1,36 @@
+# frozen_string_literal: true
+
+require "digest"
+require "net/http"
+require_relative "ledger"
+
+# The workloads of BENCHMARKS.md, shared by every system's job class so each does exactly the same work.
+module Work
+  URL = ENV.fetch("BENCH_HTTP_URL", "http://127.0.0.1:0")
+
+  module_function
+
+  # Runs `workload` for job `key` and reports it to the ledger.
+  def run(workload, key)
+    started = Process.clock_gettime(Process::CLOCK_REALTIME)
+    public_send(workload, key)
+    Ledger::Client.record(key, started)
+  end
+
+  def noop(_key) = nil
+
+  def sleep(_key) = Kernel.sleep(0.05)
+
+  def http(_key) = get("/delay?ms=50")
+
+  def cpu(_key) = 50_000.times { |i| Digest::SHA256.digest("bobbin-#{i}") }
+
+  # 1,500 calls with latency uniform in 0.5–2.0 s (the key's number picks it, so every system gets the same).
+  def burst(key) = get("/delay?ms=#{500 + (key.split(':').last.to_i * 7919 % 1501)}")
+
+  def get(path)
+    uri = URI("#{URL}#{path}")
+    response = Net::HTTP.get_response(uri)
+    raise "HTTP #{response.code}" unless response.is_a?(Net::HTTPSuccess)
+  end
+end

@@ -1,0 +1,52 @@
+# frozen_string_literal: true
+
+# bin/bench [--quick] [--only WORKLOAD[,…]] [--systems a,b] [--rounds N]: Bobbin side by side with its peers.
+require "optparse"
+require "rbconfig"
+require "ruby-progressbar"
+require_relative "lib/ledger"
+require_relative "lib/plan"
+require_relative "lib/cell"
+require_relative "lib/servers"
+require_relative "lib/report"
+
+options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] } }
+OptionParser.new do |o|
+  o.on("--quick", "reduced run for CI (2 rounds, fewer jobs)") { options.merge!(quick: true, rounds: 2) }
+  o.on("--only LIST", Array) { |v| options[:workloads] = v }
+  o.on("--systems LIST", Array) { |v| options[:systems] = v }
+  o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
+end.parse!
+systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
+abort("bin/bench: unknown workload #{(options[:workloads] - Plan::WORKLOADS.keys).join(', ')}") unless (options[:workloads] - Plan::WORKLOADS.keys).empty?
+
+Servers.check_databases!(systems)
+ledger = Ledger::Server.new(File.join(__dir__, "tmp", "ledger.sock"))
+http = Servers::FakeLLM.start
+capacity = http.capacity_check
+cells = []
+total = options[:workloads].size * (options[:rounds] + 1) * systems.size
+bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
+begin
+  options[:workloads].each do |workload|
+    spec = Plan::WORKLOADS.fetch(workload)
+    jobs = options[:quick] ? spec[:quick] : spec[:jobs]
+    (0..options[:rounds]).each do |round|
+      systems.rotate(round).each do |system|
+        concurrency, pool = Plan.sizing(system, workload)
+        bar.title = "#{workload} r#{round} #{system[:name]}".ljust(34)
+        env = Servers.env(system, pool, ledger.path, http.url)
+        timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10
+        result = Cell.new(system.merge(pool: pool), workload, jobs: jobs, concurrency: concurrency, env: env,
+                          ledger: ledger, round: round).run(timeout: timeout)
+        cells << result.merge("round" => round, "warmup" => round.zero?)
+        bar.log("  ! #{result['system']} #{workload}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
+        bar.increment
+      end
+    end
+  end
+ensure
+  http.stop
+  ledger.close
+end
+Report.new(cells, options: options, server_check: capacity).write
