@@ -26,6 +26,11 @@ class BenchApp < Rails::Application
 end
 
 class BenchActiveJob < ActiveJob::Base
+  # Enqueues `count` jobs of `workload` with perform_all_later (one INSERT per slice where the adapter can).
+  def self.enqueue(workload, count, prefix)
+    Work.enqueue(count, prefix) { |keys| ActiveJob.perform_all_later(keys.map { |key| new(workload, key) }) }
+  end
+
   def perform(workload, key) = Work.run(workload, key)
 end
 

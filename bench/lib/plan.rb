@@ -5,7 +5,7 @@
 module Plan
   SYSTEMS = [
     { name: "bobbin-fibers", script: "bobbin", mode: "fibers", database: "bench_bobbin", pool: 5 },
-    { name: "bobbin-threads", script: "bobbin", mode: "threads", database: "bench_bobbin", pool: :threads },
+    { name: "bobbin-threads", script: "bobbin", mode: "threads", database: "bench_bobbin", pool: :exact },
     { name: "solid_queue-fibers", script: "solid_queue", mode: "fibers", database: "bench_solid_queue", pool: 10 },
     { name: "solid_queue-threads", script: "solid_queue", mode: "threads", database: "bench_solid_queue", pool: :threads },
     { name: "good_job", script: "good_job", mode: "threads", database: "bench_good_job", pool: :threads },
@@ -22,13 +22,21 @@ module Plan
     "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 1_500, latency: 1.25 }
   }.freeze
 
+  # Thread peers get a pool of threads + 5, capped at 50: with the pool their docs ask for, 100 threads exceed
+  # PostgreSQL's default max_connections (the stress matrix shows that case).
+  MAX_THREAD_POOL = 50
+
   module_function
 
   # The concurrency and Active Record pool a system gets for a workload.
   def sizing(system, workload)
     spec = WORKLOADS.fetch(workload)
     concurrency = system[:mode] == "threads" ? spec.fetch(:threads, spec[:concurrency]) : spec[:concurrency]
-    pool = system[:pool] == :threads ? concurrency + 5 : system[:pool]
+    pool = case system[:pool]
+    when :threads then [ concurrency + 5, MAX_THREAD_POOL ].min
+    when :exact then concurrency # Bobbin refuses to boot a thread pool larger than its AR pool
+    else system[:pool]
+    end
     [ concurrency, pool ]
   end
 end

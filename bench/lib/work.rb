@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "digest"
+require "json"
 require "net/http"
 require_relative "ledger"
 
@@ -9,6 +10,13 @@ module Work
   URL = ENV.fetch("BENCH_HTTP_URL", "http://127.0.0.1:0")
 
   module_function
+
+  # Enqueues `count` jobs keyed "prefix:i", a slice of keys per block call, and prints how long it took.
+  def enqueue(count, prefix, slice: 1_000)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    Array.new(Integer(count)) { |i| "#{prefix}:#{i}" }.each_slice(slice) { |keys| yield keys }
+    puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+  end
 
   # Runs `workload` for job `key` and reports it to the ledger.
   def run(workload, key)

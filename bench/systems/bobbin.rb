@@ -21,9 +21,7 @@ when "reset"
 when "enqueue"
   workload, count, prefix = args
   Bobbin.connect
-  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  Array.new(Integer(count)) { |i| [ BenchJob, [ workload, "#{prefix}:#{i}" ] ] }.each_slice(5_000) { |slice| Bobbin.enqueue_all(slice) }
-  puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+  Work.enqueue(count, prefix, slice: 5_000) { |keys| Bobbin.enqueue_all(keys.map { |key| [ BenchJob, [ workload, key ] ] }) }
 when "work"
   mode, size = args
   Bobbin.connect

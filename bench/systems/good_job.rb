@@ -19,10 +19,7 @@ when "reset"
   end
   ActiveRecord::Base.connection.execute("TRUNCATE good_jobs, good_job_executions, good_job_processes, good_job_batches, good_job_settings")
 when "enqueue"
-  workload, count, prefix = args
-  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  Array.new(Integer(count)) { |i| BenchActiveJob.new(workload, "#{prefix}:#{i}") }.each_slice(1_000) { |jobs| ActiveJob.perform_all_later(jobs) }
-  puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+  BenchActiveJob.enqueue(*args)
 when "work"
   _mode, size = args
   require "good_job/cli"

@@ -20,11 +20,7 @@ when "reset"
   Sidekiq.redis { |r| r.call("FLUSHDB") }
 when "enqueue"
   workload, count, prefix = args
-  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  Array.new(Integer(count)) { |i| [ workload, "#{prefix}:#{i}" ] }.each_slice(1_000) do |slice|
-    Sidekiq::Client.push_bulk("class" => BenchSidekiqJob, "args" => slice)
-  end
-  puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+  Work.enqueue(count, prefix) { |keys| Sidekiq::Client.push_bulk("class" => BenchSidekiqJob, "args" => keys.map { |key| [ workload, key ] }) }
 when "work"
   _mode, size = args
   exec("sidekiq", "-r", __FILE__, "-c", size, "-q", "default", "-e", "production")

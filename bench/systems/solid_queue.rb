@@ -17,10 +17,7 @@ when "reset"
   tables = ActiveRecord::Base.connection.tables.grep(/\Asolid_queue_/)
   ActiveRecord::Base.connection.execute("TRUNCATE #{tables.join(', ')} CASCADE")
 when "enqueue"
-  workload, count, prefix = args
-  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  Array.new(Integer(count)) { |i| BenchActiveJob.new(workload, "#{prefix}:#{i}") }.each_slice(1_000) { |jobs| ActiveJob.perform_all_later(jobs) }
-  puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+  BenchActiveJob.enqueue(*args)
 when "work"
   mode, size = args
   config = { "production" => { "dispatchers" => [ { "polling_interval" => 1, "batch_size" => 500 } ],

@@ -38,20 +38,19 @@ module Bobbin
 
     private
       def start_supervisor(argv)
-        options = { mode: "fork" }
-        supervisor_parser(options).parse!(argv)
-        boot(options)
-        load_pools(options)
-        Supervisor.new(mode: options[:mode]).start
+        Supervisor.new(mode: configured(argv)[:mode]).start
         0
       end
 
-      def doctor(argv)
+      def doctor(argv) = Doctor.new(mode: configured(argv)[:mode]).run
+
+      # Parses start/doctor options, boots the app or database and loads the pools they describe.
+      def configured(argv)
         options = { mode: "fork" }
         supervisor_parser(options).parse!(argv)
         boot(options)
         load_pools(options)
-        Doctor.new(mode: options[:mode]).run
+        options
       end
 
       def toggle(command, argv)
