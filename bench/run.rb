@@ -12,7 +12,7 @@ require_relative "lib/report"
 
 options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] } }
 OptionParser.new do |o|
-  o.on("--quick", "reduced run for CI (2 rounds, fewer jobs)") { options.merge!(quick: true, rounds: 2) }
+  o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
   o.on("--only LIST", Array) { |v| options[:workloads] = v }
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
@@ -25,13 +25,14 @@ ledger = Ledger::Server.new(File.join(__dir__, "tmp", "ledger.sock"))
 http = Servers::FakeLLM.start
 capacity = http.capacity_check
 cells = []
-total = options[:workloads].size * (options[:rounds] + 1) * systems.size
+total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
   options[:workloads].each do |workload|
     spec = Plan::WORKLOADS.fetch(workload)
     jobs = options[:quick] ? spec[:quick] : spec[:jobs]
-    (0..options[:rounds]).each do |round|
+    first = options[:quick] ? 1 : 0 # round 0 is the warm-up
+    (first..options[:rounds]).each do |round|
       systems.rotate(round).each do |system|
         concurrency, pool = Plan.sizing(system, workload)
         bar.title = "#{workload} r#{round} #{system[:name]}".ljust(34)

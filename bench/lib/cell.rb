@@ -33,6 +33,8 @@ class Cell
     result(enqueue, finished, sampler, cpu)
   rescue StandardError => error
     { "system" => @system[:name], "workload" => @workload, "error" => "#{error.class}: #{error.message}"[0, 300] }
+  ensure
+    stop(pid) if pid # also on Ctrl-C: a worker left behind would steal the next run's jobs
   end
 
   private

@@ -19,7 +19,7 @@ module Plan
     "sleep" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
     "http" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
     "cpu" => { concurrency: 10, jobs: 400, quick: 100, latency: nil },
-    "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 1_500, latency: 1.25 }
+    "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 600, latency: 1.25 }
   }.freeze
 
   # Thread peers get a pool of threads + 5, capped at 50: with the pool their docs ask for, 100 threads exceed

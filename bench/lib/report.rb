@@ -48,7 +48,7 @@ class Report
         "span_seconds" => median(runs.map { |r| r["span_seconds"] }.compact.sort),
         "peak_rss_mb" => runs.map { |r| r["peak_rss_mb"].to_i }.max, "peak_connections" => runs.map { |r| r["peak_connections"].to_i }.max,
         "cpu_seconds" => median(runs.map { |r| r["cpu_seconds"] }.compact.sort), "pool" => runs.first["pool"],
-        "concurrency" => runs.first["concurrency"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
+        "concurrency" => runs.first["concurrency"], "jobs" => runs.first["jobs"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
         "errors" => runs.filter_map { |r| r["error"] }.uniq }
     end
 
