@@ -21,6 +21,7 @@ systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
 abort("bin/bench: unknown workload #{(options[:workloads] - Plan::WORKLOADS.keys).join(', ')}") unless (options[:workloads] - Plan::WORKLOADS.keys).empty?
 
 Servers.check_databases!(systems)
+ENV["BENCH_PG_PORT"] = Servers.port
 ledger = Ledger::Server.new(File.join(__dir__, "tmp", "ledger.sock"))
 http = Servers::FakeLLM.start
 capacity = http.capacity_check

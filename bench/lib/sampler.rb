@@ -1,7 +1,10 @@
 # frozen_string_literal: true
 
 # Samples, every 100 ms while a cell runs, the worker process tree's RSS and CPU time and the peak number of
-# PostgreSQL sessions on the system's database (from pg_stat_activity).
+# PostgreSQL sessions on the system's database (from pg_stat_activity, over one connection of its own, so the
+# sampling costs the systems under test no CPU that Sidekiq would be spared).
+require "pg"
+
 class Sampler
   attr_reader :peak_rss_mb, :peak_connections
 
@@ -11,6 +14,7 @@ class Sampler
     @peak_rss_mb = 0
     @peak_connections = 0
     @cpu = 0.0
+    @pg = PG.connect(dbname: "postgres", port: ENV.fetch("BENCH_PG_PORT", "5432")) if database
     @thread = Thread.new { loop { sample; sleep 0.1 } }
   end
 
@@ -18,6 +22,7 @@ class Sampler
   def stop
     sample
     @thread.kill
+    @pg&.close
     @cpu
   end
 
@@ -32,7 +37,7 @@ class Sampler
     end
 
     def connections
-      `psql -XtAc "SELECT count(*) FROM pg_stat_activity WHERE datname = '#{@database}'" -d postgres 2>/dev/null`.to_i
+      @pg.exec_params("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", [ @database ]).getvalue(0, 0).to_i
     end
 
     def tree(pid)
