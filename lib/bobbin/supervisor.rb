@@ -16,6 +16,7 @@ module Bobbin
       @mode = mode.to_sym
       @slots = pools.flat_map { |pool| Array.new(pool.processes) { |index| Slot.new(pool, index) } }
       @signal_reader, @signal_writer = IO.pipe
+      @unrecovered = {}
     end
 
     # Runs until a stop signal; returns after every worker has stopped.
@@ -53,15 +54,18 @@ module Bobbin
           next unless status
 
           Bobbin.logger.warn("bobbin supervisor: worker #{slot} exited (#{status})") unless @stopping
-          recover(pid, status) if pid
+          @unrecovered[pid] = status if pid
         end
+        @unrecovered.delete_if { |pid, status| recover(pid, status) }
       end
 
+      # A worker that exited is known dead: its jobs go back now, or on every later tick while the database is down.
       def recover(pid, status)
         Recovery.process_exited(pid, status)
+        true
       rescue ActiveRecord::ActiveRecordError => error
-        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{error.message}); " \
-                           "they are recovered once its heartbeat is stale")
+        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{error.message.lines.first&.strip}); retrying")
+        false
       end
 
       def beat

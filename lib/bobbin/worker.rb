@@ -112,7 +112,7 @@ module Bobbin
 
       def claim(limit)
         jobs = @claimer.claim(@process_id, limit)
-        @claim_failures = reconcile if @claim_failures
+        @claim_failures = reconcile(jobs) if @claim_failures
         jobs
       rescue Store::Unavailable => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: #{error.message}; retrying") unless @claim_failures
@@ -128,9 +128,10 @@ module Bobbin
         (@outcomes.written == @drain_mark).tap { @drain_mark = @outcomes.written }
       end
 
-      # After an outage a claim may have committed without us seeing its rows: hand such jobs back.
-      def reconcile
-        @claimer.release(@process_id, @executor.running_ids + @outcomes.pending_ids)
+      # After an outage a claim may have committed without us seeing its rows: hand such jobs back, keeping
+      # those running, those with an unwritten outcome and `claimed`, the ones the first claim after it returned.
+      def reconcile(claimed)
+        @claimer.release(@process_id, @executor.running_ids + @outcomes.pending_ids + claimed.map(&:id))
         Bobbin.logger.info("bobbin worker #{@process_id}: database reachable again")
         nil
       end
