@@ -32,7 +32,7 @@ class Cell
     stop(pid)
     result(enqueue, finished, sampler, cpu)
   rescue StandardError => error
-    { "system" => @system[:name], "workload" => @workload, "error" => "#{error.class}: #{error.message}"[0, 300] }
+    identity.merge("error" => "#{error.class}: #{error.message}"[0, 300])
   ensure
     stop(pid) if pid # also on Ctrl-C: a worker left behind would steal the next run's jobs
   end
@@ -74,11 +74,14 @@ class Cell
       starts = runs.values.flatten(1).map(&:first)
       finishes = runs.values.flatten(1).map(&:last)
       span = runs.empty? ? nil : finishes.max - starts.min
-      { "system" => @system[:name], "workload" => @workload, "jobs" => @jobs, "concurrency" => @concurrency,
-        "pool" => @system[:pool], "completed" => runs.size, "missing" => @jobs - runs.size,
+      identity.merge("completed" => runs.size, "missing" => @jobs - runs.size,
         "duplicates" => runs.values.sum(&:size) - runs.size, "timed_out" => !finished,
         "span_seconds" => span, "jobs_per_second" => span && runs.size / span,
         "enqueue_per_second" => @jobs / enqueue, "peak_rss_mb" => sampler.peak_rss_mb,
-        "peak_connections" => sampler.peak_connections, "cpu_seconds" => cpu }
+        "peak_connections" => sampler.peak_connections, "cpu_seconds" => cpu)
+    end
+
+    def identity
+      { "system" => @system[:name], "workload" => @workload, "jobs" => @jobs, "concurrency" => @concurrency, "pool" => @system[:pool] }
     end
 end

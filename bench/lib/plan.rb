@@ -9,7 +9,8 @@ module Plan
     { name: "solid_queue-fibers", script: "solid_queue", mode: "fibers", database: "bench_solid_queue", pool: 10 },
     { name: "solid_queue-threads", script: "solid_queue", mode: "threads", database: "bench_solid_queue", pool: :threads },
     { name: "good_job", script: "good_job", mode: "threads", database: "bench_good_job", pool: :threads },
-    { name: "sidekiq", script: "sidekiq", mode: "threads", database: nil, pool: nil }
+    { name: "sidekiq", script: "sidekiq", mode: "threads", database: nil, pool: nil },
+    { name: "async_job", script: "async_job", mode: "fibers", database: nil, pool: nil }
   ].freeze
 
   # latency: seconds each job waits (nil for CPU-bound); threads: the thread systems' concurrency where it

@@ -8,8 +8,8 @@ require_relative "worker/thread_executor"
 require_relative "worker/heartbeat"
 
 module Bobbin
-  # One worker pool in one process: claims jobs in batches of exactly its free capacity and runs them as
-  # fibers or threads.
+  # One worker pool in one process: claims jobs in batches as its slots free up (plus the few it will start
+  # within a claim's round trip) and runs them as fibers or threads.
   #
   #   Bobbin::Worker.new(queues: ["llm", "default"], fibers: 500).start   # until TERM/INT
   #   Bobbin::Worker.new(queues: ["*"], threads: 10).run_until_empty       # drains, then returns
@@ -18,6 +18,7 @@ module Bobbin
     class Shutdown < Exception; end # rubocop:disable Lint/InheritException -- must pass through the jobs' rescue StandardError
 
     GATHER = 0.003
+    PREFETCH_WINDOW = 0.01
 
     attr_reader :selection, :executor, :process_id, :name
 
@@ -79,6 +80,9 @@ module Bobbin
 
       def boot
         @stopping = false
+        @rate = 0.0
+        @rate_at = monotonic
+        @rate_done = @executor.completed
         @execution = Execution.new
         @process_id = ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id)).id
         @claimer = Store.open(@selection)
@@ -92,10 +96,10 @@ module Bobbin
         backlog = false
         until @stopping
           gather if backlog
-          free = @executor.free
-          jobs = free.positive? ? claim(free) : []
+          room = self.room
+          jobs = room.positive? ? claim(room) : []
           jobs.each { |job| @executor.post(job.id) { @outcomes << @execution.call(job) } }
-          backlog = free.positive? && jobs.size == free
+          backlog = room.positive? && jobs.size == room
           next if backlog
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
@@ -107,7 +111,24 @@ module Bobbin
       # wait up to GATHER seconds for a quarter of the pool to free up, then claim them in one statement.
       def gather
         deadline = monotonic + GATHER
-        wait(deadline - monotonic) while @executor.free < @executor.capacity / 4 && monotonic < deadline && !@stopping
+        wait(deadline - monotonic) while room < @executor.capacity / 4 && monotonic < deadline && !@stopping
+      end
+
+      # How many jobs to claim now: the free slots plus the prefetch, less those already waiting for a slot.
+      def room = @executor.capacity + prefetch - @executor.busy
+
+      # Jobs claimed beyond the free slots, so that a slot that frees up while a claim is on its way starts its
+      # next job at once: as many as this worker finishes in PREFETCH_WINDOW, at most a quarter of the pool.
+      # Slow jobs get none, so a job never waits here on a busy worker while another worker could run it.
+      def prefetch
+        now = monotonic
+        if now - @rate_at >= 0.25
+          done = @executor.completed
+          @rate = (done - @rate_done) / (now - @rate_at)
+          @rate_at = now
+          @rate_done = done
+        end
+        (@rate * PREFETCH_WINDOW).floor.clamp(0, @executor.capacity / 4)
       end
 
       def claim(limit)
@@ -129,15 +150,16 @@ module Bobbin
       end
 
       # After an outage a claim may have committed without us seeing its rows: hand such jobs back, keeping
-      # those running, those with an unwritten outcome and `claimed`, the ones the first claim after it returned.
+      # those handed to the executor, those with an unwritten outcome and `claimed`, the ones the first claim after it returned.
       def reconcile(claimed)
-        @claimer.release(@process_id, @executor.running_ids + @outcomes.pending_ids + claimed.map(&:id))
+        @claimer.release(@process_id, @executor.held_ids + @outcomes.pending_ids + claimed.map(&:id))
         Bobbin.logger.info("bobbin worker #{@process_id}: database reachable again")
         nil
       end
 
       def shut_down(services)
         deadline = monotonic + @shutdown_timeout
+        @executor.drop_queued
         wait([ deadline - monotonic, 0.05 ].min) while @executor.busy.positive? && monotonic < deadline
         @executor.stop_all if @executor.busy.positive?
         @outcomes.stop

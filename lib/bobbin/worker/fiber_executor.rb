@@ -8,13 +8,15 @@ module Bobbin
     # from a queue and yielding at I/O. Fibers are made once at boot, like a thread pool's threads: creating
     # one costs tens of microseconds (fresh stack pages), far more than handing it a job.
     class FiberExecutor
-      attr_reader :capacity, :busy
+      attr_reader :capacity, :busy, :completed
 
       def initialize(capacity, on_done:)
         @capacity = capacity
         @on_done = on_done
         @busy = 0
+        @completed = 0
         @running = {}
+        @held = {}
         @queue = Thread::Queue.new
       end
 
@@ -38,21 +40,30 @@ module Bobbin
       # Waits for a service started by `spawn_service` to return.
       def join(service) = service.wait
 
-      # Hands the block (job `id`) to the next free fiber.
+      # Hands the block (job `id`) to the next free fiber; it waits in line when every fiber is busy.
       def post(id, &block)
         @busy += 1
+        @held[id] = true
         @queue << [ id, block ]
       end
 
-      # Free job slots.
-      def free = @capacity - @busy
+      # Ids of the jobs handed over and not yet done: running or waiting in line.
+      def held_ids = @held.keys
 
-      # Ids of jobs running now.
-      def running_ids = @running.values
+      # Takes back the jobs still waiting in line (they stay claimed until released); returns how many.
+      def drop_queued
+        dropped = 0
+        while (id, _block = @queue.pop(timeout: 0))
+          @held.delete(id)
+          dropped += 1
+        end
+        @busy -= dropped
+        dropped
+      end
 
       # Interrupts every job still running (they raise Async::Stop and stay claimed until released).
       def stop_all
-        @queue.clear
+        drop_queued
         @running.each_key(&:stop)
       end
 
@@ -69,7 +80,9 @@ module Bobbin
           block.call
         ensure
           @running.delete(task)
+          @held.delete(id)
           @busy -= 1
+          @completed += 1
           @on_done.call
         end
     end

@@ -10,7 +10,9 @@ module Bobbin
         @capacity = capacity
         @on_done = on_done
         @busy = 0
+        @completed = 0
         @running = {}
+        @held = {}
         @lock = Mutex.new
         @queue = Thread::Queue.new
       end
@@ -33,24 +35,34 @@ module Bobbin
       # Waits for a service started by `spawn_service` to return.
       def join(service) = service.join
 
-      # Queues the block to run on a pool thread for job `id`.
+      # Queues the block to run on a pool thread for job `id`; it waits in line when every thread is busy.
       def post(id, &block)
-        @lock.synchronize { @busy += 1 }
+        @lock.synchronize { @busy += 1; @held[id] = true }
         @queue << [ id, block ]
       end
 
       # Jobs queued or running.
       def busy = @lock.synchronize { @busy }
 
-      # Free job slots.
-      def free = @capacity - busy
+      # Jobs finished since start.
+      def completed = @lock.synchronize { @completed }
 
-      # Ids of jobs running now.
-      def running_ids = @lock.synchronize { @running.values }
+      # Ids of the jobs handed over and not yet done: running or waiting in line.
+      def held_ids = @lock.synchronize { @held.keys }
+
+      # Takes back the jobs still waiting in line (they stay claimed until released); returns how many.
+      def drop_queued
+        dropped = 0
+        while (id, _block = @queue.pop(timeout: 0))
+          @lock.synchronize { @held.delete(id); @busy -= 1 }
+          dropped += 1
+        end
+        dropped
+      end
 
       # Interrupts every job still running (they raise Worker::Shutdown and stay claimed until released).
       def stop_all
-        @queue.clear
+        drop_queued
         @lock.synchronize { @running.each_key { |thread| thread.raise(Shutdown) } }
       end
 
@@ -70,7 +82,9 @@ module Bobbin
         ensure
           @lock.synchronize do
             @running.delete(Thread.current)
+            @held.delete(id)
             @busy -= 1
+            @completed += 1
           end
           @on_done.call
         end
