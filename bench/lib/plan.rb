@@ -10,6 +10,7 @@ module Plan
     { name: "solid_queue-threads", script: "solid_queue", mode: "threads", database: "bench_solid_queue", pool: :threads },
     { name: "good_job", script: "good_job", mode: "threads", database: "bench_good_job", pool: :threads },
     { name: "sidekiq", script: "sidekiq", mode: "threads", database: nil, pool: nil },
+    { name: "sidekiq-fiber", script: "sidekiq", mode: "fibers", database: nil, pool: nil },
     { name: "async_job", script: "async_job", mode: "fibers", database: nil, pool: nil }
   ].freeze
 

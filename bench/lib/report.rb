@@ -10,7 +10,7 @@ require_relative "facts"
 # Turns the cells of a run into bench/results/<date>-<name>.{json,csv}, SVG charts and bench/RESULTS.md.
 class Report
   DIR = File.expand_path("..", __dir__)
-  PEERS = %w[solid_queue-fibers solid_queue-threads good_job sidekiq bobbin-threads].freeze
+  PEERS = %w[sidekiq sidekiq-fiber async_job solid_queue-fibers solid_queue-threads good_job bobbin-threads].freeze
 
   # True when a cell lost, repeated or failed jobs, or did not finish.
   def self.bad?(cell) = cell["error"] || cell["timed_out"] || cell["missing"].to_i.positive? || cell["duplicates"].to_i.positive?
