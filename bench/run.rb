@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
-# bin/bench [--quick] [--only WORKLOAD[,…]] [--systems a,b] [--rounds N]: Bobbin side by side with its peers.
+# bin/bench [--quick] [--only WORKLOAD[,…]] [--systems a,b] [--rounds N] [--report JSON]: Bobbin side by side
+# with its peers.
 require "optparse"
 require "rbconfig"
 require "ruby-progressbar"
@@ -16,6 +17,7 @@ OptionParser.new do |o|
   o.on("--only LIST", Array) { |v| options[:workloads] = v }
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
+  o.on("--report JSON", "re-render RESULTS.md, CSV and charts from a saved run, then exit") { |v| exit(Report.rerender(v) || 0) }
 end.parse!
 systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
 abort("bin/bench: unknown workload #{(options[:workloads] - Plan::WORKLOADS.keys).join(', ')}") unless (options[:workloads] - Plan::WORKLOADS.keys).empty?
@@ -38,9 +40,9 @@ begin
         concurrency, pool = Plan.sizing(system, workload)
         bar.title = "#{workload} r#{round} #{system[:name]}".ljust(34)
         env = Servers.env(system, pool, ledger.path, http.url)
-        timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10
+        timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10 + (spec[:rate] ? jobs / spec[:rate] : 0)
         result = Cell.new(system.merge(pool: pool), workload, jobs: jobs, concurrency: concurrency, env: env,
-                          ledger: ledger, round: round).run(timeout: timeout)
+                          ledger: ledger, round: round, rate: spec[:rate]).run(timeout: timeout)
         cells << result.merge("round" => round, "warmup" => round.zero?)
         bar.log("  ! #{result['system']} #{workload}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
         bar.increment

@@ -9,9 +9,10 @@ require_relative "sampler"
 class Cell
   BENCH = File.expand_path("..", __dir__)
 
-  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:)
+  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:, rate: nil)
     @system = system
     @workload = workload
+    @rate = rate
     @jobs = jobs
     @concurrency = concurrency
     @env = env
@@ -21,11 +22,12 @@ class Cell
 
   # Runs the cell; returns its numbers (or an error, never a silent gap).
   def run(timeout:)
-    script("reset")
-    enqueue = JSON.parse(script("enqueue", @workload, @jobs.to_s, @prefix).lines.last)["enqueue_seconds"]
+    script(@env, "reset")
+    enqueue = enqueue_seconds(@env) unless @rate
     pid = Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s,
                         chdir: BENCH, out: log_path, err: log_path, pgroup: true)
     sampler = Sampler.new(pid, @system[:database])
+    enqueue = open_loop(pid) if @rate
     finished = wait_for_jobs(pid, timeout)
     sleep 0.3 # late duplicates still arrive
     cpu = sampler.stop
@@ -42,16 +44,27 @@ class Cell
 
     def log_path = File.join(BENCH, "tmp", "#{@system[:name]}.log")
 
-    def script(*args)
-      out, status = Open3.capture2e(@env, RbConfig.ruby, script_path, *args, chdir: BENCH)
+    def script(env, *args)
+      out, status = Open3.capture2e(env, RbConfig.ruby, script_path, *args, chdir: BENCH)
       raise "#{@system[:name]} #{args.first} failed: #{out.lines.last(3).join}" unless status.success?
 
       out
     end
 
-    def wait_for_jobs(pid, timeout)
+    def enqueue_seconds(env, jobs = @jobs, prefix = @prefix)
+      JSON.parse(script(env, "enqueue", @workload, jobs.to_s, prefix).lines.last)["enqueue_seconds"]
+    end
+
+    # Open loop: once the worker has run a first job, jobs arrive one at a time at @rate per second.
+    def open_loop(pid)
+      enqueue_seconds(@env, 1, "#{@prefix}-probe")
+      wait_for_jobs(pid, 60, "#{@prefix}-probe", 1) or raise "#{@system[:name]} ran no job within 60 s of starting"
+      enqueue_seconds(@env.merge("BENCH_RATE" => @rate.to_s))
+    end
+
+    def wait_for_jobs(pid, timeout, prefix = @prefix, jobs = @jobs)
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-      until @ledger.distinct(@prefix) >= @jobs
+      until @ledger.distinct(prefix) >= jobs
         return false if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
         raise "#{@system[:name]} worker exited early (see #{log_path})" if Process.wait(pid, Process::WNOHANG)
 
@@ -78,7 +91,15 @@ class Cell
         "duplicates" => runs.values.sum(&:size) - runs.size, "timed_out" => !finished,
         "span_seconds" => span, "jobs_per_second" => span && runs.size / span,
         "enqueue_per_second" => @jobs / enqueue, "peak_rss_mb" => sampler.peak_rss_mb,
-        "peak_connections" => sampler.peak_connections, "cpu_seconds" => cpu)
+        "peak_connections" => sampler.peak_connections, "cpu_seconds" => cpu).merge(latencies(runs))
+    end
+
+    # Open loop: enqueue → start percentiles in milliseconds (the enqueue time ends each key).
+    def latencies(runs)
+      return {} unless @rate
+
+      waits = runs.map { |key, (first, *)| (first.first - key.split(":").last.to_f) * 1000 }.sort
+      { "rate" => @rate, "latency_ms" => [ 50, 90, 99 ].to_h { |p| [ "p#{p}", waits[[ (waits.size * p / 100.0).ceil - 1, 0 ].max]&.round(1) ] } }
     end
 
     def identity

@@ -21,7 +21,9 @@ module Plan
     "sleep" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
     "http" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
     "cpu" => { concurrency: 10, jobs: 400, quick: 100, latency: nil },
-    "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 600, latency: 1.25 }
+    "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 600, latency: 1.25 },
+    # Open loop: jobs arrive one at a time at `rate` per second while the worker runs; reports enqueue → start.
+    "latency" => { concurrency: 100, jobs: 3_000, quick: 1_000, latency: nil, rate: 200 }
   }.freeze
 
   # Thread peers get a pool of threads + 5, capped at 50: with the pool their docs ask for, 100 threads exceed

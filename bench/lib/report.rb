@@ -15,19 +15,28 @@ class Report
   # True when a cell lost, repeated or failed jobs, or did not finish.
   def self.bad?(cell) = cell["error"] || cell["timed_out"] || cell["missing"].to_i.positive? || cell["duplicates"].to_i.positive?
 
-  def initialize(cells, options:, server_check:)
+  # Re-renders the CSV, charts and RESULTS.md of a saved run (`bin/bench --report results/NAME.json`).
+  def self.rerender(json_path)
+    json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
+    data = JSON.parse(File.read(json_path))
+    options = data["options"].transform_keys(&:to_sym)
+    new(data["cells"], options: options, server_check: data["server_check"], name: File.basename(json_path, ".json"), facts: data["facts"]).write(json: false)
+  end
+
+  def initialize(cells, options:, server_check:, name: nil, facts: nil)
     @cells = cells
     @options = options
     @server_check = server_check
-    @name = "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
+    @name = name || "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
+    @facts = facts || Facts.collect
   end
 
-  def write
+  def write(json: true)
     FileUtils.mkdir_p(File.join(DIR, "results", "charts"))
-    File.write(path("json"), JSON.pretty_generate(facts: Facts.collect, options: @options, server_check: @server_check, cells: @cells))
+    File.write(path("json"), JSON.pretty_generate(facts: @facts, options: @options, server_check: @server_check, cells: @cells)) if json
     write_csv
     charts
-    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: Facts.collect, name: @name, options: @options, server_check: @server_check).to_s)
+    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, name: @name, options: @options, server_check: @server_check).to_s)
     puts "wrote #{path('json')}, #{path('csv')}, bench/results/charts/ and bench/RESULTS.md"
   end
 
@@ -49,7 +58,13 @@ class Report
         "peak_rss_mb" => runs.map { |r| r["peak_rss_mb"].to_i }.max, "peak_connections" => runs.map { |r| r["peak_connections"].to_i }.max,
         "cpu_seconds" => median(runs.map { |r| r["cpu_seconds"] }.compact.sort), "pool" => runs.first["pool"],
         "concurrency" => runs.first["concurrency"], "jobs" => runs.first["jobs"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
-        "errors" => runs.filter_map { |r| r["error"] }.uniq }
+        "errors" => runs.filter_map { |r| r["error"] }.uniq, "latency_ms" => latency(runs) }.compact
+    end
+
+    # Open-loop cells: the median over good rounds of each enqueue → start percentile.
+    def latency(runs)
+      good = runs.reject { |r| self.class.bad?(r) }.filter_map { |r| r["latency_ms"] }
+      good.empty? ? nil : good.first.keys.to_h { |p| [ p, median(good.map { |l| l[p] }.sort) ] }
     end
 
     def median(values) = values.empty? ? nil : values[values.size / 2]
@@ -73,6 +88,8 @@ class Report
         Charts.bars(File.join(dir, "#{workload}-rss.svg"), "#{workload}: peak RSS of the worker", "MB", systems.transform_values { |s| s["peak_rss_mb"] })
         Charts.bars(File.join(dir, "#{workload}-connections.svg"), "#{workload}: peak PostgreSQL sessions", "", systems.transform_values { |s| s["peak_connections"] })
       end
+      latencies = summary.values.flat_map { |systems| systems.select { |_, s| s["latency_ms"] }.flat_map { |system, s| %w[p50 p99].map { |p| [ "#{system} #{p}", s["latency_ms"][p] ] } } }
+      Charts.bars(File.join(dir, "latency-percentiles.svg"), "open loop: enqueue → start (median of rounds)", "ms", latencies.to_h) if latencies.any?
     end
 end
 

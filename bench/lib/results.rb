@@ -20,7 +20,7 @@ class Results
   end
 
   def to_s
-    [ header, ratios, throughput, targets, resources, machine, analysis ].join("\n")
+    [ header, ratios, throughput, latency, targets, resources, machine, analysis ].compact.join("\n")
   end
 
   private
@@ -66,6 +66,20 @@ class Results
       "## Throughput\n\nEfficiency = achieved ÷ ideal (concurrency ÷ latency; burst with every job in flight at once: jobs ÷ 2.0 s).\n\n" \
         "| workload | system | concurrency | AR pool | jobs/s median (min–max) | efficiency | enqueue jobs/s | bad rounds |\n" \
         "|---|---|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
+    end
+
+    def latency
+      rows = @summary.flat_map do |workload, systems|
+        systems.filter_map do |system, s|
+          l = s["latency_ms"] or next
+          "| #{system} | #{Plan::WORKLOADS.dig(workload, :rate)} | #{fmt(l['p50'], 1)} | #{fmt(l['p90'], 1)} | #{fmt(l['p99'], 1)} | #{s['bad_rounds']}/#{s['rounds']} |"
+        end
+      end
+      return if rows.empty?
+
+      "## Open-loop latency (enqueue → start)\n\nJobs (10 ms each) arrive one at a time at a fixed rate while the worker runs; " \
+        "each system's single-job enqueue API; milliseconds, median over rounds. Chart: `results/charts/latency-percentiles.svg`.\n\n" \
+        "| system | jobs/s arriving | p50 | p90 | p99 | bad rounds |\n|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
     end
 
     def targets

@@ -12,9 +12,19 @@ module Work
   module_function
 
   # Enqueues `count` jobs keyed "prefix:i", a slice of keys per block call, and prints how long it took.
+  # With BENCH_RATE set (open loop), enqueues them one at a time at that many per second instead, each key
+  # ending in its enqueue time ("prefix:i:epoch"), so the harness can measure enqueue → start.
   def enqueue(count, prefix, slice: 1_000)
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    Array.new(Integer(count)) { |i| "#{prefix}:#{i}" }.each_slice(slice) { |keys| yield keys }
+    if (rate = ENV["BENCH_RATE"]&.then { |r| Float(r) })
+      Integer(count).times do |i|
+        ahead = started + i / rate - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        Kernel.sleep(ahead) if ahead.positive?
+        yield [ "#{prefix}:#{i}:#{Process.clock_gettime(Process::CLOCK_REALTIME).round(6)}" ]
+      end
+    else
+      Array.new(Integer(count)) { |i| "#{prefix}:#{i}" }.each_slice(slice) { |keys| yield keys }
+    end
     puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
   end
 
@@ -26,6 +36,9 @@ module Work
   end
 
   def noop(_key) = nil
+
+  # The open-loop job: a short wait, so the worker is never the limit and enqueue → start is pickup alone.
+  def latency(_key) = Kernel.sleep(0.01)
 
   def sleep(_key) = Kernel.sleep(0.05)
 
