@@ -40,9 +40,10 @@ begin
         concurrency, pool = Plan.sizing(system, workload)
         bar.title = "#{workload} r#{round} #{system[:name]}".ljust(34)
         env = Servers.env(system, pool, ledger.path, http.url)
-        timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10 + (spec[:rate] ? jobs / spec[:rate] : 0)
+        timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10 + (spec[:rate] ? jobs / spec[:rate] : 0) +
+                  jobs * spec.fetch(:children, 0) * 0.02
         result = Cell.new(system.merge(pool: pool), workload, jobs: jobs, concurrency: concurrency, env: env,
-                          ledger: ledger, round: round, rate: spec[:rate]).run(timeout: timeout)
+                          ledger: ledger, round: round, rate: spec[:rate], children: spec.fetch(:children, 0)).run(timeout: timeout)
         cells << result.merge("round" => round, "warmup" => round.zero?)
         bar.log("  ! #{result['system']} #{workload}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
         bar.increment

@@ -3,16 +3,18 @@
 require "json"
 require "open3"
 require_relative "sampler"
+require_relative "app_db"
 
 # One measurement: one system, one workload, one round. Jobs are enqueued before the worker starts; the
 # clock runs from the first job's start to the last job's finish, as the ledger reports them.
 class Cell
   BENCH = File.expand_path("..", __dir__)
 
-  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:, rate: nil)
+  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:, rate: nil, children: 0)
     @system = system
     @workload = workload
     @rate = rate
+    @children = children
     @jobs = jobs
     @concurrency = concurrency
     @env = env
@@ -23,12 +25,13 @@ class Cell
   # Runs the cell; returns its numbers (or an error, never a silent gap).
   def run(timeout:)
     script(@env, "reset")
+    AppDB.reset(@system[:database], ENV.fetch("BENCH_PG_PORT")) if @system[:database]
     enqueue = enqueue_seconds(@env) unless @rate
     pid = Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s,
                         chdir: BENCH, out: log_path, err: log_path, pgroup: true)
     sampler = Sampler.new(pid, @system[:database])
     enqueue = open_loop(pid) if @rate
-    finished = wait_for_jobs(pid, timeout)
+    finished = wait_for_jobs(pid, timeout) && wait_for_jobs(pid, timeout, child_prefix, @jobs * @children)
     sleep 0.3 # late duplicates still arrive
     cpu = sampler.stop
     stop(pid)
@@ -82,13 +85,18 @@ class Cell
       nil
     end
 
+    # Jobs the cell's jobs enqueue themselves (llm_stream's broadcasts) are keyed under this prefix.
+    def child_prefix = "#{@prefix}~child"
+
+    # Jobs/s counts the cell's own jobs; the clock stops when the last of them, or of their children, finishes.
     def result(enqueue, finished, sampler, cpu)
       runs = @ledger.runs(@prefix)
+      children = @ledger.runs(child_prefix)
       starts = runs.values.flatten(1).map(&:first)
-      finishes = runs.values.flatten(1).map(&:last)
+      finishes = (runs.values + children.values).flatten(1).map(&:last)
       span = runs.empty? ? nil : finishes.max - starts.min
-      identity.merge("completed" => runs.size, "missing" => @jobs - runs.size,
-        "duplicates" => runs.values.sum(&:size) - runs.size, "timed_out" => !finished,
+      identity.merge("completed" => runs.size, "missing" => @jobs - runs.size + @jobs * @children - children.size,
+        "duplicates" => runs.values.sum(&:size) - runs.size + children.values.sum(&:size) - children.size, "timed_out" => !finished,
         "span_seconds" => span, "jobs_per_second" => span && runs.size / span,
         "enqueue_per_second" => @jobs / enqueue, "peak_rss_mb" => sampler.peak_rss_mb,
         "peak_connections" => sampler.peak_connections, "cpu_seconds" => cpu).merge(latencies(runs))

@@ -1,17 +1,20 @@
 # frozen_string_literal: true
 
+require_relative "work"
+
 # What the benchmark runs: the systems (each in its documented production mode, with the pool it gets) and
 # the workloads (concurrency, job count for full and quick runs, and the per-job latency of I/O workloads).
 module Plan
+  # The Redis systems' jobs reach PostgreSQL (bench_app) only in the workloads that use the app's tables.
   SYSTEMS = [
     { name: "bobbin-fibers", script: "bobbin", mode: "fibers", database: "bench_bobbin", pool: 5 },
     { name: "bobbin-threads", script: "bobbin", mode: "threads", database: "bench_bobbin", pool: :exact },
     { name: "solid_queue-fibers", script: "solid_queue", mode: "fibers", database: "bench_solid_queue", pool: 10 },
     { name: "solid_queue-threads", script: "solid_queue", mode: "threads", database: "bench_solid_queue", pool: :threads },
     { name: "good_job", script: "good_job", mode: "threads", database: "bench_good_job", pool: :threads },
-    { name: "sidekiq", script: "sidekiq", mode: "threads", database: nil, pool: nil },
-    { name: "sidekiq-fiber", script: "sidekiq", mode: "fibers", database: nil, pool: nil },
-    { name: "async_job", script: "async_job", mode: "fibers", database: nil, pool: nil }
+    { name: "sidekiq", script: "sidekiq", mode: "threads", database: "bench_app", pool: :threads },
+    { name: "sidekiq-fiber", script: "sidekiq", mode: "fibers", database: "bench_app", pool: :threads },
+    { name: "async_job", script: "async_job", mode: "fibers", database: "bench_app", pool: 5 }
   ].freeze
 
   # latency: seconds each job waits (nil for CPU-bound); threads: the thread systems' concurrency where it
@@ -21,6 +24,9 @@ module Plan
     "sleep" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
     "http" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
     "cpu" => { concurrency: 10, jobs: 400, quick: 100, latency: nil },
+    # llm_stream: parents/s; each parent also enqueues 40 broadcast jobs, all of which must run before the cell ends.
+    "llm_stream" => { concurrency: 100, jobs: 300, quick: 100, latency: 0.8, children: Work::TOKENS },
+    "db_mix" => { concurrency: 100, jobs: 5_000, quick: 1_000, latency: 0.05 },
     "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 600, latency: 1.25 },
     # Open loop: jobs arrive one at a time at `rate` per second while the worker runs; reports enqueue → start.
     "latency" => { concurrency: 100, jobs: 3_000, quick: 1_000, latency: nil, rate: 200 }

@@ -4,10 +4,18 @@ require "digest"
 require "json"
 require "net/http"
 require_relative "ledger"
+require_relative "app_db"
+require_relative "../../demo/llm_stream"
 
 # The workloads of BENCHMARKS.md, shared by every system's job class so each does exactly the same work.
 module Work
   URL = ENV.fetch("BENCH_HTTP_URL", "http://127.0.0.1:0")
+  TOKENS = 40
+
+  class << self
+    # How a job enqueues one more job in this system: `->(workload, key) { … }` (set by each system's script).
+    attr_accessor :enqueue_one
+  end
 
   module_function
 
@@ -45,6 +53,29 @@ module Work
   def http(_key) = get("/delay?ms=50")
 
   def cpu(_key) = 50_000.times { |i| Digest::SHA256.digest("bobbin-#{i}") }
+
+  # A chat reply: 40 tokens 20 ms apart; per token, append it to the message row and enqueue a broadcast job
+  # (a no-op keyed "prefix~child:n:i", which the harness counts too).
+  def llm_stream(key)
+    db = AppDB.ready!
+    message = db::Message.create!(key: key)
+    child = key.sub(":", "~child:")
+    i = 0
+    LLMStream.each_token("#{URL}/stream?tokens=#{TOKENS}&interval_ms=20") do |token|
+      db::Message.where(id: message.id).update_all([ "body = body || ?", token ])
+      enqueue_one.call("noop", "#{child}:#{i}")
+      i += 1
+    end
+  end
+
+  # Read a row, call a 50 ms API, write the row.
+  def db_mix(key)
+    db = AppDB.ready!
+    id = key.split(":").last.to_i % AppDB::ROWS + 1
+    db::Row.find(id)
+    get("/delay?ms=50")
+    db::Row.where(id: id).update_all("hits = hits + 1")
+  end
 
   # 1,500 calls with latency uniform in 0.5–2.0 s (the key's number picks it, so every system gets the same).
   def burst(key) = get("/delay?ms=#{500 + (key.split(':').last.to_i * 7919 % 1501)}")

@@ -47,6 +47,7 @@ when "work"
   _mode, size = args
   Sync do
     server = Async::Job::Processor::Redis.new(BenchAsyncJob.new(Integer(size)), endpoint: redis_endpoint, prefix: PREFIX)
+    Work.enqueue_one = ->(workload, key) { server.call({ "workload" => workload, "key" => key }) }
     Signal.trap("TERM") { exit }
     server.start
     sleep

@@ -10,6 +10,7 @@ class BenchJob
 
   def perform(workload, key) = Work.run(workload, key)
 end
+Work.enqueue_one = ->(workload, key) { BenchJob.enqueue(workload, key) }
 
 Bobbin.config.logger.level = Logger::WARN
 command, *args = ARGV
