@@ -11,15 +11,18 @@ require_relative "lib/cell"
 require_relative "lib/servers"
 require_relative "lib/report"
 
-options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] } }
+options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, stress: nil }
 OptionParser.new do |o|
   o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
-  o.on("--only LIST", Array) { |v| options[:workloads] = v }
+  o.on("--only LIST", Array) { |v| options[:workloads] = v - [ "stress" ]; options[:stress] = v.include?("stress") }
+  o.on("--[no-]stress", "the stress matrix (default: on in full runs without --only)") { |v| options[:stress] = v }
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
   o.on("--report JSON", "re-render RESULTS.md, CSV and charts from a saved run, then exit") { |v| exit(Report.rerender(v) || 0) }
 end.parse!
+options[:stress] = !options[:quick] if options[:stress].nil?
 systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
+stress = options[:stress] ? Plan.stress_cells.select { |system, *| options[:systems].include?(system[:name]) } : []
 abort("bin/bench: unknown workload #{(options[:workloads] - Plan::WORKLOADS.keys).join(', ')}") unless (options[:workloads] - Plan::WORKLOADS.keys).empty?
 
 Servers.check_databases!(systems)
@@ -28,7 +31,7 @@ ledger = Ledger::Server.new(File.join(__dir__, "tmp", "ledger.sock"))
 http = Servers::FakeLLM.start
 capacity = http.capacity_check
 cells = []
-total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size
+total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size + stress.size
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
   options[:workloads].each do |workload|
@@ -49,6 +52,14 @@ begin
         bar.increment
       end
     end
+  end
+  jobs = options[:quick] ? Plan::STRESS[:quick] : Plan::STRESS[:jobs]
+  stress.each do |system, processes, concurrency, pool|
+    bar.title = "stress #{processes}×#{concurrency} #{system[:name]}".ljust(34)
+    result = Cell.new(system.merge(pool: pool), Plan::STRESS[:workload], jobs: jobs, concurrency: concurrency, processes: processes,
+                      env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: 1).run(timeout: 90)
+    cells << result.merge("matrix" => true)
+    bar.increment
   end
 ensure
   http.stop

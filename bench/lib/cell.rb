@@ -10,7 +10,8 @@ require_relative "app_db"
 class Cell
   BENCH = File.expand_path("..", __dir__)
 
-  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:, rate: nil, children: 0)
+  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:, rate: nil, children: 0, processes: 1)
+    @processes = processes
     @system = system
     @workload = workload
     @rate = rate
@@ -27,19 +28,21 @@ class Cell
     script(@env, "reset")
     AppDB.reset(@system[:database], ENV.fetch("BENCH_PG_PORT")) if @system[:database]
     enqueue = enqueue_seconds(@env) unless @rate
-    pid = Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s,
-                        chdir: BENCH, out: log_path, err: log_path, pgroup: true)
-    sampler = Sampler.new(pid, @system[:database])
-    enqueue = open_loop(pid) if @rate
-    finished = wait_for_jobs(pid, timeout) && wait_for_jobs(pid, timeout, child_prefix, @jobs * @children)
+    pids = Array.new(@processes) do
+      Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s,
+                    chdir: BENCH, out: log_path, err: log_path, pgroup: true)
+    end
+    sampler = Sampler.new(pids, @system[:database])
+    enqueue = open_loop(pids) if @rate
+    finished = wait_for_jobs(pids, timeout) && wait_for_jobs(pids, timeout, child_prefix, @jobs * @children)
     sleep 0.3 # late duplicates still arrive
     cpu = sampler.stop
-    stop(pid)
+    stop(pids)
     result(enqueue, finished, sampler, cpu)
   rescue StandardError => error
     identity.merge("error" => "#{error.class}: #{error.message}"[0, 300])
   ensure
-    stop(pid) if pid # also on Ctrl-C: a worker left behind would steal the next run's jobs
+    stop(pids) if pids # also on Ctrl-C: a worker left behind would steal the next run's jobs
   end
 
   private
@@ -59,30 +62,48 @@ class Cell
     end
 
     # Open loop: once the worker has run a first job, jobs arrive one at a time at @rate per second.
-    def open_loop(pid)
+    def open_loop(pids)
       enqueue_seconds(@env, 1, "#{@prefix}-probe")
-      wait_for_jobs(pid, 60, "#{@prefix}-probe", 1) or raise "#{@system[:name]} ran no job within 60 s of starting"
+      wait_for_jobs(pids, 60, "#{@prefix}-probe", 1) or raise "#{@system[:name]} ran no job within 60 s of starting"
       enqueue_seconds(@env.merge("BENCH_RATE" => @rate.to_s))
     end
 
-    def wait_for_jobs(pid, timeout, prefix = @prefix, jobs = @jobs)
+    def wait_for_jobs(pids, timeout, prefix = @prefix, jobs = @jobs)
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       until @ledger.distinct(prefix) >= jobs
         return false if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-        raise "#{@system[:name]} worker exited early (see #{log_path})" if Process.wait(pid, Process::WNOHANG)
+        raise "#{@system[:name]} worker exited early (see #{log_path})" if pids.any? { |pid| Process.wait(pid, Process::WNOHANG) }
 
         sleep 0.05
       end
       true
     end
 
-    def stop(pid)
-      Process.kill("TERM", -pid)
-      20.times { return Process.wait(pid) if Process.wait(pid, Process::WNOHANG); sleep 0.25 }
-      Process.kill("KILL", -pid)
-      Process.wait(pid)
-    rescue Errno::ESRCH, Errno::ECHILD
-      nil
+    # TERM to every worker's process group; KILL what is left after 5 s.
+    def stop(pids)
+      signal(pids, "TERM")
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
+      live = pids.reject { |pid| reaped?(pid) }
+      until live.empty? || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        sleep 0.25
+        live.reject! { |pid| reaped?(pid) }
+      end
+      signal(live, "KILL")
+      live.each { |pid| reaped?(pid, 0) }
+    end
+
+    def signal(pids, name)
+      pids.each do |pid|
+        Process.kill(name, -pid)
+      rescue Errno::ESRCH
+        nil
+      end
+    end
+
+    def reaped?(pid, flags = Process::WNOHANG)
+      !Process.wait(pid, flags).nil?
+    rescue Errno::ECHILD
+      true
     end
 
     # Jobs the cell's jobs enqueue themselves (llm_stream's broadcasts) are keyed under this prefix.
@@ -111,6 +132,7 @@ class Cell
     end
 
     def identity
-      { "system" => @system[:name], "workload" => @workload, "jobs" => @jobs, "concurrency" => @concurrency, "pool" => @system[:pool] }
+      { "system" => @system[:name], "workload" => @workload, "jobs" => @jobs, "concurrency" => @concurrency, "pool" => @system[:pool],
+        "processes" => @processes }
     end
 end

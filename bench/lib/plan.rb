@@ -32,11 +32,30 @@ module Plan
     "latency" => { concurrency: 100, jobs: 3_000, quick: 1_000, latency: nil, rate: 200 }
   }.freeze
 
+  # The stress matrix: several worker processes of each PostgreSQL system against PostgreSQL's default
+  # max_connections (100), each process with the pool its system's docs ask for (threads + 2 for thread pools;
+  # Bobbin: its threads, or 5 for a fiber pool of any size). Reports which cells complete and what fails.
+  STRESS = { workload: "sleep", processes: [ 2, 6 ], concurrency: [ 25, 100, 200 ], jobs: 4_000, quick: 1_000 }.freeze
+
   # Thread peers get a pool of threads + 5, capped at 50: with the pool their docs ask for, 100 threads exceed
   # PostgreSQL's default max_connections (the stress matrix shows that case).
   MAX_THREAD_POOL = 50
 
   module_function
+
+  # [system, processes, concurrency, pool] for every stress cell of the PostgreSQL systems.
+  def stress_cells
+    SYSTEMS.reject { |s| s[:script].start_with?("sidekiq", "async_job") }.flat_map do |system|
+      STRESS[:processes].product(STRESS[:concurrency]).map do |processes, concurrency|
+        pool = case system[:pool]
+        when :threads then concurrency + 2
+        when :exact then concurrency
+        else system[:pool]
+        end
+        [ system, processes, concurrency, pool ]
+      end
+    end
+  end
 
   # The concurrency and Active Record pool a system gets for a workload.
   def sizing(system, workload)

@@ -36,13 +36,13 @@ class Report
     File.write(path("json"), JSON.pretty_generate(facts: @facts, options: @options, server_check: @server_check, cells: @cells)) if json
     write_csv
     charts
-    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, name: @name, options: @options, server_check: @server_check).to_s)
+    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, name: @name, options: @options, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] }).to_s)
     puts "wrote #{path('json')}, #{path('csv')}, bench/results/charts/ and bench/RESULTS.md"
   end
 
   # { workload => { system => stats } } over measured (non-warm-up) rounds.
   def summary
-    @summary ||= @cells.reject { |c| c["warmup"] }.group_by { |c| c["workload"] }.transform_values do |cells|
+    @summary ||= @cells.reject { |c| c["warmup"] || c["matrix"] }.group_by { |c| c["workload"] }.transform_values do |cells|
       cells.group_by { |c| c["system"] }.transform_values { |runs| stats(runs) }
     end
   end

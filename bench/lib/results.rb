@@ -11,7 +11,8 @@ class Results
     [ "enqueue_all (jobs/s)", "noop", :enqueue, ">=", 20_000 ]
   ].freeze
 
-  def initialize(summary, facts:, name:, options:, server_check:)
+  def initialize(summary, facts:, name:, options:, server_check:, matrix: [])
+    @matrix = matrix
     @summary = summary
     @facts = facts
     @name = name
@@ -20,7 +21,7 @@ class Results
   end
 
   def to_s
-    [ header, ratios, throughput, latency, targets, resources, machine, analysis ].compact.join("\n")
+    [ header, ratios, throughput, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
   end
 
   private
@@ -80,6 +81,21 @@ class Results
       "## Open-loop latency (enqueue → start)\n\nJobs (10 ms each) arrive one at a time at a fixed rate while the worker runs; " \
         "each system's single-job enqueue API; milliseconds, median over rounds. Chart: `results/charts/latency-percentiles.svg`.\n\n" \
         "| system | jobs/s arriving | p50 | p90 | p99 | bad rounds |\n|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
+    end
+
+    def stress
+      return if @matrix.empty?
+
+      rows = @matrix.map do |c|
+        state = Report.bad?(c) ? "**incomplete**" : "completed"
+        "| #{c['system']} | #{c['processes']} | #{c['concurrency']} | #{c['pool']} | #{state} | #{c['missing'] || '—'} | #{c['duplicates'] || '—'} | " \
+          "#{c['peak_connections'] || '—'} | #{fmt(c['jobs_per_second'])} | #{c['error']&.slice(0, 80)} |"
+      end
+      "## Stress matrix (PostgreSQL max_connections #{@facts['max_connections']})\n\n" \
+        "#{@matrix.first['jobs']} × sleep 50 ms per cell; each of the processes has the pool its system's docs ask for " \
+        "(threads + 2 for thread pools; Bobbin: its threads, or 5 for a fiber pool). Missing = failed or never run.\n\n" \
+        "| system | processes | per-process concurrency | pool per process | cell | missing | duplicates | peak PG sessions | jobs/s | error |\n" \
+        "|---|---|---|---|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
     end
 
     def targets

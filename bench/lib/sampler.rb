@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# Samples, every 100 ms while a cell runs, the worker process tree's RSS and CPU time and the peak number of
+# Samples, every 100 ms while a cell runs, the worker process trees' RSS and CPU time and the peak number of
 # PostgreSQL sessions on the system's database (from pg_stat_activity, over one connection of its own, so the
 # sampling costs the systems under test no CPU that Sidekiq would be spared).
 require "pg"
@@ -8,8 +8,8 @@ require "pg"
 class Sampler
   attr_reader :peak_rss_mb, :peak_connections
 
-  def initialize(pid, database)
-    @pid = pid
+  def initialize(pids, database)
+    @pids = pids
     @database = database
     @peak_rss_mb = 0
     @peak_connections = 0
@@ -28,7 +28,7 @@ class Sampler
 
   private
     def sample
-      pids = tree(@pid)
+      pids = @pids.flat_map { |pid| tree(pid) }
       @peak_rss_mb = [ @peak_rss_mb, pids.sum { |pid| status(pid)[/VmRSS:\s+(\d+)/, 1].to_i } / 1024 ].max
       @cpu = [ @cpu, pids.sum { |pid| cpu_seconds(pid) } ].max
       @peak_connections = [ @peak_connections, connections ].max if @database
