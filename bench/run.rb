@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-# bin/bench [--quick] [--only WORKLOAD[,…]] [--systems a,b] [--rounds N] [--report JSON]: Bobbin side by side
-# with its peers.
+# bin/bench [--quick] [--only WORKLOAD[,…]|stress] [--systems a,b] [--rounds N] [--[no-]stress] [--report JSON]
+# [--profile]: Bobbin side by side with its peers.
 require "optparse"
 require "rbconfig"
 require "ruby-progressbar"
@@ -18,7 +18,10 @@ OptionParser.new do |o|
   o.on("--[no-]stress", "the stress matrix (default: on in full runs without --only)") { |v| options[:stress] = v }
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
-  o.on("--report JSON", "re-render RESULTS.md, CSV and charts from a saved run, then exit") { |v| exit(Report.rerender(v) || 0) }
+  o.on("--profile", "profile Bobbin alone: per-statement costs, 10,000 in-flight 2 s jobs (bench/profile.rb)") do
+    exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile.rb"))
+  end
+  o.on("--report JSON[,JSON]", Array, "re-render RESULTS.md, CSV and charts from saved runs, then exit") { |v| exit(Report.rerender(v) || 0) }
 end.parse!
 options[:stress] = !options[:quick] if options[:stress].nil?
 systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
@@ -31,16 +34,17 @@ ledger = Ledger::Server.new(File.join(__dir__, "tmp", "ledger.sock"))
 http = Servers::FakeLLM.start
 capacity = http.capacity_check
 cells = []
+steady = {} # [workload, system] => jobs for the measured rounds, sized from the warm-up's throughput
 total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size + stress.size
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
   options[:workloads].each do |workload|
     spec = Plan::WORKLOADS.fetch(workload)
-    jobs = options[:quick] ? spec[:quick] : spec[:jobs]
     first = options[:quick] ? 1 : 0 # round 0 is the warm-up
     (first..options[:rounds]).each do |round|
       systems.rotate(round).each do |system|
         concurrency, pool = Plan.sizing(system, workload)
+        jobs = options[:quick] || (round.zero? && spec[:steady]) ? spec[:quick] : steady.fetch([ workload, system[:name] ], spec[:jobs])
         bar.title = "#{workload} r#{round} #{system[:name]}".ljust(34)
         env = Servers.env(system, pool, ledger.path, http.url)
         timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10 + (spec[:rate] ? jobs / spec[:rate] : 0) +
@@ -48,6 +52,7 @@ begin
         result = Cell.new(system.merge(pool: pool), workload, jobs: jobs, concurrency: concurrency, env: env,
                           ledger: ledger, round: round, rate: spec[:rate], children: spec.fetch(:children, 0)).run(timeout: timeout)
         cells << result.merge("round" => round, "warmup" => round.zero?)
+        steady[[ workload, system[:name] ]] = Plan.steady_jobs(spec, concurrency, result["jobs_per_second"]) if round.zero? && spec[:steady]
         bar.log("  ! #{result['system']} #{workload}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
         bar.increment
       end

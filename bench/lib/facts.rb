@@ -4,7 +4,8 @@ require "etc"
 
 # The machine and software a run measured, saved with its results.
 module Facts
-  GEMS = %w[bobbin activerecord solid_queue good_job sidekiq async io-event pg redis-client].freeze
+  GEMS = %w[bobbin activerecord solid_queue good_job sidekiq sidekiq-fiber async-job async-job-processor-redis async io-event pg
+            redis-client].freeze
 
   module_function
 

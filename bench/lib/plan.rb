@@ -17,16 +17,17 @@ module Plan
     { name: "async_job", script: "async_job", mode: "fibers", database: "bench_app", pool: 5 }
   ].freeze
 
-  # latency: seconds each job waits (nil for CPU-bound); threads: the thread systems' concurrency where it
+  # steady: in full runs the measured rounds' job count comes from the warm-up's throughput (Plan.steady_jobs);
+  # the others are scenarios with a fixed count. latency: seconds each job waits (nil for CPU-bound); threads: the thread systems' concurrency where it
   # differs (a thread pool cannot sensibly hold 1,500 threads, nor can PostgreSQL hold their connections).
   WORKLOADS = {
-    "noop" => { concurrency: 100, jobs: 10_000, quick: 3_000, latency: nil },
-    "sleep" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
-    "http" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05 },
-    "cpu" => { concurrency: 10, jobs: 400, quick: 100, latency: nil },
+    "noop" => { concurrency: 100, jobs: 10_000, quick: 3_000, latency: nil, steady: true },
+    "sleep" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05, steady: true },
+    "http" => { concurrency: 100, jobs: 10_000, quick: 2_000, latency: 0.05, steady: true },
+    "cpu" => { concurrency: 10, jobs: 400, quick: 100, latency: nil, steady: true },
     # llm_stream: parents/s; each parent also enqueues 40 broadcast jobs, all of which must run before the cell ends.
     "llm_stream" => { concurrency: 100, jobs: 300, quick: 100, latency: 0.8, children: Work::TOKENS },
-    "db_mix" => { concurrency: 100, jobs: 5_000, quick: 1_000, latency: 0.05 },
+    "db_mix" => { concurrency: 100, jobs: 5_000, quick: 1_000, latency: 0.05, steady: true },
     "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 600, latency: 1.25 },
     # Open loop: jobs arrive one at a time at `rate` per second while the worker runs; reports enqueue → start.
     "latency" => { concurrency: 100, jobs: 3_000, quick: 1_000, latency: nil, rate: 200 }
@@ -55,6 +56,17 @@ module Plan
         [ system, processes, concurrency, pool ]
       end
     end
+  end
+
+  # Jobs for a steady cell: enough for STEADY_SECONDS at the warm-up's rate, at least 10 × the concurrency
+  # (BENCHMARKS.md: ≥ 10× concurrency and ≥ 5 s per cell), at most MAX_JOBS.
+  STEADY_SECONDS = 6
+  MAX_JOBS = 100_000
+
+  def steady_jobs(spec, concurrency, rate)
+    return spec[:jobs] unless rate
+
+    (rate * STEADY_SECONDS).ceil.clamp(10 * concurrency, MAX_JOBS)
   end
 
   # The concurrency and Active Record pool a system gets for a workload.

@@ -15,19 +15,31 @@ class Report
   # True when a cell lost, repeated or failed jobs, or did not finish.
   def self.bad?(cell) = cell["error"] || cell["timed_out"] || cell["missing"].to_i.positive? || cell["duplicates"].to_i.positive?
 
-  # Re-renders the CSV, charts and RESULTS.md of a saved run (`bin/bench --report results/NAME.json`).
-  def self.rerender(json_path)
-    json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
-    data = JSON.parse(File.read(json_path))
-    options = data["options"].transform_keys(&:to_sym)
-    new(data["cells"], options: options, server_check: data["server_check"], name: File.basename(json_path, ".json"), facts: data["facts"]).write(json: false)
+  # Re-renders the CSV, charts and RESULTS.md of saved runs (`bin/bench --report results/A.json[,results/B.json]`).
+  # With several runs, a workload's cells come from the first run that has it (e.g. a full run of the main
+  # workloads completed by a quick run of the rest); the stress matrix from the first run that has one.
+  def self.rerender(json_paths)
+    runs = json_paths.map do |json_path|
+      json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
+      JSON.parse(File.read(json_path)).merge("name" => File.basename(json_path, ".json"))
+    end
+    cells = runs.each_with_object([]) do |run, taken|
+      have = taken.map { |c| c["matrix"] ? :matrix : c["workload"] }.uniq
+      taken.concat(run["cells"].reject { |c| have.include?(c["matrix"] ? :matrix : c["workload"]) }.map { |c| c.merge("run" => run["name"]) })
+    end
+    used = runs.select { |run| cells.any? { |c| c["run"] == run["name"] } }
+    new(cells, runs: used.map { |run| { "name" => run["name"], "options" => run["options"] } }, server_check: runs.first["server_check"],
+               facts: runs.first["facts"]).write(json: false)
   end
 
-  def initialize(cells, options:, server_check:, name: nil, facts: nil)
+  def initialize(cells, runs: nil, options: nil, server_check:, facts: nil)
     @cells = cells
-    @options = options
+    @runs = runs || [ { "name" => "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}", "options" => options } ]
+    @runs = @runs.map { |run| run.merge("options" => run["options"].transform_keys(&:to_s)) }
+    @options = @runs.first["options"]
+    @name = @runs.map { |run| run["name"] }.join("+")
+    @cells = @cells.map { |c| c["run"] ? c : c.merge("run" => @runs.first["name"]) }
     @server_check = server_check
-    @name = name || "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
     @facts = facts || Facts.collect
   end
 
@@ -36,7 +48,7 @@ class Report
     File.write(path("json"), JSON.pretty_generate(facts: @facts, options: @options, server_check: @server_check, cells: @cells)) if json
     write_csv
     charts
-    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, name: @name, options: @options, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] }).to_s)
+    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] }).to_s)
     puts "wrote #{path('json')}, #{path('csv')}, bench/results/charts/ and bench/RESULTS.md"
   end
 
@@ -58,7 +70,7 @@ class Report
         "peak_rss_mb" => runs.map { |r| r["peak_rss_mb"].to_i }.max, "peak_connections" => runs.map { |r| r["peak_connections"].to_i }.max,
         "cpu_seconds" => median(runs.map { |r| r["cpu_seconds"] }.compact.sort), "pool" => runs.first["pool"],
         "concurrency" => runs.first["concurrency"], "jobs" => runs.first["jobs"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
-        "errors" => runs.filter_map { |r| r["error"] }.uniq, "latency_ms" => latency(runs) }.compact
+        "errors" => runs.filter_map { |r| r["error"] }.uniq, "latency_ms" => latency(runs), "run" => runs.first["run"] }.compact
     end
 
     # Open-loop cells: the median over good rounds of each enqueue → start percentile.

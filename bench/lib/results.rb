@@ -11,12 +11,11 @@ class Results
     [ "enqueue_all (jobs/s)", "noop", :enqueue, ">=", 20_000 ]
   ].freeze
 
-  def initialize(summary, facts:, name:, options:, server_check:, matrix: [])
+  def initialize(summary, facts:, runs:, server_check:, matrix: [])
     @matrix = matrix
     @summary = summary
     @facts = facts
-    @name = name
-    @options = options
+    @runs = runs
     @server_check = server_check
   end
 
@@ -33,21 +32,40 @@ class Results
       <<~MD
         # Bobbin benchmark results
 
-        Run `#{@name}` (`bin/bench#{' --quick' if @options[:quick]}`): #{@options[:rounds]} measured rounds after one warm-up round per
-        workload, systems interleaved (A B C, B C A, …), jobs enqueued before each worker starts, one worker process,
-        time from the first job's start to the last job's finish as each job reports it. Raw data:
-        `results/#{@name}.json` and `.csv`; charts in `results/charts/`. Every cell checks that each job ran exactly
-        once (a ledger of job keys); a round that lost, repeated or failed a job is counted in "bad rounds" and left
-        out of the medians, never dropped silently.
+        #{@runs.map { |run| run_line(run) }.join("\n")}
 
-        Fake LLM/delay server check: #{@server_check['concurrent_requests']} concurrent 50 ms requests finished in
-        #{fmt(@server_check['seconds'] * 1000)} ms (all ok: #{@server_check['all_ok']}), so it is not the bottleneck.
+        Systems interleaved (A B C, B C A, …); jobs enqueued before each worker starts (except the open loop); one
+        worker process (except the stress matrix); time from the first job's start to the last job's finish as each
+        job reports it. Raw data: `results/<run>.json` and `.csv`; charts in `results/charts/`. Every cell checks
+        that each job ran exactly once (a ledger of job keys); a round that lost, repeated or failed a job is counted
+        in "bad rounds" and left out of the medians, never dropped silently.
+
+        #{server_check}
       MD
+    end
+
+    def server_check
+      c = @server_check
+      return "Fake LLM/delay server check (older format): #{c['concurrent_requests']} requests in #{fmt(c['seconds'] * 1000)} ms." unless c["p99_ms"]
+
+      "Fake LLM/delay server check: #{c['concurrent_requests']} requests of #{c['delay_ms']} ms each, opened at once and " \
+        "held open together, answered in p50 #{fmt(c['p50_ms'])} ms / p99 #{fmt(c['p99_ms'])} ms from their request " \
+        "(all ok: #{c['all_ok']}): the server adds #{fmt(c['p99_ms'] - c['delay_ms'])} ms at p99 with thousands of open " \
+        "connections, so it is not what limits any system here."
+    end
+
+    def run_line(run)
+      options = run["options"]
+      workloads = @summary.keys.select { |w| @summary[w].values.any? { |s| s["run"] == run["name"] } }
+      workloads << "stress matrix" if @matrix.any? { |c| c["run"].nil? || c["run"] == run["name"] }
+      rounds = options["quick"] ? "1 round, no warm-up, reduced job counts" :
+        "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s"
+      "- Run `#{run['name']}` (`bin/bench#{' --quick' if options['quick']}`): #{rounds} — #{workloads.join(', ')}."
     end
 
     def ratios
       peers = Report::PEERS.select { |p| @summary.values.any? { |s| s.key?(p) } }
-      rows = @summary.map do |workload, systems|
+      rows = @summary.reject { |workload, _| Plan::WORKLOADS.dig(workload, :rate) }.map do |workload, systems|
         mine = systems.dig("bobbin-fibers", "median")
         "| #{workload} | " + peers.map { |p| (m = systems.dig(p, "median")) && mine ? "#{fmt(mine / m, 2)}×" : "—" }.join(" | ") + " |"
       end

@@ -1,0 +1,89 @@
+# frozen_string_literal: true
+
+# bin/bench --profile: where a Bobbin job's time goes, measured in one process on PostgreSQL (bench_bobbin).
+#   1. noop and sleep 50 ms × 20,000 on fibers: 100 — jobs/s, Ruby CPU per job, and per hot-path statement
+#      (claim, finish) its calls, time per call and rows per call.
+#   2. 10,000 × sleep 2 s on fibers: 10_000 — first start → last finish, peak PostgreSQL sessions, peak RSS.
+# Prints a markdown section that bench/analysis.md quotes.
+require "bobbin"
+require "pg"
+
+Bobbin.config.logger.level = Logger::WARN
+PORT = ENV.fetch("BENCH_PG_PORT", "5432")
+Bobbin.connect("postgres:///bench_bobbin?port=#{PORT}&pool=5")
+Bobbin.migrate!
+
+# Every job notes when it started and finished (monotonic clock, same process).
+class ProfiledJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+  TIMES = []
+
+  def perform(seconds)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    sleep(seconds) if seconds.positive?
+    TIMES << [ started, Process.clock_gettime(Process::CLOCK_MONOTONIC) ]
+  end
+end
+
+# Counts calls, seconds and rows of the worker's hot-path statements.
+module StatementClock
+  STATS = Hash.new { |h, k| h[k] = [ 0, 0.0, 0 ] }
+
+  %i[claim finish].each do |name|
+    define_method(name) do |*args|
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      result = super(*args)
+      stat = STATS[name]
+      stat[0] += 1
+      stat[1] += Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      stat[2] += name == :claim ? result.size : args[1].size
+      result
+    end
+  end
+end
+Bobbin::Store::Guarded.prepend(StatementClock)
+
+def reset(jobs, seconds)
+  ActiveRecord::Base.connection_pool.with_connection { |c| c.execute("TRUNCATE bobbin_jobs, bobbin_processes") }
+  jobs.times.each_slice(5_000) { |slice| Bobbin.enqueue_all(slice.map { [ ProfiledJob, [ seconds ] ] }) }
+  ProfiledJob::TIMES.clear
+  StatementClock::STATS.clear
+end
+
+def rss_mb = File.read("/proc/self/status")[/VmRSS:\s+(\d+)/, 1].to_i / 1024
+
+def sessions(pg) = pg.exec("SELECT count(*) FROM pg_stat_activity WHERE datname = 'bench_bobbin'").getvalue(0, 0).to_i
+
+# Runs a drained worker while a thread samples RSS and PostgreSQL sessions every 50 ms.
+def measure(fibers)
+  pg = PG.connect(dbname: "postgres", port: PORT)
+  peaks = { rss: rss_mb, sessions: 0, base_rss: rss_mb }
+  sampler = Thread.new { loop { peaks[:rss] = [ peaks[:rss], rss_mb ].max; peaks[:sessions] = [ peaks[:sessions], sessions(pg) ].max; sleep 0.05 } }
+  cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+  Bobbin::Worker.new(fibers: fibers, polling_interval: 0.05).run_until_empty
+  cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu
+  sampler.kill
+  pg.close
+  span = ProfiledJob::TIMES.map(&:last).max - ProfiledJob::TIMES.map(&:first).min
+  { span: span, cpu: cpu, jobs: ProfiledJob::TIMES.size }.merge(peaks)
+end
+
+puts "## Profile: where a Bobbin job's time goes (bench/profile.rb, one process, PostgreSQL)\n\n"
+puts "| jobs | jobs/s | process CPU per job | claim: calls, ms/call, rows/call | finish: calls, ms/call, rows/call |"
+puts "|---|---|---|---|---|"
+[ [ "20,000 noop, fibers: 100", 0.0 ], [ "20,000 × sleep 50 ms, fibers: 100", 0.05 ] ].each do |label, seconds|
+  reset(20_000, seconds)
+  m = measure(100)
+  cells = StatementClock::STATS.values_at(:claim, :finish).map do |calls, total, rows|
+    format("%d, %.2f, %.1f", calls, total / calls * 1000, rows.to_f / calls)
+  end
+  puts format("| %s | %.0f | %.0f µs | %s | %s |", label, m[:jobs] / m[:span], m[:cpu] / m[:jobs] * 1e6, *cells)
+end
+
+reset(10_000, 2.0)
+GC.start
+m = measure(10_000)
+puts "\n10,000 × sleep 2 s on fibers: 10_000 in one process: #{m[:jobs]} ran, first start → last finish " \
+     "#{m[:span].round(2)} s (ideal 2.0), peak #{m[:sessions]} PostgreSQL sessions, peak RSS #{m[:rss]} MB " \
+     "(#{m[:base_rss]} MB before the worker started)."
