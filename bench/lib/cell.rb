@@ -43,6 +43,7 @@ class Cell
     identity.merge("error" => "#{error.class}: #{error.message}"[0, 300])
   ensure
     stop(pids) if pids # also on Ctrl-C: a worker left behind would steal the next run's jobs
+    [ @prefix, child_prefix, "#{@prefix}-probe" ].each { |prefix| @ledger.forget(prefix) }
   end
 
   private
