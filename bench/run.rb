@@ -2,6 +2,7 @@
 
 # bin/bench [--quick] [--only WORKLOAD[,…]|stress] [--systems a,b] [--rounds N] [--[no-]stress] [--report JSON]
 # [--profile]: Bobbin side by side with its peers.
+require "fileutils"
 require "optparse"
 require "rbconfig"
 require "ruby-progressbar"
@@ -30,6 +31,7 @@ abort("bin/bench: unknown workload #{(options[:workloads] - Plan::WORKLOADS.keys
 
 Servers.check_databases!(systems)
 ENV["BENCH_PG_PORT"] = Servers.port
+FileUtils.mkdir_p(File.join(__dir__, "tmp")) # logs and the ledger's socket; absent in a fresh clone
 ledger = Ledger::Server.new(File.join(__dir__, "tmp", "ledger.sock"))
 http = Servers::FakeLLM.start
 capacity = http.capacity_check
