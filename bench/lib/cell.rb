@@ -40,7 +40,7 @@ class Cell
     stop(pids)
     result(enqueue, finished, sampler, cpu)
   rescue StandardError => error
-    identity.merge("error" => "#{error.class}: #{error.message}"[0, 300])
+    identity.merge("error" => "#{error.class}: #{error.message}"[0, 800])
   ensure
     stop(pids) if pids # also on Ctrl-C: a worker left behind would steal the next run's jobs
     [ @prefix, child_prefix, "#{@prefix}-probe" ].each { |prefix| @ledger.forget(prefix) }
@@ -50,6 +50,9 @@ class Cell
     def script_path = File.join(BENCH, "systems", "#{@system[:script]}.rb")
 
     def log_path = File.join(BENCH, "tmp", "#{@system[:name]}.log")
+
+    # The worker log's last lines, for an error that must survive the next cell truncating the log.
+    def log_tail = File.exist?(log_path) ? File.readlines(log_path, chomp: true).last(5).join(" ⏎ ").tr("|", "/") : "(no log)"
 
     def script(env, *args)
       out, status = Open3.capture2e(env, RbConfig.ruby, script_path, *args, chdir: BENCH)
@@ -73,7 +76,7 @@ class Cell
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       until @ledger.distinct(prefix) >= jobs
         return false if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-        raise "#{@system[:name]} worker exited early (see #{log_path})" if pids.any? { |pid| Process.wait(pid, Process::WNOHANG) }
+        raise "#{@system[:name]} worker exited early: #{log_tail}" if pids.any? { |pid| Process.wait(pid, Process::WNOHANG) }
 
         sleep 0.05
       end
