@@ -51,8 +51,13 @@ class Cell
 
     def log_path = File.join(BENCH, "tmp", "#{@system[:name]}.log")
 
-    # The worker log's last lines, for an error that must survive the next cell truncating the log.
-    def log_tail = File.exist?(log_path) ? File.readlines(log_path, chomp: true).last(5).join(" ⏎ ").tr("|", "/") : "(no log)"
+    # The worker log's last lines without backtrace frames, for an error that must survive the next
+    # cell truncating the log.
+    def log_tail
+      return "(no log)" unless File.exist?(log_path)
+
+      File.readlines(log_path, chomp: true).grep_v(/\A\s+from /).last(5).join(" ⏎ ").tr("|", "/")
+    end
 
     def script(env, *args)
       out, status = Open3.capture2e(env, RbConfig.ruby, script_path, *args, chdir: BENCH)

@@ -111,7 +111,12 @@ module Bobbin
       # wait up to GATHER seconds for a quarter of the pool to free up, then claim them in one statement.
       def gather
         deadline = monotonic + GATHER
-        wait(deadline - monotonic) while room < @executor.capacity / 4 && monotonic < deadline && !@stopping
+        while room < @executor.capacity / 4 && !@stopping
+          left = deadline - monotonic
+          break unless left.positive?
+
+          wait(left)
+        end
       end
 
       # How many jobs to claim now: the free slots plus the prefetch, less those already waiting for a slot.
@@ -182,8 +187,10 @@ module Bobbin
         @wake_writer.write_nonblock(".", exception: false)
       end
 
+      # Sleeps up to `timeout` seconds or until woken. A deadline that passed between the caller's check and
+      # this call waits zero, not a negative interval (IO#wait_readable raises on that).
       def wait(timeout)
-        @wake_reader.wait_readable(timeout)
+        @wake_reader.wait_readable([ timeout, 0 ].max)
         @wake_reader.read_nonblock(4096, exception: false)
       end
 
