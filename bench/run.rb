@@ -12,11 +12,16 @@ require_relative "lib/cell"
 require_relative "lib/servers"
 require_relative "lib/report"
 
-options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, stress: nil }
+options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, stress: nil, sweep: nil }
 OptionParser.new do |o|
   o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
-  o.on("--only LIST", Array) { |v| options[:workloads] = v - [ "stress" ]; options[:stress] = v.include?("stress") }
+  o.on("--only LIST", Array, "workloads, and/or stress, sweep") do |v|
+    options.merge!(workloads: v - %w[stress sweep], stress: v.include?("stress"), sweep: v.include?("sweep") && Plan::SWEEP[:concurrency])
+  end
   o.on("--[no-]stress", "the stress matrix (default: on in full runs without --only)") { |v| options[:stress] = v }
+  o.on("--[no-]sweep [C,C,…]", Array, "throughput vs concurrency (default: on in full runs, at #{Plan::SWEEP[:concurrency].join(',')})") do |v|
+    options[:sweep] = v.nil? ? Plan::SWEEP[:concurrency] : (v && v.map { |c| Integer(c) })
+  end
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
   o.on("--profile", "profile Bobbin alone: per-statement costs, 10,000 in-flight 2 s jobs (bench/profile.rb)") do
@@ -25,8 +30,10 @@ OptionParser.new do |o|
   o.on("--report JSON[,JSON]", Array, "re-render RESULTS.md, CSV and charts from saved runs, then exit") { |v| exit(Report.rerender(v) || 0) }
 end.parse!
 options[:stress] = !options[:quick] if options[:stress].nil?
+options[:sweep] = !options[:quick] && Plan::SWEEP[:concurrency] if options[:sweep].nil?
 systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
 stress = options[:stress] ? Plan.stress_cells.select { |system, *| options[:systems].include?(system[:name]) } : []
+sweep = options[:sweep] ? Plan.sweep_cells(systems, options[:sweep]) : []
 abort("bin/bench: unknown workload #{(options[:workloads] - Plan::WORKLOADS.keys).join(', ')}") unless (options[:workloads] - Plan::WORKLOADS.keys).empty?
 
 Servers.check_databases!(systems)
@@ -37,7 +44,7 @@ http = Servers::FakeLLM.start
 capacity = http.capacity_check
 cells = []
 steady = {} # [workload, system] => jobs for the measured rounds, sized from the warm-up's throughput
-total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size + stress.size
+total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size + stress.size + sweep.size
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
   options[:workloads].each do |workload|
@@ -66,6 +73,15 @@ begin
     result = Cell.new(system.merge(pool: pool), Plan::STRESS[:workload], jobs: jobs, concurrency: concurrency, processes: processes,
                       env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: 1).run(timeout: 90)
     cells << result.merge("matrix" => true)
+    bar.increment
+  end
+  sweep.each do |system, concurrency, pool|
+    bar.title = "sweep C=#{concurrency} #{system[:name]}".ljust(34)
+    jobs = concurrency * Plan::SWEEP[:jobs_per_slot]
+    result = Cell.new(system.merge(pool: pool), Plan::SWEEP[:workload], jobs: jobs, concurrency: concurrency,
+                      env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: 1).run(timeout: 60 + jobs * 0.05)
+    cells << result.merge("sweep" => true)
+    bar.log("  ! #{result['system']} sweep C=#{concurrency}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
     bar.increment
   end
 ensure

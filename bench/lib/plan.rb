@@ -38,6 +38,10 @@ module Plan
   # Bobbin: its threads, or 5 for a fiber pool of any size). Reports which cells complete and what fails.
   STRESS = { workload: "sleep", processes: [ 2, 6 ], concurrency: [ 25, 100, 200 ], jobs: 4_000, quick: 1_000 }.freeze
 
+  # Throughput vs concurrency: sleep 50 ms at each concurrency, one round per system, 40 jobs per slot (2 s at
+  # the ideal C ÷ latency). Full runs sweep it by default; `--sweep 10,100` picks the concurrencies.
+  SWEEP = { workload: "sleep", concurrency: [ 10, 50, 100, 200, 500 ], jobs_per_slot: 40 }.freeze
+
   # Thread peers get a pool of threads + 5, capped at 50: with the pool their docs ask for, 100 threads exceed
   # PostgreSQL's default max_connections (the stress matrix shows that case).
   MAX_THREAD_POOL = 50
@@ -58,6 +62,13 @@ module Plan
     end
   end
 
+  # [system, concurrency, pool] for every sweep cell; pools as in the main tables (thread peers capped at 50).
+  def sweep_cells(systems, concurrencies)
+    systems.flat_map do |system|
+      concurrencies.map { |concurrency| [ system, concurrency, pool(system, concurrency) ] }
+    end
+  end
+
   # Jobs for a steady cell: enough for STEADY_SECONDS at the warm-up's rate, at least 10 × the concurrency
   # (BENCHMARKS.md: ≥ 10× concurrency and ≥ 5 s per cell), at most MAX_JOBS.
   STEADY_SECONDS = 6
@@ -73,11 +84,14 @@ module Plan
   def sizing(system, workload)
     spec = WORKLOADS.fetch(workload)
     concurrency = system[:mode] == "threads" ? spec.fetch(:threads, spec[:concurrency]) : spec[:concurrency]
-    pool = case system[:pool]
+    [ concurrency, pool(system, concurrency) ]
+  end
+
+  def pool(system, concurrency)
+    case system[:pool]
     when :threads then [ concurrency + 5, MAX_THREAD_POOL ].min
     when :exact then concurrency # Bobbin refuses to boot a thread pool larger than its AR pool
     else system[:pool]
     end
-    [ concurrency, pool ]
   end
 end

@@ -17,20 +17,23 @@ class Report
 
   # Re-renders the CSV, charts and RESULTS.md of saved runs (`bin/bench --report results/A.json[,results/B.json]`).
   # With several runs, a workload's cells come from the first run that has it (e.g. a full run of the main
-  # workloads completed by a quick run of the rest); the stress matrix from the first run that has one.
+  # workloads completed by a quick run of the rest); the stress matrix and the sweep from the first run that has one.
   def self.rerender(json_paths)
     runs = json_paths.map do |json_path|
       json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
       JSON.parse(File.read(json_path)).merge("name" => File.basename(json_path, ".json"))
     end
     cells = runs.each_with_object([]) do |run, taken|
-      have = taken.map { |c| c["matrix"] ? :matrix : c["workload"] }.uniq
-      taken.concat(run["cells"].reject { |c| have.include?(c["matrix"] ? :matrix : c["workload"]) }.map { |c| c.merge("run" => run["name"]) })
+      have = taken.map { |c| part(c) }.uniq
+      taken.concat(run["cells"].reject { |c| have.include?(part(c)) }.map { |c| c.merge("run" => run["name"]) })
     end
     used = runs.select { |run| cells.any? { |c| c["run"] == run["name"] } }
     new(cells, runs: used.map { |run| { "name" => run["name"], "options" => run["options"] } }, server_check: runs.first["server_check"],
                facts: runs.first["facts"]).write(json: false)
   end
+
+  # Which part of a run a cell belongs to: the stress matrix, the sweep, or its workload's tables.
+  def self.part(cell) = cell["matrix"] ? :matrix : (cell["sweep"] ? :sweep : cell["workload"])
 
   def initialize(cells, runs: nil, options: nil, server_check:, facts: nil)
     @cells = cells
@@ -48,14 +51,22 @@ class Report
     File.write(path("json"), JSON.pretty_generate(facts: @facts, options: @options, server_check: @server_check, cells: @cells)) if json
     write_csv
     charts
-    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] }).to_s)
+    File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] },
+                                                           sweep: sweep).to_s)
     puts "wrote #{path('json')}, #{path('csv')}, bench/results/charts/ and bench/RESULTS.md"
   end
 
   # { workload => { system => stats } } over measured (non-warm-up) rounds.
   def summary
-    @summary ||= @cells.reject { |c| c["warmup"] || c["matrix"] }.group_by { |c| c["workload"] }.transform_values do |cells|
+    @summary ||= @cells.reject { |c| c["warmup"] || c["matrix"] || c["sweep"] }.group_by { |c| c["workload"] }.transform_values do |cells|
       cells.group_by { |c| c["system"] }.transform_values { |runs| stats(runs) }
+    end
+  end
+
+  # { system => { concurrency => jobs/s or nil (a bad cell) } } from the sweep's cells.
+  def sweep
+    @cells.select { |c| c["sweep"] }.group_by { |c| c["system"] }.transform_values do |cells|
+      cells.to_h { |c| [ c["concurrency"], self.class.bad?(c) ? nil : c["jobs_per_second"] ] }.sort.to_h
     end
   end
 
@@ -102,6 +113,11 @@ class Report
       end
       latencies = summary.values.flat_map { |systems| systems.select { |_, s| s["latency_ms"] }.flat_map { |system, s| %w[p50 p99].map { |p| [ "#{system} #{p}", s["latency_ms"][p] ] } } }
       Charts.bars(File.join(dir, "latency-percentiles.svg"), "open loop: enqueue → start (median of rounds)", "ms", latencies.to_h) if latencies.any?
+      return if sweep.empty?
+
+      ideal = sweep.values.flat_map(&:keys).uniq.sort.to_h { |c| [ c, c / Plan::WORKLOADS.dig(Plan::SWEEP[:workload], :latency) ] }
+      Charts.lines(File.join(dir, "throughput-vs-concurrency.svg"), "sleep 50 ms: jobs/s vs concurrency (one worker process)",
+                   sweep.merge("ideal C ÷ latency" => ideal))
     end
 end
 

@@ -11,8 +11,9 @@ class Results
     [ "enqueue_all (jobs/s)", "noop", :enqueue, ">=", 20_000 ]
   ].freeze
 
-  def initialize(summary, facts:, runs:, server_check:, matrix: [])
+  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {})
     @matrix = matrix
+    @sweep = sweep
     @summary = summary
     @facts = facts
     @runs = runs
@@ -20,7 +21,7 @@ class Results
   end
 
   def to_s
-    [ header, ratios, throughput, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
+    [ header, ratios, throughput, sweep, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
   end
 
   private
@@ -87,6 +88,22 @@ class Results
         "|---|---|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
     end
 
+    def sweep
+      return if @sweep.empty?
+
+      latency = Plan::WORKLOADS.dig(Plan::SWEEP[:workload], :latency)
+      cs = @sweep.values.flat_map(&:keys).uniq.sort
+      rows = @sweep.map do |system, points|
+        "| #{system} | " + cs.map { |c| points.key?(c) ? (points[c] ? "#{fmt(points[c])} (#{fmt(100 * points[c] * latency / c)} %)" : "failed") : "—" }.join(" | ") + " |"
+      end
+      "## Throughput vs concurrency
+
+#{Plan::SWEEP[:jobs_per_slot]} × C jobs of sleep #{fmt(latency * 1000)} ms per cell, one round, one worker " \
+        "process; jobs/s (efficiency against C ÷ latency). Thread pools get the pools of the main tables (peers capped at " \
+        "#{Plan::MAX_THREAD_POOL} connections). Chart: `results/charts/throughput-vs-concurrency.svg`.\n\n" \
+        "| system | #{cs.map { |c| "C = #{c}" }.join(' | ')} |\n|---|#{'---|' * cs.size}\n#{rows.join("\n")}\n"
+    end
+
     def latency
       rows = @summary.flat_map do |workload, systems|
         systems.filter_map do |system, s|
@@ -122,6 +139,9 @@ class Results
         value = s && { median: s["median"], span: s["span_seconds"], enqueue: s["enqueue_per_second"] }[metric]
         met = value && (op == ">=" ? value >= goal : value <= goal)
         "| #{label} | #{op} #{goal} | #{fmt(value, metric == :span ? 2 : 0)} | #{value.nil? ? 'not run' : (met ? 'met' : 'missed')} |"
+      end
+      if (at500 = @sweep.dig("bobbin-fibers", 500)) || @sweep.dig("bobbin-fibers")&.key?(500)
+        rows << "| sleep at C=500, 50 % of C ÷ latency (jobs/s) | >= 5000 | #{fmt(at500)} | #{at500 && at500 >= 5_000 ? 'met' : 'missed'} |"
       end
       cpu = @summary["cpu"]
       if cpu&.dig("bobbin-fibers", "median") && cpu&.dig("bobbin-threads", "median")
