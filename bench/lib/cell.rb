@@ -73,14 +73,22 @@ class Cell
     # Open loop: once the worker has run a first job, jobs arrive one at a time at @rate per second.
     def open_loop(pids)
       enqueue_seconds(@env, 1, "#{@prefix}-probe")
-      wait_for_jobs(pids, 60, "#{@prefix}-probe", 1) or raise "#{@system[:name]} ran no job within 60 s of starting"
+      wait_for_jobs(pids, 60, "#{@prefix}-probe", 1) or raise "#{@system[:name]} ran no job within #{STALL_SECONDS} s of starting"
       enqueue_seconds(@env.merge("BENCH_RATE" => @rate.to_s))
     end
 
+    # No job of the cell has finished for this long (no job here takes more than a few seconds; boot fits in it):
+    # the rest are lost (e.g. failed on "too many clients"), so the cell ends as timed out without waiting it out.
+    STALL_SECONDS = 45
+
     def wait_for_jobs(pids, timeout, prefix = @prefix, jobs = @jobs)
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-      until @ledger.distinct(prefix) >= jobs
-        return false if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      deadline = now + timeout
+      seen, progress_at = 0, now
+      until (done = @ledger.distinct(prefix)) >= jobs
+        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        seen, progress_at = done, now if done > seen
+        return false if now > deadline || now - progress_at > STALL_SECONDS
         raise "#{@system[:name]} worker exited early: #{log_tail}" if pids.any? { |pid| Process.wait(pid, Process::WNOHANG) }
 
         sleep 0.05
