@@ -65,7 +65,7 @@ class Report
 
   # { system => { concurrency => jobs/s or nil (a bad cell) } } from the sweep's cells.
   def sweep
-    @cells.select { |c| c["sweep"] }.group_by { |c| c["system"] }.transform_values do |cells|
+    @sweep ||= @cells.select { |c| c["sweep"] }.group_by { |c| c["system"] }.transform_values do |cells|
       cells.to_h { |c| [ c["concurrency"], self.class.bad?(c) ? nil : c["jobs_per_second"] ] }.sort.to_h
     end
   end

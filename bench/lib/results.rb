@@ -96,9 +96,7 @@ class Results
       rows = @sweep.map do |system, points|
         "| #{system} | " + cs.map { |c| points.key?(c) ? (points[c] ? "#{fmt(points[c])} (#{fmt(100 * points[c] * latency / c)} %)" : "failed") : "—" }.join(" | ") + " |"
       end
-      "## Throughput vs concurrency
-
-#{Plan::SWEEP[:jobs_per_slot]} × C jobs of sleep #{fmt(latency * 1000)} ms per cell, one round, one worker " \
+      "## Throughput vs concurrency\n\n#{Plan::SWEEP[:jobs_per_slot]} × C jobs of sleep #{fmt(latency * 1000)} ms per cell, one round, one worker " \
         "process; jobs/s (efficiency against C ÷ latency). Thread pools get the pools of the main tables (peers capped at " \
         "#{Plan::MAX_THREAD_POOL} connections). Chart: `results/charts/throughput-vs-concurrency.svg`.\n\n" \
         "| system | #{cs.map { |c| "C = #{c}" }.join(' | ')} |\n|---|#{'---|' * cs.size}\n#{rows.join("\n")}\n"
@@ -140,7 +138,8 @@ class Results
         met = value && (op == ">=" ? value >= goal : value <= goal)
         "| #{label} | #{op} #{goal} | #{fmt(value, metric == :span ? 2 : 0)} | #{value.nil? ? 'not run' : (met ? 'met' : 'missed')} |"
       end
-      if (at500 = @sweep.dig("bobbin-fibers", 500)) || @sweep.dig("bobbin-fibers")&.key?(500)
+      if @sweep["bobbin-fibers"]&.key?(500)
+        at500 = @sweep["bobbin-fibers"][500]
         rows << "| sleep at C=500, 50 % of C ÷ latency (jobs/s) | >= 5000 | #{fmt(at500)} | #{at500 && at500 >= 5_000 ? 'met' : 'missed'} |"
       end
       cpu = @summary["cpu"]

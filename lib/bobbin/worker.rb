@@ -111,12 +111,7 @@ module Bobbin
       # wait up to GATHER seconds for a quarter of the pool to free up, then claim them in one statement.
       def gather
         deadline = monotonic + GATHER
-        while room < @executor.capacity / 4 && !@stopping
-          left = deadline - monotonic
-          break unless left.positive?
-
-          wait(left)
-        end
+        wait(deadline - monotonic) while room < @executor.capacity / 4 && monotonic < deadline && !@stopping
       end
 
       # How many jobs to claim now: the free slots plus the prefetch, less those already waiting for a slot.
