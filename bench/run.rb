@@ -13,14 +13,16 @@ require_relative "lib/servers"
 require_relative "lib/report"
 
 options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, stress: nil, sweep: nil }
-OptionParser.new do |o|
+parser = OptionParser.new do |o|
   o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
   o.on("--only LIST", Array, "workloads, and/or stress, sweep") do |v|
     options.merge!(workloads: v - %w[stress sweep], stress: v.include?("stress"), sweep: v.include?("sweep") && Plan::SWEEP[:concurrency])
   end
   o.on("--[no-]stress", "the stress matrix (default: on in full runs without --only)") { |v| options[:stress] = v }
   o.on("--[no-]sweep [C,C,…]", Array, "throughput vs concurrency (default: on in full runs, at #{Plan::SWEEP[:concurrency].join(',')})") do |v|
-    options[:sweep] = v.nil? ? Plan::SWEEP[:concurrency] : (v && v.map { |c| Integer(c) })
+    raise OptionParser::InvalidArgument, "#{v.join(',')} (concurrencies are positive integers)" if v && v.any? { |c| !c.match?(/\A[1-9]\d*\z/) }
+
+    options[:sweep] = v.nil? ? Plan::SWEEP[:concurrency] : (v && v.map(&:to_i))
   end
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
@@ -28,7 +30,12 @@ OptionParser.new do |o|
     exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile.rb"))
   end
   o.on("--report JSON[,JSON]", Array, "re-render RESULTS.md, CSV and charts from saved runs, then exit") { |v| exit(Report.rerender(v) || 0) }
-end.parse!
+end
+begin
+  parser.parse!
+rescue OptionParser::ParseError => error
+  abort("bin/bench: #{error.message}")
+end
 options[:stress] = !options[:quick] if options[:stress].nil?
 options[:sweep] = !options[:quick] && Plan::SWEEP[:concurrency] if options[:sweep].nil?
 systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
