@@ -3,6 +3,7 @@
 # bin/bench [--quick] [--only WORKLOAD[,…]|stress] [--systems a,b] [--rounds N] [--[no-]stress] [--report JSON]
 # [--profile]: Bobbin side by side with its peers.
 require "fileutils"
+require "json"
 require "optparse"
 require "rbconfig"
 require "ruby-progressbar"
@@ -50,6 +51,12 @@ ledger = Ledger::Server.new(File.join(__dir__, "tmp", "ledger.sock"))
 http = Servers::FakeLLM.start
 capacity = http.capacity_check
 cells = []
+# Every finished cell is saved at once, so a run cut short still leaves its cells (`bin/bench --report tmp/<run>.json`).
+checkpoint = File.join(__dir__, "tmp", "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}.json")
+record = lambda do |cell|
+  cells << cell
+  File.write(checkpoint, JSON.generate(options: options, server_check: capacity, cells: cells))
+end
 steady = {} # [workload, system] => jobs for the measured rounds, sized from the warm-up's throughput
 total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size + stress.size + sweep.size
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
@@ -67,7 +74,7 @@ begin
                   jobs * spec.fetch(:children, 0) * 0.02
         result = Cell.new(system.merge(pool: pool), workload, jobs: jobs, concurrency: concurrency, env: env,
                           ledger: ledger, round: round, rate: spec[:rate], children: spec.fetch(:children, 0)).run(timeout: timeout)
-        cells << result.merge("round" => round, "warmup" => round.zero?)
+        record.call(result.merge("round" => round, "warmup" => round.zero?))
         steady[[ workload, system[:name] ]] = Plan.steady_jobs(spec, concurrency, result["jobs_per_second"]) if round.zero? && spec[:steady]
         bar.log("  ! #{result['system']} #{workload}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
         bar.increment
@@ -79,7 +86,7 @@ begin
     bar.title = "stress #{processes}×#{concurrency} #{system[:name]}".ljust(34)
     result = Cell.new(system.merge(pool: pool), Plan::STRESS[:workload], jobs: jobs, concurrency: concurrency, processes: processes,
                       env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: 1).run(timeout: 90)
-    cells << result.merge("matrix" => true)
+    record.call(result.merge("matrix" => true))
     bar.increment
   end
   sweep.each do |system, concurrency, pool|
@@ -87,7 +94,7 @@ begin
     jobs = concurrency * Plan::SWEEP[:jobs_per_slot]
     result = Cell.new(system.merge(pool: pool), Plan::SWEEP[:workload], jobs: jobs, concurrency: concurrency,
                       env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: 1).run(timeout: 60 + jobs * 0.05)
-    cells << result.merge("sweep" => true)
+    record.call(result.merge("sweep" => true))
     bar.log("  ! #{result['system']} sweep C=#{concurrency}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
     bar.increment
   end
