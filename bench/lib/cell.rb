@@ -47,7 +47,8 @@ class Cell
   end
 
   private
-    def script_path = File.join(BENCH, "systems", "#{@system[:script]}.rb")
+    # A system's script: bench/systems/<script>.rb, or an absolute path (the harness's own tests use a stand-in).
+    def script_path = File.expand_path("#{@system[:script]}.rb", File.join(BENCH, "systems"))
 
     def log_path = File.join(BENCH, "tmp", "#{@system[:name]}.log")
 

@@ -10,6 +10,7 @@ class Results
     [ "burst 0.5–2 s HTTP, all in flight (seconds, first start → last finish)", "burst", :span, "<=", 2.3 ],
     [ "enqueue_all (jobs/s)", "noop", :enqueue, ">=", 20_000 ]
   ].freeze
+  IO_WORKLOADS = %w[sleep http burst llm_stream db_mix].freeze
 
   def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {})
     @matrix = matrix
@@ -68,7 +69,7 @@ class Results
       peers = Report::PEERS.select { |p| @summary.values.any? { |s| s.key?(p) } }
       rows = @summary.reject { |workload, _| Plan::WORKLOADS.dig(workload, :rate) }.map do |workload, systems|
         mine = systems.dig("bobbin-fibers", "median")
-        "| #{workload} | " + peers.map { |p| (m = systems.dig(p, "median")) && mine ? "#{fmt(mine / m, 2)}×" : "—" }.join(" | ") + " |"
+        "| #{workload} | " + peers.map { |p| (m = systems.dig(p, "median")) && mine ? "#{fmt(mine.fdiv(m), 2)}×" : "—" }.join(" | ") + " |"
       end
       "## Bobbin (fibers) ÷ each peer, median jobs/s\n\n| workload | #{peers.join(' | ')} |\n|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n"
     end
@@ -142,9 +143,21 @@ class Results
         at500 = @sweep["bobbin-fibers"][500]
         rows << "| sleep at C=500, 50 % of C ÷ latency (jobs/s) | >= 5000 | #{fmt(at500)} | #{at500 && at500 >= 5_000 ? 'met' : 'missed'} |"
       end
+      io = IO_WORKLOADS.select { |w| @summary.dig(w, "bobbin-fibers", "median") && @summary.dig(w, "async_job", "median") }
+      if io.any?
+        behind = io.reject { |w| @summary[w]["bobbin-fibers"]["median"] >= @summary[w]["async_job"]["median"] }
+        rows << "| I/O workloads: at least Async::Job on Redis (#{io.join(', ')}) | ≥ 1× each | " \
+                "#{behind.empty? ? 'ahead on all' : "behind on #{behind.join(', ')}"} | #{behind.empty? ? 'met' : 'missed'} |"
+      end
+      mine = @matrix.select { |c| c["system"].start_with?("bobbin") }
+      if mine.any?
+        complete = mine.count { |c| !Report.bad?(c) }
+        rows << "| stress matrix: every Bobbin cell completes, 0 failed jobs | #{mine.size}/#{mine.size} | #{complete}/#{mine.size} | " \
+                "#{complete == mine.size ? 'met' : 'missed'} |"
+      end
       cpu = @summary["cpu"]
       if cpu&.dig("bobbin-fibers", "median") && cpu&.dig("bobbin-threads", "median")
-        ratio = cpu["bobbin-fibers"]["median"] / cpu["bobbin-threads"]["median"]
+        ratio = cpu["bobbin-fibers"]["median"].fdiv(cpu["bobbin-threads"]["median"])
         rows << "| cpu: fibers within 5 % of threads | ≥ 0.95× | #{fmt(ratio, 2)}× | #{ratio >= 0.95 ? 'met' : 'missed'} |"
       end
       "## Targets (issue 5), Bobbin fibers\n\n| target | goal | measured | |\n|---|---|---|---|\n#{rows.join("\n")}\n"

@@ -1,0 +1,81 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# The report's arithmetic: medians over good rounds only, bad rounds counted and shown, ratios Bobbin ÷ peer.
+class ReportTest < Minitest::Test
+  FACTS = { "cores" => 2, "cpu" => "test", "memory_gb" => 4, "kernel" => "6", "ruby" => "ruby 3.4", "postgresql" => "15",
+            "max_connections" => "100", "shared_buffers" => "128MB", "synchronous_commit" => "on", "redis" => "7", "gems" => {} }.freeze
+
+  def test_a_bad_round_is_left_out_of_the_median_and_counted
+    report = report_of(sleep_cells("bobbin-fibers", [ 1_900, 1_950, 1_000 ], missing_in_last: 2) + sleep_cells("async_job", [ 1_000, 1_000, 900 ]))
+    bobbin = report.summary.dig("sleep", "bobbin-fibers")
+
+    assert_equal [ 1_950, 1_900, 1_950, 1, 3, 2 ], bobbin.values_at("median", "min", "max", "bad_rounds", "rounds", "missing")
+  end
+
+  def test_results_show_ratios_bad_rounds_and_targets
+    text = results_of(sleep_cells("bobbin-fibers", [ 1_900, 1_950, 1_000 ], missing_in_last: 2) + sleep_cells("async_job", [ 1_000, 1_000, 900 ]))
+
+    assert_includes text, "| sleep | 1.95× |"
+    assert_match(/\| sleep \| bobbin-fibers \| 100 \| 5 \| 1950 \(1900–1950\) \| 98 % \| .* \| 1\/3 /, text)
+    assert_includes text, "| sleep at C=100 (jobs/s) | >= 1800 | 1950 | met |"
+    assert_includes text, "| noop, one worker process (jobs/s) | >= 3100 | — | not run |"
+  end
+
+  def test_a_stress_cell_that_lost_jobs_is_marked_incomplete_and_bobbin_cells_are_a_target
+    lost = stress_cell("solid_queue-threads", missing: 1_200)
+    text = results_of(sleep_cells("bobbin-fibers", [ 1_950 ]) + [ lost, stress_cell("bobbin-fibers"), stress_cell("bobbin-threads", missing: 3) ])
+
+    assert_includes text, "| solid_queue-threads | 6 | 100 | 102 | **incomplete** | 1200 | 0 |"
+    assert_includes text, "| stress matrix: every Bobbin cell completes, 0 failed jobs | 2/2 | 1/2 | missed |"
+  end
+
+  def test_being_behind_async_job_on_an_io_workload_is_a_missed_target
+    text = results_of(sleep_cells("bobbin-fibers", [ 1_900 ]) + sleep_cells("async_job", [ 1_950 ]))
+
+    assert_includes text, "| I/O workloads: at least Async::Job on Redis (sleep) | ≥ 1× each | behind on sleep | missed |"
+  end
+
+  def test_steady_cells_run_at_least_ten_times_the_concurrency_and_at_most_the_cap
+    spec = Plan::WORKLOADS.fetch("sleep")
+
+    assert_equal 1_000, Plan.steady_jobs(spec, 100, 10)
+    assert_equal 12_000, Plan.steady_jobs(spec, 100, 2_000)
+    assert_equal Plan::MAX_JOBS, Plan.steady_jobs(spec, 100, 1_000_000)
+    assert_equal spec[:jobs], Plan.steady_jobs(spec, 100, nil)
+  end
+
+  def test_thread_peers_get_threads_plus_five_capped_and_bobbin_threads_exactly_its_threads
+    by_name = Plan::SYSTEMS.to_h { |s| [ s[:name], s ] }
+
+    assert_equal [ 100, 50 ], Plan.sizing(by_name.fetch("good_job"), "sleep")
+    assert_equal [ 100, 100 ], Plan.sizing(by_name.fetch("bobbin-threads"), "sleep")
+    assert_equal [ 50, 50 ], Plan.sizing(by_name.fetch("bobbin-threads"), "burst")
+    assert_equal [ 1_500, 5 ], Plan.sizing(by_name.fetch("bobbin-fibers"), "burst")
+  end
+
+  private
+    def sleep_cells(system, rates, missing_in_last: 0)
+      rates.each_with_index.map do |rate, i|
+        missing = i == rates.size - 1 ? missing_in_last : 0
+        { "system" => system, "workload" => "sleep", "jobs" => 2_000, "concurrency" => 100, "pool" => 5, "processes" => 1,
+          "completed" => 2_000 - missing, "missing" => missing, "duplicates" => 0, "timed_out" => missing.positive?,
+          "span_seconds" => 2_000.0 / rate, "jobs_per_second" => rate, "enqueue_per_second" => 50_000, "peak_rss_mb" => 80,
+          "peak_connections" => 3, "cpu_seconds" => 1.0, "round" => i + 1, "warmup" => false }
+      end
+    end
+
+    def stress_cell(system, missing: 0)
+      { "system" => system, "workload" => "sleep", "processes" => 6, "concurrency" => 100, "pool" => 102, "jobs" => 4_000,
+        "missing" => missing, "duplicates" => 0, "timed_out" => missing.positive?, "error" => nil, "matrix" => true }
+    end
+
+    def report_of(cells) = Report.new(cells, options: { rounds: 3, quick: false }, server_check: {}, facts: FACTS)
+
+    def results_of(cells)
+      report = report_of(cells)
+      Results.new(report.summary, facts: FACTS, runs: [ { "name" => "test", "options" => { "rounds" => 3 } } ],
+                  server_check: { "concurrent_requests" => 2, "seconds" => 1.0 }, matrix: cells.select { |c| c["matrix"] }).to_s
+    end
+end
