@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# bin/bench [--quick] [--only WORKLOAD[,…]|stress] [--systems a,b] [--rounds N] [--[no-]stress] [--report JSON]
+# bin/bench [--quick] [--only WORKLOAD[,…]|enqueue|stress|sweep] [--systems a,b] [--rounds N] [--[no-]stress] [--report JSON]
 # [--profile]: Bobbin side by side with its peers.
 require "fileutils"
 require "json"
@@ -13,11 +13,12 @@ require_relative "lib/cell"
 require_relative "lib/servers"
 require_relative "lib/report"
 
-options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, stress: nil, sweep: nil }
+options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, enqueue: true, stress: nil, sweep: nil }
 parser = OptionParser.new do |o|
   o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
-  o.on("--only LIST", Array, "workloads, and/or stress, sweep") do |v|
-    options.merge!(workloads: v - %w[stress sweep], stress: v.include?("stress"), sweep: v.include?("sweep") && Plan::SWEEP[:concurrency])
+  o.on("--only LIST", Array, "workloads, and/or enqueue, stress, sweep") do |v|
+    options.merge!(workloads: v - %w[enqueue stress sweep], enqueue: v.include?("enqueue"), stress: v.include?("stress"),
+                   sweep: v.include?("sweep") && Plan::SWEEP[:concurrency])
   end
   o.on("--[no-]stress", "the stress matrix (default: on in full runs without --only)") { |v| options[:stress] = v }
   o.on("--[no-]sweep [C,C,…]", Array, "throughput vs concurrency (default: on in full runs, at #{Plan::SWEEP[:concurrency].join(',')})") do |v|
@@ -58,7 +59,8 @@ record = lambda do |cell|
   File.write(checkpoint, JSON.generate(options: options, server_check: capacity, cells: cells))
 end
 steady = {} # [workload, system] => jobs for the measured rounds, sized from the warm-up's throughput
-total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * systems.size + stress.size + sweep.size
+enqueue_rounds = options[:enqueue] ? (1..options[:rounds]).to_a : []
+total = (options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) + enqueue_rounds.size) * systems.size + stress.size + sweep.size
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
   options[:workloads].each do |workload|
@@ -79,6 +81,17 @@ begin
         bar.log("  ! #{result['system']} #{workload}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
         bar.increment
       end
+    end
+  end
+  enqueue_rounds.each do |round|
+    systems.rotate(round).each do |system|
+      bar.title = "enqueue one r#{round} #{system[:name]}".ljust(34)
+      pool = Plan.pool(system, 1)
+      result = Cell.new(system.merge(pool: pool), Plan::ENQUEUE[:workload], jobs: Plan::ENQUEUE[options[:quick] ? :quick : :jobs], concurrency: 0,
+                        env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: round).enqueue_one
+      record.call(result.merge("round" => round, "enqueue" => true))
+      bar.log("  ! #{result['system']} enqueue: #{result['error']}") if Report.bad?(result)
+      bar.increment
     end
   end
   jobs = options[:quick] ? Plan::STRESS[:quick] : Plan::STRESS[:jobs]

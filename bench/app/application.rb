@@ -28,7 +28,7 @@ end
 class BenchActiveJob < ActiveJob::Base
   # Enqueues `count` jobs of `workload` with perform_all_later (one INSERT per slice where the adapter can).
   def self.enqueue(workload, count, prefix)
-    Work.enqueue(count, prefix) { |keys| ActiveJob.perform_all_later(keys.map { |key| new(workload, key) }) }
+    Work.enqueue(count, prefix, workload) { |keys| ActiveJob.perform_all_later(keys.map { |key| new(workload, key) }) }
   end
 
   def perform(workload, key) = Work.run(workload, key)

@@ -40,13 +40,26 @@ class Cell
     stop(pids)
     result(enqueue, finished, sampler, cpu)
   rescue StandardError => error
-    identity.merge("error" => "#{error.class}: #{error.message}"[0, 800])
+    failure(error)
   ensure
     stop(pids) if pids # also on Ctrl-C: a worker left behind would steal the next run's jobs
     [ @prefix, child_prefix, "#{@prefix}-probe" ].each { |prefix| @ledger.forget(prefix) }
   end
 
+  # Enqueues the cell's jobs one at a time through the system's single-job API, with no worker running, then
+  # drops them; returns the rate.
+  def enqueue_one
+    script(@env, "reset")
+    seconds = enqueue_seconds(@env.merge("BENCH_ENQUEUE" => "one"))
+    script(@env, "reset")
+    identity.merge("enqueue_one_per_second" => @jobs / seconds)
+  rescue StandardError => error
+    failure(error)
+  end
+
   private
+    def failure(error) = identity.merge("error" => "#{error.class}: #{error.message}"[0, 800])
+
     # A system's script: bench/systems/<script>.rb, or an absolute path (the harness's own tests use a stand-in).
     def script_path = File.expand_path("#{@system[:script]}.rb", File.join(BENCH, "systems"))
 

@@ -38,6 +38,10 @@ module Plan
   # Bobbin: its threads, or 5 for a fiber pool of any size). Reports which cells complete and what fails.
   STRESS = { workload: "sleep", processes: [ 2, 6 ], concurrency: [ 25, 100, 200 ], jobs: 4_000, quick: 1_000 }.freeze
 
+  # One-at-a-time enqueue: each system's single-job API (Bobbin `Job.enqueue`, `perform_later`, `perform_async`)
+  # called in a loop by one process, no worker running; bulk enqueue is measured in every cell.
+  ENQUEUE = { workload: "noop", jobs: 2_000, quick: 500 }.freeze
+
   # Throughput vs concurrency: sleep 50 ms at each concurrency, one round per system, 40 jobs per slot (2 s at
   # the ideal C ÷ latency). Full runs sweep it by default; `--sweep 10,100` picks the concurrencies.
   SWEEP = { workload: "sleep", concurrency: [ 10, 50, 100, 200, 500 ], jobs_per_slot: 40 }.freeze

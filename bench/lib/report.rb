@@ -17,7 +17,7 @@ class Report
 
   # Re-renders the CSV, charts and RESULTS.md of saved runs (`bin/bench --report results/A.json[,results/B.json]`).
   # With several runs, a workload's cells come from the first run that has it (e.g. a full run of the main
-  # workloads completed by a quick run of the rest); the stress matrix and the sweep from the first run that has one.
+  # workloads completed by a quick run of the rest); the stress matrix, the sweep and one-at-a-time enqueue from the first run that has each.
   def self.rerender(json_paths)
     runs = json_paths.map do |json_path|
       json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
@@ -32,8 +32,8 @@ class Report
                facts: runs.first["facts"]).write(json: false)
   end
 
-  # Which part of a run a cell belongs to: the stress matrix, the sweep, or its workload's tables.
-  def self.part(cell) = cell["matrix"] ? :matrix : (cell["sweep"] ? :sweep : cell["workload"])
+  # Which part of a run a cell belongs to: the stress matrix, the sweep, one-at-a-time enqueue, or its workload's tables.
+  def self.part(cell) = %w[matrix sweep enqueue].find { |part| cell[part] }&.to_sym || cell["workload"]
 
   def initialize(cells, runs: nil, options: nil, server_check:, facts: nil)
     @cells = cells
@@ -52,13 +52,13 @@ class Report
     write_csv
     charts
     File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] },
-                                                           sweep: sweep).to_s)
+                                                           sweep: sweep, enqueue: enqueue).to_s)
     puts "wrote #{path('json')}, #{path('csv')}, bench/results/charts/ and bench/RESULTS.md"
   end
 
   # { workload => { system => stats } } over measured (non-warm-up) rounds.
   def summary
-    @summary ||= @cells.reject { |c| c["warmup"] || c["matrix"] || c["sweep"] }.group_by { |c| c["workload"] }.transform_values do |cells|
+    @summary ||= @cells.reject { |c| c["warmup"] || %i[matrix sweep enqueue].include?(self.class.part(c)) }.group_by { |c| c["workload"] }.transform_values do |cells|
       cells.group_by { |c| c["system"] }.transform_values { |runs| stats(runs) }
     end
   end
@@ -67,6 +67,15 @@ class Report
   def sweep
     @sweep ||= @cells.select { |c| c["sweep"] }.group_by { |c| c["system"] }.transform_values do |cells|
       cells.to_h { |c| [ c["concurrency"], self.class.bad?(c) ? nil : c["jobs_per_second"] ] }.sort.to_h
+    end
+  end
+
+  # { system => stats } of one-at-a-time enqueue over its rounds, with the bulk rate from the noop cells.
+  def enqueue
+    @enqueue ||= @cells.select { |c| c["enqueue"] }.group_by { |c| c["system"] }.transform_values do |cells|
+      rates = cells.reject { |c| self.class.bad?(c) }.map { |c| c["enqueue_one_per_second"] }.sort
+      { "median" => median(rates), "min" => rates.first, "max" => rates.last, "rounds" => cells.size, "bad_rounds" => cells.count { |c| self.class.bad?(c) },
+        "jobs" => cells.first["jobs"], "errors" => cells.filter_map { |c| c["error"] }.uniq, "bulk" => summary.dig(Plan::ENQUEUE[:workload], cells.first["system"], "enqueue_per_second") }
     end
   end
 
@@ -101,6 +110,9 @@ class Report
                      s["span_seconds"]&.round(3), s["peak_rss_mb"], s["peak_connections"], s["cpu_seconds"], s["missing"], s["duplicates"], s["bad_rounds"] ]
           end
         end
+        enqueue.each do |system, s| # jobs/s columns: one-at-a-time enqueue; enqueue_per_s: bulk
+          csv << [ "enqueue_one", system, 1, nil, s["median"]&.round(1), s["min"]&.round(1), s["max"]&.round(1), s["bulk"]&.round, nil, nil, nil, nil, nil, nil, s["bad_rounds"] ]
+        end
       end
     end
 
@@ -110,6 +122,9 @@ class Report
         Charts.bars(File.join(dir, "#{workload}-throughput.svg"), "#{workload}: jobs/s (median)", "jobs/s", systems.transform_values { |s| s["median"] })
         Charts.bars(File.join(dir, "#{workload}-rss.svg"), "#{workload}: peak RSS of the worker", "MB", systems.transform_values { |s| s["peak_rss_mb"] })
         Charts.bars(File.join(dir, "#{workload}-connections.svg"), "#{workload}: peak PostgreSQL sessions", "", systems.transform_values { |s| s["peak_connections"] })
+      end
+      if enqueue.any?
+        Charts.bars(File.join(dir, "enqueue-one-at-a-time.svg"), "enqueue one job per call: jobs/s (median)", "jobs/s", enqueue.transform_values { |s| s["median"] })
       end
       latencies = summary.values.flat_map { |systems| systems.select { |_, s| s["latency_ms"] }.flat_map { |system, s| %w[p50 p99].map { |p| [ "#{system} #{p}", s["latency_ms"][p] ] } } }
       Charts.bars(File.join(dir, "latency-percentiles.svg"), "open loop: enqueue → start (median of rounds)", "ms", latencies.to_h) if latencies.any?

@@ -12,7 +12,8 @@ class Results
   ].freeze
   IO_WORKLOADS = %w[sleep http burst llm_stream db_mix].freeze
 
-  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {})
+  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {})
+    @enqueue = enqueue
     @matrix = matrix
     @sweep = sweep
     @summary = summary
@@ -22,7 +23,7 @@ class Results
   end
 
   def to_s
-    [ header, ratios, throughput, sweep, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
+    [ header, ratios, throughput, sweep, enqueue, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
   end
 
   private
@@ -103,6 +104,20 @@ class Results
         "| system | #{cs.map { |c| "C = #{c}" }.join(' | ')} |\n|---|#{'---|' * cs.size}\n#{rows.join("\n")}\n"
     end
 
+    def enqueue
+      return if @enqueue.empty?
+
+      rows = @enqueue.map do |system, s|
+        "| #{system} | #{fmt(s['bulk'])} | #{fmt(s['median'])} (#{fmt(s['min'])}–#{fmt(s['max'])}) | #{s['bad_rounds']}/#{s['rounds']} #{s['errors'].first&.slice(0, 60)} |"
+      end
+      "## Enqueue\n\nOne process enqueuing no-op jobs. Bulk: each system's bulk API (Bobbin `enqueue_all`, Active Job " \
+        "`perform_all_later`, Sidekiq `push_bulk`; Async::Job has none, so one `call` per job), timed before each noop cell, median. " \
+        "One at a time: the single-job API (Bobbin `Job.enqueue`, `perform_later`, `perform_async`, the processor's `call`) in a loop, " \
+        "#{@enqueue.values.first['jobs']} jobs per round with no worker running, median (min–max) over rounds. " \
+        "Chart: `results/charts/enqueue-one-at-a-time.svg`.\n\n" \
+        "| system | bulk jobs/s | one at a time jobs/s | bad rounds |\n|---|---|---|---|\n#{rows.join("\n")}\n"
+    end
+
     def latency
       rows = @summary.flat_map do |workload, systems|
         systems.filter_map do |system, s|
@@ -142,6 +157,9 @@ class Results
       if @sweep["bobbin-fibers"]&.key?(500)
         at500 = @sweep["bobbin-fibers"][500]
         rows << "| sleep at C=500, 50 % of C ÷ latency (jobs/s) | >= 5000 | #{fmt(at500)} | #{at500 && at500 >= 5_000 ? 'met' : 'missed'} |"
+      end
+      if (one = @enqueue.dig("bobbin-fibers", "median"))
+        rows << "| enqueue one at a time, `Job.enqueue` (jobs/s) | reported | #{fmt(one)} | — |"
       end
       io = IO_WORKLOADS.select { |w| @summary.dig(w, "bobbin-fibers", "median") && @summary.dig(w, "async_job", "median") }
       if io.any?

@@ -19,12 +19,16 @@ module Work
 
   module_function
 
-  # Enqueues `count` jobs keyed "prefix:i", a slice of keys per block call, and prints how long it took.
-  # With BENCH_RATE set (open loop), enqueues them one at a time at that many per second instead, each key
-  # ending in its enqueue time ("prefix:i:epoch"), so the harness can measure enqueue → start.
-  def enqueue(count, prefix, slice: 1_000)
+  # Enqueues `count` jobs of `workload` keyed "prefix:i", a slice of keys per block call (the system's bulk API),
+  # and prints how long it took. With BENCH_ENQUEUE=one, through the system's single-job API (`enqueue_one`)
+  # instead, one call per job as fast as they go. With BENCH_RATE set (open loop), one slice of one key at a
+  # time at that many per second, each key ending in its enqueue time ("prefix:i:epoch"), so the harness can
+  # measure enqueue → start.
+  def enqueue(count, prefix, workload, slice: 1_000)
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    if (rate = ENV["BENCH_RATE"]&.then { |r| Float(r) })
+    if ENV["BENCH_ENQUEUE"] == "one"
+      Integer(count).times { |i| enqueue_one.call(workload, "#{prefix}:#{i}") }
+    elsif (rate = ENV["BENCH_RATE"]&.then { |r| Float(r) })
       Integer(count).times do |i|
         ahead = started + i / rate - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         Kernel.sleep(ahead) if ahead.positive?

@@ -41,7 +41,8 @@ when "enqueue"
   workload, count, prefix = args
   Sync do
     server = Async::Job::Processor::Redis.new(BenchAsyncJob.new, endpoint: redis_endpoint, prefix: PREFIX)
-    Work.enqueue(count, prefix) { |keys| keys.each { |key| server.call({ "workload" => workload, "key" => key }) } }
+    Work.enqueue_one = ->(job_workload, key) { server.call({ "workload" => job_workload, "key" => key }) }
+    Work.enqueue(count, prefix, workload) { |keys| keys.each { |key| Work.enqueue_one.call(workload, key) } }
   end
 when "work"
   _mode, size = args

@@ -38,7 +38,7 @@ when "reset"
   Sidekiq.redis { |r| r.call("FLUSHDB") }
 when "enqueue"
   workload, count, prefix = args
-  Work.enqueue(count, prefix) { |keys| Sidekiq::Client.push_bulk("class" => BenchSidekiqJob, "args" => keys.map { |key| [ workload, key ] }) }
+  Work.enqueue(count, prefix, workload) { |keys| Sidekiq::Client.push_bulk("class" => BenchSidekiqJob, "args" => keys.map { |key| [ workload, key ] }) }
 when "work"
   mode, size = args
   # In fiber mode the default capsule gets one thread on a queue nothing is sent to.

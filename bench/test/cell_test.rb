@@ -57,6 +57,14 @@ class CellTest < Minitest::Test
     assert_operator cell["latency_ms"]["p99"], :>=, cell["latency_ms"]["p50"]
   end
 
+  def test_one_at_a_time_enqueue_is_timed_and_leaves_no_jobs_behind
+    cell = Cell.new(STAND_IN, "noop", jobs: 30, concurrency: 0, env: stand_in_env, ledger: @ledger, round: 1).enqueue_one
+
+    assert_nil cell["error"]
+    assert_operator cell["enqueue_one_per_second"], :>, 0
+    assert_equal "", File.read(File.join(@dir, "queue"))
+  end
+
   # The real thing, end to end: Bobbin's fiber worker against PostgreSQL, in a database of its own so a
   # benchmark running alongside is not disturbed.
   def test_bobbin_on_postgresql_runs_each_job_exactly_once
@@ -69,13 +77,20 @@ class CellTest < Minitest::Test
     assert_nil cell["error"]
     assert_equal [ 300, 0, 0, false ], cell.values_at("completed", "missing", "duplicates", "timed_out")
     assert_includes 1..5, cell["peak_connections"]
+
+    one = Cell.new(system, "noop", jobs: 50, concurrency: 0, env: env, ledger: @ledger, round: 1).enqueue_one
+    assert_nil one["error"]
+    assert_operator one["enqueue_one_per_second"], :>, 0
   end
 
   private
     def run_cell(jobs:, fault: nil, timeout: 30, rate: nil)
-      env = { "BENCH_LEDGER" => @ledger.path, "STAND_IN_QUEUE" => File.join(@dir, "queue"), "STAND_IN_FAULT" => fault,
-              "BUNDLE_GEMFILE" => File.expand_path("../Gemfile", __dir__) }
       workload = rate ? "latency" : "noop"
-      Cell.new(STAND_IN, workload, jobs: jobs, concurrency: 10, env: env, ledger: @ledger, round: 1, rate: rate).run(timeout: timeout)
+      Cell.new(STAND_IN, workload, jobs: jobs, concurrency: 10, env: stand_in_env(fault), ledger: @ledger, round: 1, rate: rate).run(timeout: timeout)
+    end
+
+    def stand_in_env(fault = nil)
+      { "BENCH_LEDGER" => @ledger.path, "STAND_IN_QUEUE" => File.join(@dir, "queue"), "STAND_IN_FAULT" => fault,
+        "BUNDLE_GEMFILE" => File.expand_path("../Gemfile", __dir__) }
     end
 end

@@ -37,6 +37,19 @@ class ReportTest < Minitest::Test
     assert_includes text, "| I/O workloads: at least Async::Job on Redis (sleep) | ≥ 1× each | behind on sleep | missed |"
   end
 
+  def test_one_at_a_time_enqueue_is_tabled_beside_bulk
+    one = [ 2_400, 2_600, 2_500 ].each_with_index.map do |rate, i|
+      { "system" => "bobbin-fibers", "workload" => "noop", "jobs" => 2_000, "enqueue_one_per_second" => rate, "round" => i + 1, "enqueue" => true }
+    end
+    noop = sleep_cells("bobbin-fibers", [ 10_000 ]).map { |c| c.merge("workload" => "noop", "enqueue_per_second" => 60_000) }
+    cells = noop + one + [ one.first.merge("error" => "RuntimeError: boom", "round" => 4) ]
+    text = results_of(cells)
+
+    assert_equal [ "noop" ], report_of(cells).summary.keys
+    assert_includes text, "| bobbin-fibers | 60000 | 2500 (2400–2600) | 1/4 RuntimeError: boom |"
+    assert_includes text, "| enqueue one at a time, `Job.enqueue` (jobs/s) | reported | 2500 | — |"
+  end
+
   def test_steady_cells_run_at_least_ten_times_the_concurrency_and_at_most_the_cap
     spec = Plan::WORKLOADS.fetch("sleep")
 
@@ -76,6 +89,7 @@ class ReportTest < Minitest::Test
     def results_of(cells)
       report = report_of(cells)
       Results.new(report.summary, facts: FACTS, runs: [ { "name" => "test", "options" => { "rounds" => 3 } } ],
-                  server_check: { "concurrent_requests" => 2, "seconds" => 1.0 }, matrix: cells.select { |c| c["matrix"] }).to_s
+                  server_check: { "concurrent_requests" => 2, "seconds" => 1.0 }, matrix: cells.select { |c| c["matrix"] },
+                  enqueue: report.enqueue).to_s
     end
 end

@@ -7,3 +7,5 @@ require "tmpdir"
 require_relative "../lib/ledger"
 require_relative "../lib/plan"
 require_relative "../lib/report"
+
+FileUtils.mkdir_p(File.join(__dir__, "..", "tmp")) # worker logs; absent in a fresh clone

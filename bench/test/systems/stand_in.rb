@@ -13,7 +13,8 @@ when "reset"
   File.write(queue, "")
 when "enqueue"
   workload, count, prefix = args
-  Work.enqueue(count, prefix) { |keys| File.write(queue, keys.map { |key| "#{workload} #{key}\n" }.join, mode: "a") }
+  Work.enqueue_one = ->(job_workload, key) { File.write(queue, "#{job_workload} #{key}\n", mode: "a") }
+  Work.enqueue(count, prefix, workload) { |keys| File.write(queue, keys.map { |key| "#{workload} #{key}\n" }.join, mode: "a") }
 when "work"
   fault = ENV["STAND_IN_FAULT"]
   abort("stand_in: lost its database connection") if fault == "die"
