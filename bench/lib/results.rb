@@ -128,7 +128,7 @@ class Results
       return if rows.empty?
 
       "## Open-loop latency (enqueue → start)\n\nJobs (10 ms each) arrive one at a time at a fixed rate while the worker runs; " \
-        "each system's single-job enqueue API; milliseconds, median over rounds. Chart: `results/charts/latency-percentiles.svg`.\n\n" \
+        "each an enqueue call of one job through the system's bulk API (as in the other cells); milliseconds, median over rounds. Chart: `results/charts/latency-percentiles.svg`.\n\n" \
         "| system | jobs/s arriving | p50 | p90 | p99 | bad rounds |\n|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
     end
 
