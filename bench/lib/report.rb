@@ -52,8 +52,8 @@ class Report
     write_csv
     charts
     File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] },
-                                                           sweep: sweep, enqueue: enqueue).to_s)
-    puts "wrote #{path('json')}, #{path('csv')}, bench/results/charts/ and bench/RESULTS.md"
+                                                           sweep: sweep, enqueue: enqueue, origins: origins).to_s)
+    puts "wrote #{[ (path('json') if json), path('csv') ].compact.join(', ')}, bench/results/charts/ and bench/RESULTS.md"
   end
 
   # { workload => { system => stats } } over measured (non-warm-up) rounds.
@@ -69,6 +69,9 @@ class Report
       cells.to_h { |c| [ c["concurrency"], self.class.bad?(c) ? nil : c["jobs_per_second"] ] }.sort.to_h
     end
   end
+
+  # { part => run } for the stress matrix, the sweep and one-at-a-time enqueue: the run each came from.
+  def origins = @cells.reject { |c| c["workload"] == self.class.part(c) }.to_h { |c| [ self.class.part(c), c["run"] ] }
 
   # { system => stats } of one-at-a-time enqueue over its rounds, with the bulk rate from the noop cells.
   def enqueue

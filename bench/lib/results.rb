@@ -12,7 +12,11 @@ class Results
   ].freeze
   IO_WORKLOADS = %w[sleep http burst llm_stream db_mix].freeze
 
-  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {})
+  PARTS = { matrix: "stress matrix", sweep: "throughput-vs-concurrency sweep", enqueue: "one-at-a-time enqueue" }.freeze
+
+  # origins: { part => the run its cells come from } for the parts that are not workloads (PARTS).
+  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {})
+    @origins = origins
     @enqueue = enqueue
     @matrix = matrix
     @sweep = sweep
@@ -60,7 +64,7 @@ class Results
     def run_line(run)
       options = run["options"]
       workloads = @summary.keys.select { |w| @summary[w].values.any? { |s| s["run"] == run["name"] } }
-      workloads << "stress matrix" if @matrix.any? { |c| c["run"].nil? || c["run"] == run["name"] }
+      workloads.concat(PARTS.filter_map { |part, label| label if @origins[part] == run["name"] })
       rounds = options["quick"] ? "1 round, no warm-up, reduced job counts" :
         "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s"
       "- Run `#{run['name']}` (`bin/bench#{' --quick' if options['quick']}`): #{rounds} — #{workloads.join(', ')}."
