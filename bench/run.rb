@@ -53,7 +53,8 @@ http = Servers::FakeLLM.start
 capacity = http.capacity_check
 cells = []
 # Every finished cell is saved at once, so a run cut short still leaves its cells (`bin/bench --report tmp/<run>.json`).
-checkpoint = File.join(__dir__, "tmp", "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}.json")
+name = Report.run_name(options)
+checkpoint = File.join(__dir__, "tmp", "#{name}.json")
 record = lambda do |cell|
   cells << cell
   File.write(checkpoint, JSON.generate(options: options, server_check: capacity, cells: cells))
@@ -115,4 +116,4 @@ ensure
   http.stop
   ledger.close
 end
-Report.new(cells, options: options, server_check: capacity).write
+Report.new(cells, runs: [ { "name" => name, "options" => options } ], server_check: capacity).write

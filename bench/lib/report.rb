@@ -32,12 +32,18 @@ class Report
                facts: runs.first["facts"]).write(json: false)
   end
 
+  # The parts of a run that are not a workload's tables; a cell of one is flagged with the part's name.
+  PARTS = %i[matrix sweep enqueue].freeze
+
   # Which part of a run a cell belongs to: the stress matrix, the sweep, one-at-a-time enqueue, or its workload's tables.
-  def self.part(cell) = %w[matrix sweep enqueue].find { |part| cell[part] }&.to_sym || cell["workload"]
+  def self.part(cell) = PARTS.find { |part| cell[part.to_s] } || cell["workload"]
+
+  # A run's name, from when it started: its checkpoint and its results share it.
+  def self.run_name(options, at = Time.now.utc) = "#{at.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
 
   def initialize(cells, runs: nil, options: nil, server_check:, facts: nil)
     @cells = cells
-    @runs = runs || [ { "name" => "#{Time.now.utc.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}", "options" => options } ]
+    @runs = runs || [ { "name" => self.class.run_name(options), "options" => options } ]
     @runs = @runs.map { |run| run.merge("options" => run["options"].transform_keys(&:to_s)) }
     @options = @runs.first["options"]
     @name = @runs.map { |run| run["name"] }.join("+")
@@ -58,7 +64,7 @@ class Report
 
   # { workload => { system => stats } } over measured (non-warm-up) rounds.
   def summary
-    @summary ||= @cells.reject { |c| c["warmup"] || %i[matrix sweep enqueue].include?(self.class.part(c)) }.group_by { |c| c["workload"] }.transform_values do |cells|
+    @summary ||= @cells.reject { |c| c["warmup"] || PARTS.include?(self.class.part(c)) }.group_by { |c| c["workload"] }.transform_values do |cells|
       cells.group_by { |c| c["system"] }.transform_values { |runs| stats(runs) }
     end
   end
@@ -71,29 +77,33 @@ class Report
   end
 
   # { part => run } for the stress matrix, the sweep and one-at-a-time enqueue: the run each came from.
-  def origins = @cells.reject { |c| c["workload"] == self.class.part(c) }.to_h { |c| [ self.class.part(c), c["run"] ] }
+  def origins = @cells.select { |c| PARTS.include?(self.class.part(c)) }.to_h { |c| [ self.class.part(c), c["run"] ] }
 
   # { system => stats } of one-at-a-time enqueue over its rounds, with the bulk rate from the noop cells.
   def enqueue
-    @enqueue ||= @cells.select { |c| c["enqueue"] }.group_by { |c| c["system"] }.transform_values do |cells|
-      rates = cells.reject { |c| self.class.bad?(c) }.map { |c| c["enqueue_one_per_second"] }.sort
-      { "median" => median(rates), "min" => rates.first, "max" => rates.last, "rounds" => cells.size, "bad_rounds" => cells.count { |c| self.class.bad?(c) },
-        "jobs" => cells.first["jobs"], "errors" => cells.filter_map { |c| c["error"] }.uniq, "bulk" => summary.dig(Plan::ENQUEUE[:workload], cells.first["system"], "enqueue_per_second") }
+    @enqueue ||= @cells.select { |c| c["enqueue"] }.group_by { |c| c["system"] }.to_h do |system, cells|
+      [ system, spread(cells, "enqueue_one_per_second").merge("bulk" => summary.dig(Plan::ENQUEUE[:workload], system, "enqueue_per_second")) ]
     end
   end
 
   private
     def path(ext) = File.join(DIR, "results", "#{@name}.#{ext}")
 
-    def stats(runs)
-      good = runs.reject { |r| self.class.bad?(r) }.map { |r| r["jobs_per_second"] }.compact.sort
+    # Median, min and max of `key` over the good rounds; how many rounds were bad, and their errors.
+    def spread(runs, key)
+      good = runs.reject { |r| self.class.bad?(r) }.filter_map { |r| r[key] }.sort
       { "median" => median(good), "min" => good.first, "max" => good.last, "rounds" => runs.size, "bad_rounds" => runs.count { |r| self.class.bad?(r) },
+        "errors" => runs.filter_map { |r| r["error"] }.uniq, "jobs" => runs.first["jobs"] }
+    end
+
+    def stats(runs)
+      spread(runs, "jobs_per_second").merge(
         "enqueue_per_second" => median(runs.map { |r| r["enqueue_per_second"] }.compact.sort),
         "span_seconds" => median(runs.map { |r| r["span_seconds"] }.compact.sort),
         "peak_rss_mb" => runs.map { |r| r["peak_rss_mb"].to_i }.max, "peak_connections" => runs.map { |r| r["peak_connections"].to_i }.max,
         "cpu_seconds" => median(runs.map { |r| r["cpu_seconds"] }.compact.sort), "pool" => runs.first["pool"],
-        "concurrency" => runs.first["concurrency"], "jobs" => runs.first["jobs"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
-        "errors" => runs.filter_map { |r| r["error"] }.uniq, "latency_ms" => latency(runs), "run" => runs.first["run"] }.compact
+        "concurrency" => runs.first["concurrency"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
+        "latency_ms" => latency(runs), "run" => runs.first["run"]).compact
     end
 
     # Open-loop cells: the median over good rounds of each enqueue → start percentile.
