@@ -50,6 +50,20 @@ class ReportTest < Minitest::Test
     assert_includes text, "| enqueue one at a time, `Job.enqueue` (jobs/s) | reported | 2500 | — |"
   end
 
+  def test_the_header_says_which_run_each_part_comes_from
+    one = { "system" => "bobbin-fibers", "workload" => "noop", "jobs" => 500, "enqueue_one_per_second" => 1_600, "round" => 1, "enqueue" => true, "run" => "quick-run" }
+    cells = sleep_cells("bobbin-fibers", [ 1_950 ]).map { |c| c.merge("run" => "full-run") } + [ one ]
+    runs = [ { "name" => "full-run", "options" => { "rounds" => 3 } }, { "name" => "quick-run", "options" => { "quick" => true } } ]
+    report = Report.new(cells, runs: runs, server_check: {}, facts: FACTS)
+    text = Results.new(report.summary, facts: FACTS, runs: runs, server_check: { "concurrent_requests" => 2, "seconds" => 1.0 },
+                       enqueue: report.enqueue, origins: report.origins).to_s
+
+    assert_equal({ enqueue: "quick-run" }, report.origins)
+    assert_includes text, "- Run `full-run` (`bin/bench`): 3 measured rounds"
+    assert_match(/- Run `full-run` .* — sleep\.$/, text)
+    assert_match(/- Run `quick-run` \(`bin\/bench --quick`\): 1 round, no warm-up, reduced job counts — one-at-a-time enqueue\.$/, text)
+  end
+
   def test_steady_cells_run_at_least_ten_times_the_concurrency_and_at_most_the_cap
     spec = Plan::WORKLOADS.fetch("sleep")
 
