@@ -61,13 +61,18 @@ class Results
         "connections, so it is not what limits any system here."
     end
 
+    # "- Run `name` (`bin/bench`): what it contributes, each with its rounds."
     def run_line(run)
-      options = run["options"]
-      workloads = @summary.keys.select { |w| @summary[w].values.any? { |s| s["run"] == run["name"] } }
-      workloads.concat(PARTS.filter_map { |part, label| label if @origins[part] == run["name"] })
-      rounds = options["quick"] ? "1 round, no warm-up, reduced job counts" :
-        "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s"
-      "- Run `#{run['name']}` (`bin/bench#{' --quick' if options['quick']}`): #{rounds} — #{workloads.join(', ')}."
+      name, options = run.values_at("name", "options")
+      quick = options["quick"]
+      workloads = @summary.keys.select { |w| @summary[w].values.any? { |s| s["run"] == name } }
+      parts = []
+      parts << "#{workloads.join(', ')}, " + (quick ? "1 round of reduced job counts, no warm-up" :
+        "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s") if workloads.any?
+      once = %i[matrix sweep].filter_map { |part| PARTS[part] if @origins[part] == name }
+      parts << "#{once.join(' and ')}, one round per cell#{' of reduced job counts' if quick}" if once.any?
+      parts << "#{PARTS[:enqueue]}, " + (quick ? "1 round of reduced job counts" : "#{options['rounds']} rounds") if @origins[:enqueue] == name
+      "- Run `#{name}` (`bin/bench#{' --quick' if quick}`): #{parts.join('; ')}."
     end
 
     def ratios

@@ -59,9 +59,20 @@ class ReportTest < Minitest::Test
                        enqueue: report.enqueue, origins: report.origins).to_s
 
     assert_equal({ enqueue: "quick-run" }, report.origins)
-    assert_includes text, "- Run `full-run` (`bin/bench`): 3 measured rounds"
-    assert_match(/- Run `full-run` .* — sleep\.$/, text)
-    assert_match(/- Run `quick-run` \(`bin\/bench --quick`\): 1 round, no warm-up, reduced job counts — one-at-a-time enqueue\.$/, text)
+    assert_match(/^- Run `full-run` \(`bin\/bench`\): sleep, 3 measured rounds after a warm-up round .*\.$/, text)
+    assert_match(/^- Run `quick-run` \(`bin\/bench --quick`\): one-at-a-time enqueue, 1 round of reduced job counts\.$/, text)
+  end
+
+  def test_the_header_counts_the_stress_matrix_and_sweep_as_one_round_per_cell
+    enqueue = (1..2).map { |round| { "system" => "bobbin-fibers", "workload" => "noop", "jobs" => 2_000, "enqueue_one_per_second" => 1_600, "round" => round, "enqueue" => true } }
+    sweep = sleep_cells("bobbin-fibers", [ 1_950 ]).map { |c| c.merge("sweep" => true, "concurrency" => 100, "round" => 1) }
+    cells = (enqueue + sweep).map { |c| c.merge("run" => "parts-run") }
+    runs = [ { "name" => "parts-run", "options" => { "rounds" => 2 } } ]
+    report = Report.new(cells, runs: runs, server_check: {}, facts: FACTS)
+    text = Results.new(report.summary, facts: FACTS, runs: runs, server_check: { "concurrent_requests" => 2, "seconds" => 1.0 },
+                       sweep: report.sweep, enqueue: report.enqueue, origins: report.origins).to_s
+
+    assert_includes text, "- Run `parts-run` (`bin/bench`): throughput-vs-concurrency sweep, one round per cell; one-at-a-time enqueue, 2 rounds.\n"
   end
 
   def test_steady_cells_run_at_least_ten_times_the_concurrency_and_at_most_the_cap
