@@ -4,13 +4,16 @@
 #   1. noop and sleep 50 ms × 20,000 on fibers: 100 — jobs/s, Ruby CPU per job, and per hot-path statement
 #      (claim, finish) its calls, time per call and rows per call.
 #   2. 10,000 × sleep 2 s on fibers: 10_000 — first start → last finish, peak PostgreSQL sessions, peak RSS.
+#   3. CPU-bound jobs (the cpu workload) at C = 10, fibers and threads alternated: jobs/s, the share of the wall
+#      time some job was running (a fiber pool's gaps between jobs), minor GCs and GC time per job.
 # Prints a markdown section that bench/analysis.md quotes.
 require "bobbin"
 require "pg"
+require "digest"
 
 Bobbin.config.logger.level = Logger::WARN
 PORT = ENV.fetch("BENCH_PG_PORT", "5432")
-Bobbin.connect("postgres:///bench_bobbin?port=#{PORT}&pool=5")
+Bobbin.connect("postgres:///bench_bobbin?port=#{PORT}&pool=12")
 Bobbin.migrate!
 
 # Every job notes when it started and finished (monotonic clock, same process).
@@ -19,9 +22,13 @@ class ProfiledJob
   bobbin_options retries: 0
   TIMES = []
 
-  def perform(seconds)
+  def perform(seconds, work = "sleep")
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    sleep(seconds) if seconds.positive?
+    if work == "cpu"
+      50_000.times { |i| Digest::SHA256.digest("bobbin-#{i}") } # lib/work.rb's cpu
+    elsif seconds.positive?
+      sleep(seconds)
+    end
     TIMES << [ started, Process.clock_gettime(Process::CLOCK_MONOTONIC) ]
   end
 end
@@ -44,9 +51,9 @@ module StatementClock
 end
 Bobbin::Store::Guarded.prepend(StatementClock)
 
-def reset(jobs, seconds)
+def reset(jobs, seconds, work = "sleep")
   ActiveRecord::Base.connection_pool.with_connection { |c| c.execute("TRUNCATE bobbin_jobs, bobbin_processes") }
-  jobs.times.each_slice(5_000) { |slice| Bobbin.enqueue_all(slice.map { [ ProfiledJob, [ seconds ] ] }) }
+  jobs.times.each_slice(5_000) { |slice| Bobbin.enqueue_all(slice.map { [ ProfiledJob, [ seconds, work ] ] }) }
   ProfiledJob::TIMES.clear
   StatementClock::STATS.clear
 end
@@ -55,18 +62,28 @@ def rss_mb = File.read("/proc/self/status")[/VmRSS:\s+(\d+)/, 1].to_i / 1024
 
 def sessions(pg) = pg.exec("SELECT count(*) FROM pg_stat_activity WHERE datname = 'bench_bobbin'").getvalue(0, 0).to_i
 
-# Runs a drained worker while a thread samples RSS and PostgreSQL sessions every 50 ms.
-def measure(fibers)
+# Runs a drained worker (`fibers: n` or `threads: n`) while a thread samples RSS and PostgreSQL sessions every 50 ms.
+def measure(**pool)
   pg = PG.connect(dbname: "postgres", port: PORT)
   peaks = { rss: rss_mb, sessions: 0, base_rss: rss_mb }
   sampler = Thread.new { loop { peaks[:rss] = [ peaks[:rss], rss_mb ].max; peaks[:sessions] = [ peaks[:sessions], sessions(pg) ].max; sleep 0.05 } }
+  gc = GC.stat.slice(:minor_gc_count, :time)
   cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
-  Bobbin::Worker.new(fibers: fibers, polling_interval: 0.05).run_until_empty
+  Bobbin::Worker.new(**pool, polling_interval: 0.05).run_until_empty
   cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu
   sampler.kill
   pg.close
   span = ProfiledJob::TIMES.map(&:last).max - ProfiledJob::TIMES.map(&:first).min
-  { span: span, cpu: cpu, jobs: ProfiledJob::TIMES.size }.merge(peaks)
+  { span: span, cpu: cpu, jobs: ProfiledJob::TIMES.size, covered: covered(ProfiledJob::TIMES) / span,
+    minor_gcs: GC.stat(:minor_gc_count) - gc[:minor_gc_count], gc_ms: GC.stat(:time) - gc[:time] }.merge(peaks)
+end
+
+# Seconds during which at least one of the [start, finish] intervals was running.
+def covered(times)
+  reach = -Float::INFINITY
+  times.sort.sum do |started, finished|
+    (finished - [ started, reach ].max).clamp(0, nil).tap { reach = [ reach, finished ].max }
+  end
 end
 
 puts "## Profile: where a Bobbin job's time goes (bench/profile.rb, one process, PostgreSQL)\n\n"
@@ -74,7 +91,7 @@ puts "| jobs | jobs/s | process CPU per job | claim: calls, ms/call, rows/call |
 puts "|---|---|---|---|---|"
 [ [ "20,000 noop, fibers: 100", 0.0 ], [ "20,000 × sleep 50 ms, fibers: 100", 0.05 ] ].each do |label, seconds|
   reset(20_000, seconds)
-  m = measure(100)
+  m = measure(fibers: 100)
   cells = StatementClock::STATS.values_at(:claim, :finish).map do |calls, total, rows|
     format("%d, %.2f, %.1f", calls, total / calls * 1000, rows.to_f / calls)
   end
@@ -83,7 +100,17 @@ end
 
 reset(10_000, 2.0)
 GC.start
-m = measure(10_000)
+m = measure(fibers: 10_000)
 puts "\n10,000 × sleep 2 s on fibers: 10_000 in one process: #{m[:jobs]} ran, first start → last finish " \
      "#{m[:span].round(2)} s (ideal 2.0), peak #{m[:sessions]} PostgreSQL sessions, peak RSS #{m[:rss]} MB " \
      "(#{m[:base_rss]} MB before the worker started)."
+
+puts "\n| 200 × cpu (50,000 SHA256), C = 10 | jobs/s | a job running | minor GCs per job | GC ms per job |"
+puts "|---|---|---|---|---|"
+[ :threads, :fibers, :threads, :fibers ].each do |mode|
+  reset(200, 0.0, "cpu")
+  GC.start
+  m = measure(mode => 10)
+  puts format("| %s: 10 | %.1f | %.1f %% | %.1f | %.1f |", mode, m[:jobs] / m[:span], m[:covered] * 100,
+              m[:minor_gcs].fdiv(m[:jobs]), m[:gc_ms].fdiv(m[:jobs]))
+end
