@@ -9,7 +9,7 @@
 # Prints a markdown section that bench/analysis.md quotes.
 require "bobbin"
 require "pg"
-require "digest"
+require_relative "lib/work"
 
 Bobbin.config.logger.level = Logger::WARN
 PORT = ENV.fetch("BENCH_PG_PORT", "5432")
@@ -25,7 +25,7 @@ class ProfiledJob
   def perform(seconds, work = "sleep")
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     if work == "cpu"
-      50_000.times { |i| Digest::SHA256.digest("bobbin-#{i}") } # lib/work.rb's cpu
+      Work.cpu(nil)
     elsif seconds.positive?
       sleep(seconds)
     end

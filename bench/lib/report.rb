@@ -41,10 +41,10 @@ class Report
   # A run's name, from when it started: its checkpoint and its results share it.
   def self.run_name(options, at = Time.now.utc) = "#{at.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
 
-  def initialize(cells, runs: nil, options: nil, server_check:, facts: nil)
+  # runs: [{ "name" =>, "options" => }] the cells come from, the first giving the options for sizing and titles.
+  def initialize(cells, runs:, server_check:, facts: nil)
     @cells = cells
-    @runs = runs || [ { "name" => self.class.run_name(options), "options" => options } ]
-    @runs = @runs.map { |run| run.merge("options" => run["options"].transform_keys(&:to_s)) }
+    @runs = runs.map { |run| run.merge("options" => run["options"].transform_keys(&:to_s)) }
     @options = @runs.first["options"]
     @name = @runs.map { |run| run["name"] }.join("+")
     @cells = @cells.map { |c| c["run"] ? c : c.merge("run" => @runs.first["name"]) }

@@ -109,7 +109,7 @@ class ReportTest < Minitest::Test
         "missing" => missing, "duplicates" => 0, "timed_out" => missing.positive?, "error" => nil, "matrix" => true }
     end
 
-    def report_of(cells) = Report.new(cells, options: { rounds: 3, quick: false }, server_check: {}, facts: FACTS)
+    def report_of(cells) = Report.new(cells, runs: [ { "name" => "test", "options" => { rounds: 3, quick: false } } ], server_check: {}, facts: FACTS)
 
     def results_of(cells)
       report = report_of(cells)
