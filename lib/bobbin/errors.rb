@@ -4,8 +4,12 @@ module Bobbin
   # Base class of every error Bobbin raises on purpose.
   class Error < StandardError; end
 
-  # An argument cannot round-trip through JSON, or the arguments are too large.
-  class SerializationError < Error; end
+  # A job that cannot be stored as given (its arguments, queue, priority or run_at); raised before anything is
+  # written, the same on PostgreSQL and SQLite. (A class that is not a Bobbin job raises ArgumentError instead.)
+  class EnqueueError < Error; end
+
+  # An argument cannot round-trip through JSON, or the arguments are too large or too deeply nested.
+  class SerializationError < EnqueueError; end
 
   # A configuration value, pool size or isolation level that cannot work.
   class ConfigurationError < Error; end

@@ -29,8 +29,12 @@ module Bobbin
       # Stores a job to run as soon as a worker is free; returns its id.
       def enqueue(*args) = Client::Enqueuer.enqueue(self, args)
 
-      # Stores a job to run at `time` (or later); returns its id.
+      # Stores a job to run at `time` (or later): a Time, DateTime or ActiveSupport::TimeWithZone in the years
+      # 1970..9999; anything else raises EnqueueError. Returns its id.
       def enqueue_at(time, *args) = Client::Enqueuer.enqueue(self, args, run_at: time)
+
+      # Stores a job to run `seconds` (a finite Numeric ≥ 0) from now; returns its id.
+      def enqueue_in(seconds, *args) = Client::Enqueuer.enqueue(self, args, run_at: Client::Fields.delay(seconds, name))
 
       # Runs the job inline, in this process, as a worker would (tests, consoles).
       def perform_now(*args) = new.perform(*Client::Arguments.load(Client::Arguments.dump(name, args)))

@@ -23,6 +23,13 @@ class ArgumentsTest < Bobbin::TestCase
     assert_raises(Bobbin::SerializationError) { SleepJob.enqueue("\xff".dup.force_encoding("UTF-8")) }
   end
 
+  test "binary strings are refused unless they are plain ASCII, and hash keys are checked too" do
+    error = assert_raises(Bobbin::SerializationError) { SleepJob.enqueue("caf\xC3\xA9\xff".b) }
+    assert_match(/SleepJob argument 1 is a binary \(ASCII-8BIT\) String with non-ASCII bytes/, error.message)
+    assert_raises(Bobbin::SerializationError) { SleepJob.enqueue({ "\xff".b => 1 }) }
+    assert_equal [ "ascii" ], Bobbin::JobRecord.find(SleepJob.enqueue("ascii".b)).parsed_arguments
+  end
+
   test "arguments over the size limit are rejected with the limit in the message" do
     Bobbin.config.max_argument_bytes = 1_000
     error = assert_raises(Bobbin::SerializationError) { SleepJob.enqueue("x" * 2_000) }

@@ -1,37 +1,48 @@
 # frozen_string_literal: true
 
+require_relative "fields"
+
 module Bobbin
   module Client
-    # Writes new jobs: one INSERT for one job or for many.
+    # Writes new jobs: one INSERT for one job or for many. Every row is checked before anything is written.
     module Enqueuer
+      OPTIONS = %i[run_at queue priority].freeze
+      # run_at when none was given: the job runs now. (An explicit nil is refused: it is usually a missing time.)
+      NOW = Object.new.freeze
+
       module_function
 
       # Stores one job of `job_class` with `args`; returns its id.
-      def enqueue(job_class, args, run_at: nil, **overrides)
+      def enqueue(job_class, args, run_at: NOW, **overrides)
         insert([ row(job_class, args, run_at: run_at, **overrides) ]).first
       end
 
       # Stores `[[JobClass, [args]], ...]` (optionally `[JobClass, [args], {run_at:, queue:, priority:}]`)
-      # in one multi-row INSERT; returns the ids in order.
+      # in one multi-row INSERT; returns the ids in order. One bad row raises EnqueueError and writes nothing.
       def enqueue_all(pairs)
-        insert(pairs.map { |job_class, args, options| row(job_class, Array(args), **(options || {})) })
+        raise EnqueueError, "Bobbin.enqueue_all takes a list of rows [[JobClass, [arguments]], ...], got #{pairs.inspect[0, 80]}" unless pairs.is_a?(Array)
+
+        insert(pairs.each_with_index.map { |pair, index| pair_row(pair, index + 1) })
       end
 
-      # Builds a row for a Bobbin::Job class, validating its arguments.
-      def row(job_class, args, run_at: nil, queue: nil, priority: nil)
-        unless job_class.respond_to?(:bobbin_options)
-          raise ArgumentError, "#{job_class.inspect} is not a Bobbin job (include Bobbin::Job)"
-        end
+      # Builds a row for a Bobbin::Job class, validating its arguments, queue, priority and run_at.
+      def row(job_class, args, run_at: NOW, queue: nil, priority: nil)
+        raise ArgumentError, "#{job_class.inspect} is not a Bobbin job (include Bobbin::Job)" unless job_class.respond_to?(:bobbin_options)
+
+        name = Fields.class_name(job_class.name)
         options = job_class.bobbin_options
-        build(class_name: job_class.name, arguments: Arguments.dump(job_class.name, args),
-              queue: queue || options[:queue], priority: priority || options[:priority],
-              run_at: run_at, max_attempts: options[:retries] + 1)
+        build(class_name: name, arguments: Arguments.dump(name, args), queue: queue.nil? ? options[:queue] : queue,
+              priority: priority.nil? ? options[:priority] : priority, run_at: (Fields.run_at(run_at, name, required: true) unless run_at.equal?(NOW)),
+              max_attempts: options[:retries].is_a?(Integer) ? options[:retries] + 1 : options[:retries])
       end
 
-      # Builds a row from parts already serialised (the Active Job adapter uses this); run_at nil means now.
+      # Builds a checked row from parts already serialised (the Active Job adapter uses this); run_at nil means now,
+      # priority nil means 0. Raises EnqueueError for a queue, priority, run_at or max_attempts no database would keep.
       def build(class_name:, arguments:, queue:, priority:, run_at:, max_attempts:, active_job_id: nil)
-        { queue: queue.to_s, class_name: class_name, arguments: arguments, priority: Integer(priority || 0),
-          run_at: Store.timestamp(run_at&.to_time), max_attempts: max_attempts, active_job_id: active_job_id }
+        name = Fields.class_name(class_name)
+        { queue: Fields.queue(queue, name), class_name: name, arguments: arguments,
+          priority: Fields.priority(priority.nil? ? 0 : priority, name), run_at: Store.timestamp(Fields.run_at(run_at, name)),
+          max_attempts: Fields.max_attempts(max_attempts, name), active_job_id: active_job_id }
       end
 
       # Inserts rows in one statement and returns their ids.
@@ -39,6 +50,32 @@ module Bobbin
         return [] if rows.empty?
 
         Store.insert(rows)
+      end
+
+      # One `[JobClass, args, options]` of enqueue_all, with its position in any error.
+      def pair_row(pair, number)
+        job_class, args, options = pair_parts(pair)
+        row(job_class, args.nil? ? [] : args, **options)
+      rescue EnqueueError => error
+        raise error.class, "Bobbin.enqueue_all row #{number}: #{error.message}"
+      end
+
+      def pair_parts(pair)
+        unless pair.is_a?(Array) && pair.size.between?(1, 3)
+          raise EnqueueError, "a row must be [JobClass, [arguments]] or [JobClass, [arguments], " \
+                              "{run_at:, queue:, priority:}], got #{pair.inspect[0, 80]}"
+        end
+        [ pair[0], pair[1], options(pair[2], pair[0]) ]
+      end
+
+      def options(options, job_class)
+        return {} if options.nil?
+        raise EnqueueError, "#{job_class}: options must be a Hash of #{OPTIONS.join(', ')}, got #{options.inspect[0, 80]}" unless options.is_a?(Hash)
+
+        unknown = options.keys - OPTIONS
+        raise EnqueueError, "#{job_class}: unknown option #{unknown.first.inspect} (known: #{OPTIONS.join(', ')})" if unknown.any?
+
+        options
       end
     end
   end

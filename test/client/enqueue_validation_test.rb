@@ -1,0 +1,108 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Bad input to enqueue raises one error class, Bobbin::EnqueueError, the same on both databases, before any write.
+class EnqueueValidationTest < Bobbin::TestCase
+  # Hands what it was given back to the test (the worker runs in this process).
+  class EchoJob
+    include Bobbin::Job
+    bobbin_options retries: 0
+    RECEIVED = Queue.new
+
+    def perform(*args) = RECEIVED << args
+  end
+
+  class FractionalPriorityJob < SleepJob
+    bobbin_options priority: 1.5
+  end
+
+  def assert_refused(pattern, &block)
+    error = assert_raises(Bobbin::EnqueueError, &block)
+    assert_match pattern, error.message
+    assert_equal 0, Bobbin::JobRecord.count, "nothing was written"
+    error
+  end
+
+  def enqueue_with(**options) = Bobbin.enqueue_all([ [ SleepJob, [ 0 ], options ] ])
+
+  test "the error classes: SerializationError is an EnqueueError, both are Bobbin errors" do
+    assert_operator Bobbin::SerializationError, :<, Bobbin::EnqueueError
+    assert_operator Bobbin::EnqueueError, :<, Bobbin::Error
+    assert_raises(ArgumentError) { Bobbin.enqueue_all([ [ NotAJob, [] ] ]) }
+  end
+
+  test "arguments given as a Hash (or anything but an Array) are refused instead of becoming key-value pairs" do
+    assert_refused(/SleepJob: arguments must be an Array.*got \{"a" => 1\}/) { Bobbin.enqueue_all([ [ SleepJob, { "a" => 1 } ] ]) }
+    assert_refused(/arguments must be an Array/) { Bobbin.enqueue_all([ [ SleepJob, "a" ] ]) }
+    assert_equal 2, Bobbin.enqueue_all([ [ LedgerJob, [ { "a" => 1 } ] ], [ NotImplementedJob ] ]).size
+  end
+
+  test "rows that are not [JobClass, [args], {options}] and unknown options are refused" do
+    assert_refused(/Bobbin\.enqueue_all row 1: a row must be \[JobClass, \[arguments\]/) { Bobbin.enqueue_all([ SleepJob ]) }
+    assert_refused(/row 1: a row must be/) { Bobbin.enqueue_all([ [ SleepJob, [], {}, :extra ] ]) }
+    assert_refused(/unknown option :wait \(known: run_at, queue, priority\)/) { enqueue_with(wait: 5) }
+    assert_refused(/options must be a Hash/) { Bobbin.enqueue_all([ [ SleepJob, [], "llm" ] ]) }
+    assert_refused(/a list of rows/) { Bobbin.enqueue_all(SleepJob) }
+  end
+
+  test "priority must be an Integer in the 32-bit signed range, the same on both databases" do
+    [ 1.7, 2**31, -2**31 - 1, "high", Float::NAN, 2.0, true ].each do |priority|
+      error = assert_refused(/SleepJob: priority must be a whole number from -2147483648 to 2147483647/) { enqueue_with(priority: priority) }
+      assert_includes error.message, priority.inspect
+    end
+    ids = [ 2**31 - 1, -2**31 ].map { |priority| enqueue_with(priority: priority).first }
+    assert_equal [ 2**31 - 1, -2**31 ], ids.map { |id| Bobbin::JobRecord.find(id).priority }
+  end
+
+  test "a bad priority in bobbin_options is refused at enqueue" do
+    assert_refused(/FractionalPriorityJob: priority must be/) { FractionalPriorityJob.enqueue(0) }
+  end
+
+  test "the queue must be a non-empty String or Symbol of valid UTF-8 without NUL, at most 255 bytes" do
+    [ [ "a", "b" ], "", "  ", "a\0b", "\xff".dup.force_encoding("UTF-8"), "é" * 128, 5, [] ].each do |queue|
+      error = assert_refused(/SleepJob: queue must be/) { enqueue_with(queue: queue) }
+      assert_includes error.message, queue.inspect[0, 40]
+    end
+    ids = [ :llm, "é" * 127 + "x", "llm 🧵" ].map { |queue| enqueue_with(queue: queue).first }
+    assert_equal [ "llm", "é" * 127 + "x", "llm 🧵" ], ids.map { |id| Bobbin::JobRecord.find(id).queue }
+  end
+
+  test "one bad row in enqueue_all writes nothing, and the message names the row" do
+    rows = Array.new(5) { |i| [ LedgerJob, [ "k#{i}" ] ] }
+    rows.insert(3, [ LedgerJob, [ "bad" ], { queue: "" } ])
+    assert_refused(/Bobbin\.enqueue_all row 4: LedgerJob: queue must be/) { Bobbin.enqueue_all(rows) }
+  end
+
+  test "arguments nested deeper than the worker can parse are refused at enqueue, without a stack overflow" do
+    deep = (1..10_000).reduce([]) { |inner, _| [ inner ] }
+    error = assert_refused(/SleepJob argument 2.* nested more than 100 levels/) { SleepJob.enqueue(0, deep) }
+    assert_kind_of Bobbin::SerializationError, error
+    cycle = []
+    cycle << cycle
+    assert_refused(/nested more than 100 levels/) { SleepJob.enqueue(0, cycle) }
+    assert_refused(/nested more than 100 levels/) { SleepJob.enqueue((1..100).reduce({}) { |inner, _| { "k" => inner } }) }
+  end
+
+  test "the deepest arguments accepted run on a worker, and NUL and other control characters round-trip" do
+    deepest = (1..98).reduce([ "bottom" ]) { |inner, _| [ inner ] }
+    strings = [ "a\0b", "\0", "\u0001\t\n\"\\", "é🧵", { "k\0" => "v\0" } ]
+    EchoJob.enqueue(deepest, strings)
+    drain(threads: 1)
+    assert_equal 1, Bobbin.counts["succeeded"], Bobbin::JobRecord.pluck(:last_error_message).inspect
+    assert_equal [ deepest, strings ], EchoJob::RECEIVED.pop(timeout: 0)
+  end
+
+  test "the row builder the Active Job adapter uses checks priority, queue and class name" do
+    row = { class_name: "X", arguments: "[]", queue: "q", priority: nil, run_at: nil, max_attempts: 1, active_job_id: "id" }
+    assert_equal 0, Bobbin::Client::Enqueuer.build(**row)[:priority]
+    assert_raises(Bobbin::EnqueueError) { Bobbin::Client::Enqueuer.build(**row, priority: 2**31) }
+    assert_raises(Bobbin::EnqueueError) { Bobbin::Client::Enqueuer.build(**row, queue: "a\0") }
+    assert_raises(Bobbin::EnqueueError) { Bobbin::Client::Enqueuer.build(**row, class_name: nil) }
+    assert_raises(Bobbin::EnqueueError) { Bobbin::Client::Enqueuer.build(**row, max_attempts: 0) }
+  end
+
+  test "an anonymous job class is refused: a worker could not find it" do
+    assert_refused(/anonymous class.*assign it to a constant/) { Class.new(SleepJob).enqueue(0) }
+  end
+end
