@@ -87,3 +87,14 @@ module Bobbin
       end
   end
 end
+
+# Active Job finds Bobbin's adapter by name (`config.active_job.queue_adapter = :bobbin`) whichever of the two is
+# loaded first: ActiveJob::QueueAdapters autoloads it, and it is loaded with ActiveJob::Base.
+begin
+  require "active_job"
+rescue LoadError => error
+  raise unless error.path == "active_job" # no Active Job in this bundle: Bobbin::Job classes only
+else
+  ActiveJob::QueueAdapters.autoload(:BobbinAdapter, File.expand_path("active_job/queue_adapters/bobbin_adapter", __dir__))
+  ActiveSupport.on_load(:active_job) { ActiveJob::QueueAdapters::BobbinAdapter }
+end

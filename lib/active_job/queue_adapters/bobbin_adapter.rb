@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "bobbin"
+require "bobbin" unless defined?(Bobbin::Client::Enqueuer) # loaded from Bobbin's own require when it comes first
 require "active_job"
 
 module ActiveJob
