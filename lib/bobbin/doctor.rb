@@ -8,10 +8,17 @@ module Bobbin
     BLOCKING = { "mysql2" => "trilogy", "typhoeus" => "async-http or Net::HTTP", "ethon" => "async-http or Net::HTTP",
                  "curb" => "async-http or Net::HTTP", "pg_ruby" => "pg" }.freeze
 
-    def initialize(pools = Bobbin.config.pools, mode: :fork, out: $stdout)
+    # A line of config/application.rb or config/environments/*.rb that sets Active Job's adapter.
+    ADAPTER_SETTING = /\A[^#]*\bqueue_adapter\s*=(?!=)\s*(?<value>[^#]*?)\s*(?:#.*)?\s*\z/
+    # The adapter named by a symbol or string literal (`:bobbin`, `"bobbin"`); anything else is computed.
+    LITERAL_ADAPTER = /\A(?::(?<name>\w+)|"(?<name>\w+)"|'(?<name>\w+)')\z/
+
+    # `root`: where to look for a Rails app's config/ (the directory `bobbin doctor` runs in).
+    def initialize(pools = Bobbin.config.pools, mode: :fork, out: $stdout, root: Dir.pwd)
       @pools = pools
       @mode = mode.to_sym
       @out = out
+      @root = root
       @problems = []
     end
 
@@ -21,6 +28,8 @@ module Bobbin
       report_pool_size
       report_server
       report_fibers
+      report_active_job
+      report_adapter_settings
       @out.puts(@problems.empty? ? "OK: this configuration fits." : "#{@problems.size} problem(s):")
       @problems.each { |problem| @out.puts("  ✗ #{problem}") }
       @problems.empty? ? 0 : 1
@@ -66,6 +75,69 @@ module Bobbin
         (BLOCKING.keys & Gem.loaded_specs.keys).each do |gem|
           @out.puts("  ! #{gem} blocks the event loop of fiber pools: use #{BLOCKING[gem]}")
         end
+      end
+
+      # The adapter Active Job uses in this booted process, when the app uses Active Job.
+      def report_active_job
+        return unless active_job_in_use?
+
+        name = adapter_name(ActiveJob::Base)
+        @out.puts("Active Job adapter in this process: #{name}")
+        return if name == "bobbin"
+
+        @problems << "Active Job uses the #{name} adapter, so perform_later does not reach Bobbin: set " \
+                     "config.active_job.queue_adapter = :bobbin (config/environments/*.rb override config/application.rb)"
+      end
+
+      # In a Rails app that loads Active Job; elsewhere only once something has loaded ActiveJob::Base.
+      def active_job_in_use?
+        return false unless defined?(::ActiveJob)
+        return true if defined?(::ActiveJob::Railtie) && ::Rails.application
+
+        ::ActiveJob.autoload?(:Base).nil? && defined?(::ActiveJob::Base) ? true : false
+      end
+
+      def adapter_name(job_class)
+        return job_class.queue_adapter_name.to_s if job_class.respond_to?(:queue_adapter_name) && job_class.queue_adapter_name
+
+        job_class.queue_adapter.class.name.demodulize.delete_suffix("Adapter").underscore
+      end
+
+      # In a Rails app's root: the adapter each environment gets from config/application.rb and its own file
+      # (which overrides it), with a warning naming each line that sets one other than bobbin.
+      def report_adapter_settings
+        application = File.join(@root, "config", "application.rb")
+        return unless File.exist?(application)
+
+        base = adapter_setting(application)
+        environments = Dir[File.join(@root, "config", "environments", "*.rb")].sort
+                                                                           .to_h { |file| [ File.basename(file, ".rb"), adapter_setting(file) ] }
+        @out.puts("Active Job adapter per environment (config/application.rb, overridden by config/environments/*.rb):")
+        @out.puts(format("  %-12s %s", "application", base ? describe_setting(base) : "not set: Active Job's default, async"))
+        environments.each do |env, setting|
+          @out.puts(format("  %-12s %s", env, setting ? describe_setting(setting) : "from config/application.rb"))
+        end
+        warn_adapter(base, "environments that do not set their own") if base
+        environments.each { |env, setting| warn_adapter(setting, env) if setting }
+      end
+
+      def adapter_setting(file)
+        found = nil
+        File.foreach(file).with_index(1) do |line, number|
+          value = line[ADAPTER_SETTING, :value] or next
+          found = { adapter: value[LITERAL_ADAPTER, :name], value: value, where: "#{file.delete_prefix("#{@root}/")}:#{number}" }
+        end
+        found
+      end
+
+      def describe_setting(setting)
+        setting[:adapter] ? "#{setting[:adapter]}  #{setting[:where]}" : "#{setting[:value]}  #{setting[:where]} (computed: not checked)"
+      end
+
+      def warn_adapter(setting, scope)
+        return if setting[:adapter].nil? || setting[:adapter] == "bobbin"
+
+        @out.puts("  ! #{setting[:where]} sets queue_adapter = :#{setting[:adapter]}: jobs in #{scope} do not go to Bobbin")
       end
 
       def server_numbers

@@ -1,12 +1,33 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "tmpdir"
+require "support/active_jobs"
+require_relative "../rails/rails_app_processes"
 
 class DoctorTest < Bobbin::TestCase
-  def doctor(workers, mode: :fork)
+  include RailsAppProcesses
+
+  # Active Job is loaded in this process (as in a Rails app) and uses Bobbin unless a test says otherwise.
+  setup { ActiveJob::Base.queue_adapter = :bobbin }
+  teardown { @tmpdirs&.each { |dir| FileUtils.rm_rf(dir) } }
+
+  # An empty directory, removed after the test.
+  def tmpdir = Dir.mktmpdir("bobbin-doctor").tap { |dir| (@tmpdirs ||= []) << dir }
+
+  def doctor(workers, mode: :fork, root: tmpdir)
     pools = workers.each_with_index.map { |hash, i| Bobbin::Pool.parse(hash, "workers[#{i}]") }
     out = StringIO.new
-    [ Bobbin::Doctor.new(pools, mode: mode, out: out).run, out.string ]
+    [ Bobbin::Doctor.new(pools, mode: mode, out: out, root: root).run, out.string ]
+  end
+
+  # A fake Rails app root: config/application.rb and config/environments/NAME.rb with the given contents.
+  def rails_root(application, environments)
+    root = tmpdir
+    FileUtils.mkdir_p(File.join(root, "config/environments"))
+    File.write(File.join(root, "config/application.rb"), application)
+    environments.each { |name, text| File.write(File.join(root, "config/environments/#{name}.rb"), text) }
+    root
   end
 
   test "a configuration that fits passes, and the report shows per-pool and total needs" do
@@ -39,5 +60,84 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/fiber pools need config.active_support.isolation_level = :fiber/, report)
   ensure
     ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
+  end
+
+  test "the adapter Active Job uses in this process is reported, and any other than bobbin fails the check" do
+    status, report = doctor([ { "fibers" => 10 } ])
+    assert_equal 0, status, report
+    assert_match(/^Active Job adapter in this process: bobbin$/, report)
+
+    ActiveJob::Base.queue_adapter = :inline
+    status, report = doctor([ { "fibers" => 10 } ])
+    assert_equal 1, status
+    assert_match(/^Active Job adapter in this process: inline$/, report)
+    assert_match(/✗ Active Job uses the inline adapter, so perform_later does not reach Bobbin: set config.active_job.queue_adapter = :bobbin/, report)
+  ensure
+    ActiveJob::Base.queue_adapter = :bobbin
+  end
+
+  test "in a Rails app root, each environment's adapter is listed, and each line setting another one is named" do
+    root = rails_root(<<~APPLICATION, "production" => <<~PRODUCTION, "development" => "# nothing about jobs\n", "test" => <<~TEST)
+      module App
+        class Application < Rails::Application
+          # config.active_job.queue_adapter = :resque
+          config.active_job.queue_adapter = :bobbin
+        end
+      end
+    APPLICATION
+      Rails.application.configure do
+        config.eager_load = true
+        config.active_job.queue_adapter = :solid_queue # what `rails new` writes
+      end
+    PRODUCTION
+      Rails.application.configure do
+        config.active_job.queue_adapter = ENV.fetch("ADAPTER", "test")
+      end
+    TEST
+    status, report = doctor([ { "fibers" => 10 } ], root: root)
+    assert_equal 0, status, "warnings, not problems: the adapter this process uses is bobbin\n#{report}"
+    assert_match(/^  application +bobbin  config\/application.rb:4$/, report)
+    assert_match(/^  development +from config\/application.rb$/, report)
+    assert_match(/^  production +solid_queue  config\/environments\/production.rb:3$/, report)
+    assert_match(/^  test +ENV.fetch\("ADAPTER", "test"\)  config\/environments\/test.rb:2 \(computed: not checked\)$/, report)
+    warnings = report.lines.grep(/^  ! /)
+    assert_equal [ "  ! config/environments/production.rb:3 sets queue_adapter = :solid_queue: jobs in production do not go to Bobbin\n" ],
+                 warnings
+  end
+
+  test "an adapter set in config/application.rb other than bobbin is named for the environments that inherit it" do
+    root = rails_root("config.active_job.queue_adapter = 'sidekiq'\n", "production" => "config.active_job.queue_adapter = :bobbin\n")
+    _, report = doctor([ { "fibers" => 10 } ], root: root)
+    assert_match(/^  application +sidekiq  config\/application.rb:1$/, report)
+    assert_match(/^  production +bobbin  config\/environments\/production.rb:1$/, report)
+    assert_equal [ "  ! config/application.rb:1 sets queue_adapter = :sidekiq: jobs in environments that do not set their own do not go to Bobbin\n" ],
+                 report.lines.grep(/^  ! /)
+  end
+
+  test "outside a Rails app root there is no per-environment section" do
+    _, report = doctor([ { "fibers" => 10 } ])
+    refute_match(/per environment/, report)
+  end
+
+  test "bobbin doctor in the booted dummy Rails app reports the adapter its production environment uses" do
+    status, output = bobbin_in_rails_app("doctor", "--fibers", "5", env: "production")
+    assert_equal 0, status.exitstatus, output
+    assert_match(/^Active Job adapter in this process: bobbin$/, output)
+    assert_match(/^  production +bobbin  config\/environments\/production.rb:\d+$/, output)
+    refute_match(/^  ! /, output)
+  end
+
+  test "bobbin doctor fails in a Rails app whose production.rb overrides the adapter, naming the line" do
+    app = File.join(tmpdir, "app")
+    FileUtils.cp_r(RailsAppProcesses::APP, app)
+    production = File.join(app, "config/environments/production.rb")
+    File.write(production, File.read(production).sub("config.active_job.queue_adapter = :bobbin", "config.active_job.queue_adapter = :async"))
+    line = File.readlines(production).index { |text| text.include?("queue_adapter = :async") } + 1
+
+    status, output = bobbin_in_rails_app("doctor", "--fibers", "5", env: "production", app: app)
+    assert_equal 1, status.exitstatus, output
+    assert_match(/^Active Job adapter in this process: async$/, output)
+    assert_match(/^  ! config\/environments\/production.rb:#{line} sets queue_adapter = :async: jobs in production do not go to Bobbin$/, output)
+    assert_match(/✗ Active Job uses the async adapter/, output)
   end
 end

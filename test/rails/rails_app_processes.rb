@@ -1,0 +1,33 @@
+# frozen_string_literal: true
+
+require "tempfile"
+
+# Runs Ruby in the dummy Rails app (test/rails_app) as a real, separate process: `bundle exec ruby` on Bobbin's
+# Gemfile, from the app's root, against the test database.
+module RailsAppProcesses
+  APP = File.join(TestProcesses::ROOT, "test/rails_app")
+
+  # The URL the app's config/database.yml reads: the tests' database (an SQLite path made absolute).
+  def rails_app_database_url
+    url = TestDatabase.url
+    url.start_with?("sqlite3:") ? "sqlite3:#{File.expand_path(url.delete_prefix('sqlite3:'), TestProcesses::ROOT)}" : url
+  end
+
+  # Runs `bundle exec ruby *args` in `app` with RAILS_ENV=`env`; returns [exit status, its output].
+  def run_in_rails_app(*args, env:, app: APP, timeout: 120)
+    Tempfile.create("rails-app-output") do |log|
+      environment = { "BUNDLE_GEMFILE" => File.join(TestProcesses::ROOT, "Gemfile"), "RAILS_ENV" => env,
+                      "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url, "DATABASE_URL" => nil }
+      pid = Bundler.with_original_env { Process.spawn(environment, "bundle", "exec", "ruby", *args, chdir: app, out: log, err: log) }
+      status = ensure_killed(pid) { wait_exit(pid, timeout: timeout) }
+      output = File.read(log.path)
+      flunk("#{args.join(' ')} (#{env}) did not exit within #{timeout}s:\n#{output}") unless status
+      [ status, output ]
+    end
+  end
+
+  # Runs `exe/bobbin *args` from the app's root (so it boots config/environment.rb); returns [status, output].
+  def bobbin_in_rails_app(*args, env:, app: APP)
+    run_in_rails_app(File.join(TestProcesses::ROOT, "exe/bobbin"), *args, env: env, app: app)
+  end
+end
