@@ -1,28 +1,36 @@
 # frozen_string_literal: true
 
 module Bobbin
-  # Process-wide settings; `Bobbin.configure { |c| ... }` changes them, workers read them at boot.
+  # Process-wide settings; `Bobbin.configure { |c| ... }` changes them, workers read them at boot. Every writer
+  # checks its value (Setting) and raises ConfigurationError naming the setting, so a bad value never reaches a worker.
   class Configuration
-    # Largest JSON argument payload accepted at enqueue, in bytes.
-    attr_accessor :max_argument_bytes
-    # Seconds a succeeded job stays in the table before cleanup deletes it (nil keeps forever).
-    attr_accessor :retention
-    # Seconds a stopping worker waits for in-flight jobs before returning them to ready.
-    attr_accessor :shutdown_timeout
-    # Seconds between a process's heartbeats.
-    attr_accessor :heartbeat_interval
-    # Seconds after which a silent process is presumed dead and its jobs recovered.
-    attr_accessor :process_alive_threshold
-    # Seconds an idle worker waits before polling again.
-    attr_accessor :polling_interval
+    # The settings `set` and config/bobbin.yml take (besides workers).
+    SETTINGS = (Setting::SECONDS.keys + Setting::COUNTS).freeze
+
+    # Largest JSON argument payload accepted at enqueue, in bytes (nil: no limit).
+    attr_reader :max_argument_bytes
+    # Seconds a succeeded job stays in the table before cleanup deletes it (> 0; nil keeps forever).
+    attr_reader :retention
+    # Seconds (≥ 0) a stopping worker waits for in-flight jobs before returning them to ready.
+    attr_reader :shutdown_timeout
+    # Seconds (≥ 0.1) between a process's heartbeats.
+    attr_reader :heartbeat_interval
+    # Seconds (> 2 × heartbeat_interval) after which a silent process is presumed dead and its jobs recovered.
+    attr_reader :process_alive_threshold
+    # Seconds (≥ 0.01) an idle worker waits before polling again.
+    attr_reader :polling_interval
     # Database connections a fiber pool's jobs share (Active Record >= 7.2 releases between queries).
-    attr_accessor :fiber_db_concurrency
+    attr_reader :fiber_db_concurrency
     # Extra runs a job gets when its process dies under it, beyond its own retries; then it fails.
-    attr_accessor :crash_retries
+    attr_reader :crash_retries
     # Where Bobbin writes its log lines.
     attr_accessor :logger
     # The worker pools `bobbin start` runs (Pool objects); set with `workers=`.
     attr_reader :pools
+
+    SETTINGS.each do |name|
+      define_method(:"#{name}=") { |value| set(name => value) }
+    end
 
     def initialize
       @max_argument_bytes = 1_048_576
@@ -35,6 +43,19 @@ module Bobbin
       @crash_retries = 2
       @logger = default_logger
       @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1, polling_interval: @polling_interval) ]
+    end
+
+    # Sets several settings at once (`set(heartbeat_interval: 40, process_alive_threshold: 120)`), checking each
+    # and heartbeat_interval against process_alive_threshold after all are applied; `where` starts the errors.
+    def set(where: "Bobbin.config", **settings)
+      unknown = settings.keys - SETTINGS
+      raise ConfigurationError, "#{where}: unknown setting #{unknown.first.inspect} (known: #{SETTINGS.join(', ')})" if unknown.any?
+
+      checked = settings.to_h { |name, value| [ name, Setting.check(name, value, "#{where}.#{name}") ] }
+      Setting.check_heartbeat(checked.fetch(:heartbeat_interval, heartbeat_interval),
+                              checked.fetch(:process_alive_threshold, process_alive_threshold), where)
+      checked.each { |name, value| instance_variable_set(:"@#{name}", value) }
+      self
     end
 
     # Sets the pools from a list of hashes: `[{ queues: ["chat"], fibers: 100, processes: 2 }, ...]`.

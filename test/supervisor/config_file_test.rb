@@ -79,6 +79,45 @@ class ConfigFileTest < Bobbin::TestCase
     assert_config_error(/no "staging" section \(found: production\)/, "production:\n  workers: [{ fibers: 1 }]\n", env: "staging")
   end
 
+  test "settings that cannot work are refused with the key: polling, heartbeat, retention, non-finite numbers" do
+    { "polling_interval: 0" => /production\.polling_interval: must be a number of seconds ≥ 0\.01, got 0/,
+      "heartbeat_interval: 0.05" => /production\.heartbeat_interval: must be a number of seconds ≥ 0\.1, got 0\.05/,
+      "shutdown_timeout: .inf" => /production\.shutdown_timeout: must be a number of seconds ≥ 0, got Infinity/,
+      "retention: 0" => /production\.retention: must be a number of seconds > 0, got 0/,
+      "retention: -5" => /production\.retention: must be a number of seconds > 0, got -5/,
+      "polling_interval: \"1\"" => /production\.polling_interval: must be a number of seconds ≥ 0\.01, got "1"/,
+      "fiber_db_concurrency: 0" => /production\.fiber_db_concurrency: must be a whole number of at least 1, got 0/ }.each do |setting, pattern|
+      assert_config_error(pattern, "production:\n  #{setting}\n  workers: [{ fibers: 1 }]\n")
+    end
+    assert_config_error(/workers\[0\]\.polling_interval: must be a number of seconds ≥ 0\.01, got -1/, "production:\n  workers: [{ fibers: 1, polling_interval: -1 }]\n")
+  end
+
+  test "process_alive_threshold must leave room for a missed heartbeat, and the message says why" do
+    assert_config_error(/production\.process_alive_threshold: must be more than 2 × heartbeat_interval \(2 × 30 = 60 s\), got 60: a process is presumed dead after that long without a heartbeat/,
+                        "production:\n  heartbeat_interval: 30\n  workers: [{ fibers: 1 }]\n")
+    load("production:\n  heartbeat_interval: 40\n  process_alive_threshold: 120\n  retention: ~\n  workers: [{ fibers: 1 }]\n")
+    assert_equal [ 40, 120, nil ], [ Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold, Bobbin.config.retention ]
+  end
+
+  test "Bobbin.configure checks every setting as it is set" do
+    { polling_interval: 0, heartbeat_interval: 0, shutdown_timeout: -3, retention: 0, crash_retries: 0, max_argument_bytes: 1.5,
+      process_alive_threshold: 20, fiber_db_concurrency: nil }.each do |name, value|
+      error = assert_raises(Bobbin::ConfigurationError) { Bobbin.configure { |c| c.public_send(:"#{name}=", value) } }
+      assert_match(/\ABobbin\.config\.#{name}: must be/, error.message)
+    end
+    assert_equal [ 1.0, 10, 60 ], [ Bobbin.config.polling_interval, Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold ]
+    Bobbin.configure { |c| c.set(heartbeat_interval: 40, process_alive_threshold: 120) }
+    Bobbin.configure { |c| c.retention = nil; c.max_argument_bytes = nil; c.polling_interval = 0.01 }
+    assert_raises(Bobbin::ConfigurationError) { Bobbin.config.set(polling_rate: 1) }
+  end
+
+  test "Worker.new's keywords are checked by the same rules (Setting.given)" do
+    Bobbin::Setting.given("Bobbin::Worker.new", polling_interval: nil, shutdown_timeout: 0)
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Setting.given("Bobbin::Worker.new", polling_interval: 0, shutdown_timeout: 1) }
+    assert_equal "Bobbin::Worker.new polling_interval: must be a number of seconds ≥ 0.01, got 0", error.message
+    assert_raises(Bobbin::ConfigurationError) { Bobbin::Setting.given("Bobbin::Worker.new", shutdown_timeout: -1) }
+  end
+
   test "the same options work from Ruby" do
     Bobbin.configure { |c| c.workers = [ { queues: [ "llm_*" ], fibers: 50, processes: 3 } ] }
     assert_equal [ [ "llm_*" ], 3 ], Bobbin.config.pools.map { |p| [ p.queues, p.processes ] }.first

@@ -12,9 +12,7 @@ module Bobbin
   #       - { queues: [chat], fibers: 100, processes: 2 }
   #       - { queues: [cpu], threads: 2 }
   module ConfigFile
-    SECONDS = %w[shutdown_timeout heartbeat_interval process_alive_threshold polling_interval retention].freeze
-    COUNTS = %w[max_argument_bytes fiber_db_concurrency crash_retries].freeze
-    KEYS = ([ "workers" ] + SECONDS + COUNTS).freeze
+    KEYS = ([ "workers" ] + Configuration::SETTINGS.map(&:to_s)).freeze
 
     module_function
 
@@ -55,9 +53,9 @@ module Bobbin
       end.then { |section| section.is_a?(Hash) ? section : raise(ConfigurationError, "#{path}: #{env} must be a mapping") }
     end
 
+    # All settings at once, so heartbeat_interval and process_alive_threshold are checked as a pair.
     def apply_settings(section, where)
-      SECONDS.each { |key| Bobbin.config.public_send("#{key}=", Setting.seconds(section[key], "#{where}.#{key}")) if section.key?(key) }
-      COUNTS.each { |key| Bobbin.config.public_send("#{key}=", Setting.count(section[key], "#{where}.#{key}")) if section.key?(key) }
+      Bobbin.config.set(where: where, **section.except("workers").transform_keys(&:to_sym))
     end
   end
 end
