@@ -19,6 +19,15 @@ module Bobbin
       check_pool!(job_connections(mode, size), "a #{mode} pool of #{size}")
     end
 
+    # Raises ConfigurationError before a supervisor starts anything when a pool could not boot: in fork mode each
+    # pool gets its own processes (forked from this one, so with this Active Record pool and isolation level);
+    # in async mode all of them share this process.
+    def check_pools!(pools, mode)
+      return check_process!(pools.map { |pool| [ pool, pool.processes ] }) if mode.to_sym == :async
+
+      pools.each { |pool| check!(pool.mode, pool.size) }
+    end
+
     # Like check!, for several pools sharing one process (`[[pool, copies], ...]`, the supervisor's async mode).
     def check_process!(pools)
       return if pools.empty?

@@ -21,7 +21,7 @@ module Bobbin
 
     # Runs until a stop signal; returns after every worker has stopped.
     def start
-      ConnectionBudget.check_process!(@mode == :async ? @pools.map { |pool| [ pool, pool.processes ] } : [])
+      ConnectionBudget.check_pools!(@pools, @mode)
       @process = ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) })
       trap_signals
       Bobbin.logger.info("bobbin supervisor #{::Process.pid} (#{@mode}) starting #{@slots.size} workers: #{@pools.map(&:to_s).join('; ')}")
