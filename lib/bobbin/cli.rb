@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "optparse"
+require_relative "config/boot"
 
 module Bobbin
   # `bobbin COMMAND [options]`: the command line for workers and operators.
@@ -15,6 +16,9 @@ module Bobbin
         counts   print job counts by state
     TEXT
 
+    # The flags that carry settings, checked by the same rules as config/bobbin.yml.
+    FLAGS = { polling_interval: "--polling-interval", shutdown_timeout: "--shutdown-timeout" }.freeze
+
     # Runs the command in `argv`; returns the process exit status.
     def self.start(argv) = new.start(argv)
 
@@ -25,7 +29,7 @@ module Bobbin
       when "start" then start_supervisor(argv)
       when "doctor" then doctor(argv)
       when "pause", "resume" then toggle(command, argv)
-      when "migrate" then boot({}).then { Bobbin.migrate! }.then { 0 }
+      when "migrate" then boot({}, tables: false).then { Bobbin.migrate! }.then { 0 }
       when "counts" then boot({}).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
       else
         warn(USAGE)
@@ -47,7 +51,7 @@ module Bobbin
       # Parses start/doctor options, boots the app or database and loads the pools they describe.
       def configured(argv)
         options = { mode: "fork" }
-        supervisor_parser(options).parse!(argv)
+        parse(supervisor_parser(options), argv, options)
         boot(options)
         load_pools(options)
         options
@@ -80,7 +84,7 @@ module Bobbin
 
       def work(argv)
         options = {}
-        worker_parser(options).parse!(argv)
+        parse(worker_parser(options), argv, options)
         options[:queues] ||= [ "*" ]
         boot(options)
         worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :shutdown_timeout))
@@ -102,14 +106,14 @@ module Bobbin
         end
       end
 
-      def boot(options)
-        if File.exist?("config/environment.rb") && options[:database].nil?
-          require File.expand_path("config/environment.rb")
-        else
-          Bobbin.connect(options[:database] || ENV["DATABASE_URL"])
-        end
-        Array(options[:require]).each { |file| require File.expand_path(file) }
-        true
+      # Parses flags and checks their values as Bobbin.configure would, naming the flag.
+      def parse(parser, argv, options)
+        parser.parse!(argv)
+        FLAGS.each { |key, flag| Setting.check(key, options[key], flag) if options.key?(key) }
+      end
+
+      def boot(options, tables: true)
+        Boot.run(database: options[:database], requires: Array(options[:require]), tables: tables)
       end
   end
 end

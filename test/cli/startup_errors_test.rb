@@ -1,0 +1,105 @@
+# frozen_string_literal: true
+
+require_relative "cli_helper"
+require "uri"
+
+# Every way `bobbin` can fail before work starts gives one line naming the problem and the fix, and exit 78.
+class StartupErrorsTest < Bobbin::TestCase
+  include CLIHelper
+
+  def sqlite_url(path) = "sqlite3:#{path}"
+
+  def postgres_url(**parts)
+    uri = URI(TestDatabase.url)
+    parts.each { |part, value| uri.public_send("#{part}=", value) }
+    uri.to_s
+  end
+
+  def postgres_port = URI(TestDatabase.url).then { |uri| uri.port || uri.query.to_s[/(?:\A|&)port=(\d+)/, 1]&.to_i || 5432 }
+
+  test "a -r file that does not exist" do
+    %w[work start].each do |command|
+      assert_config_exit(run_bobbin(command, "--threads", "1", "-r", "no/such_jobs.rb"),
+                         %r{\Abobbin: -r no/such_jobs\.rb: no such file \(#{ROOT}/no/such_jobs\.rb\)})
+    end
+  end
+
+  test "an empty DATABASE_URL" do
+    assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => "" }), /no database: DATABASE_URL is unset or empty; set it/)
+    assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => " " }), /DATABASE_URL is unset or empty/)
+  end
+
+  test "a PostgreSQL database that does not exist" do
+    skip_unless_postgres
+    url = postgres_url(path: "/bobbin_no_such_database_#{Process.pid}")
+    assert_config_exit(run_bobbin("work", env: { "DATABASE_URL" => url }),
+                       /the database "bobbin_no_such_database_\d+" does not exist: create it \(createdb/)
+  end
+
+  test "a SQLite path in a directory that does not exist is not created" do
+    with_tmpdir do |dir|
+      path = File.join(dir, "missing", "jobs.sqlite3")
+      assert_config_exit(run_bobbin("migrate", env: { "DATABASE_URL" => sqlite_url(path) }),
+                         %r{SQLite database #{path} is in a directory that does not exist \(#{dir}/missing\): create it})
+      refute File.exist?(File.dirname(path))
+    end
+  end
+
+  test "missing tables say to run bobbin migrate (SQLite)" do
+    with_tmpdir do |dir|
+      url = sqlite_url(File.join(dir, "empty.sqlite3"))
+      %w[start work doctor counts].each do |command|
+        assert_config_exit(run_bobbin(command, env: { "DATABASE_URL" => url }),
+                           /Bobbin's tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\): run `bobbin migrate`/)
+      end
+      assert_equal 0, run_bobbin("migrate", env: { "DATABASE_URL" => url })[0].exitstatus
+      assert_equal 0, run_bobbin("counts", env: { "DATABASE_URL" => url })[0].exitstatus
+    end
+  end
+
+  test "missing tables say to run bobbin migrate (PostgreSQL)" do
+    skip_unless_postgres
+    schema = "bobbin_cli_empty_#{Process.pid}"
+    ActiveRecord::Base.connection.execute("CREATE SCHEMA #{schema}")
+    url = TestDatabase.url_with_pool + "&schema_search_path=#{schema}"
+    assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }), /tables are missing .*run `bobbin migrate`/)
+  ensure
+    ActiveRecord::Base.connection.execute("DROP SCHEMA IF EXISTS #{schema} CASCADE") if schema
+  end
+
+  test "SQLite in a read-only directory" do
+    setpriv = "/usr/bin/setpriv"
+    prefix = Process.uid.zero? ? [ setpriv, "--reuid=65534", "--regid=65534", "--clear-groups" ] : []
+    skip "running as root without #{setpriv} to drop privileges" if prefix.any? && !File.executable?(setpriv)
+    with_tmpdir do |dir|
+      assert_equal 0, run_bobbin("migrate", env: { "DATABASE_URL" => sqlite_url("#{dir}/jobs.sqlite3") })[0].exitstatus
+      Dir.glob("#{dir}/jobs.sqlite3-*").each { |file| File.delete(file) }
+      File.chmod(0o666, "#{dir}/jobs.sqlite3")
+      File.chmod(0o555, dir)
+      env = { "HOME" => Dir.tmpdir }
+      assert_config_exit(run_bobbin("start", "--threads", "1", env: env.merge("DATABASE_URL" => sqlite_url("#{dir}/jobs.sqlite3")), prefix: prefix),
+                         %r{cannot write the SQLite database #{dir}/jobs\.sqlite3 .*write access to the file and to its directory})
+      assert_config_exit(run_bobbin("migrate", env: env.merge("DATABASE_URL" => sqlite_url("#{dir}/new.sqlite3")), prefix: prefix),
+                         %r{cannot write the SQLite database #{dir}/new\.sqlite3})
+    ensure
+      File.chmod(0o755, dir)
+    end
+  end
+
+  test "PostgreSQL refusing the connection for too many clients" do
+    skip_unless_postgres
+    role = "bobbin_cli_full_#{Process.pid}"
+    ActiveRecord::Base.connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'secret' CONNECTION LIMIT 0")
+    url = "postgres://#{role}:secret@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
+    assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }),
+                       /refused the connection, it has too many already \(.*too many connections for role "#{role}"\): raise max_connections/)
+  ensure
+    ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") if role
+  end
+
+  test "doctor with the database down" do
+    url = "postgres://127.0.0.1:#{closed_port}/bobbin"
+    assert_config_exit(run_bobbin("doctor", "--threads", "1", env: { "DATABASE_URL" => url }),
+                       /cannot connect to the database: .*Connection refused; is the server running, and is DATABASE_URL right\?/)
+  end
+end
