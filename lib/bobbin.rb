@@ -5,6 +5,7 @@ require "json"
 
 require_relative "bobbin/version"
 require_relative "bobbin/errors"
+require_relative "bobbin/app_executor"
 require_relative "bobbin/config/pool"
 require_relative "bobbin/configuration"
 require_relative "bobbin/config/file"

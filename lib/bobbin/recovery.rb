@@ -1,19 +1,32 @@
 # frozen_string_literal: true
 
 module Bobbin
-  # Gives back the jobs of processes that died: to ready, or to failed once they have used up their runs.
+  # Gives back the jobs of processes that died: to ready, or to failed once a job has used up its runs.
+  #
+  # Blame. A crash counts against a job (its attempt stands) only when the job was alone in flight, or was the
+  # one "suspect" (a job already in flight at an earlier crash; workers run suspects one at a time) beside
+  # innocent jobs. Otherwise every job in flight gets its attempt back and becomes a suspect, so a job that
+  # kills its process is isolated within a crash or two and the jobs that ran beside it never burn attempts.
+  #
+  # Silence. A process is judged dead by a silent heartbeat only when this process has itself reached the
+  # database for longer than the threshold: after an outage every live process is silent, and is given the
+  # threshold again to beat before anyone prunes it.
   module Recovery
+    @reachable_since = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+
     module_function
 
     # Recovers every process silent for longer than `threshold` seconds, and running jobs whose process row is
     # gone; returns how many jobs it recovered.
     def prune(threshold: Bobbin.config.process_alive_threshold)
-      stale = ProcessRecord.stale(threshold).pluck(:id, :pid, :hostname).sum do |id, pid, host|
-        claimed = ProcessRecord.stale(threshold).where(id: id).delete_all == 1
-        claimed ? recover(id, "process #{pid} on #{host} stopped heartbeating") : 0
-      end
+      stale = trusted_silence?(threshold) ? prune_stale(threshold) : 0
       orphans = JobRecord.where(state: "running").where.not(claimed_by: ProcessRecord.select(:id)).distinct.pluck(:claimed_by)
       stale + orphans.sum { |id| recover(id, "its process #{id} is no longer registered") }
+    end
+
+    # Notes that this process could not reach the database, so silences are not trusted for a while.
+    def unreachable!
+      @reachable_since = monotonic
     end
 
     # Recovers the jobs of the process rows for OS process `pid` on this host (the supervisor saw it exit).
@@ -26,14 +39,48 @@ module Bobbin
     # Returns the jobs `process_id` was running to ready (or failed); records why on each job.
     def recover(process_id, reason)
       running = JobRecord.where(state: "running", claimed_by: process_id)
-      now = Time.now.utc
+      blamed = blamed_ids(running)
       error = { last_error_class: "Bobbin::ProcessDied", last_error_message: "#{reason} while this job was running",
-                last_error_backtrace: nil, claimed_at: nil }
-      failed = running.where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
-                      .update_all(error.merge(state: "failed", finished_at: now))
-      ready = running.update_all(error.merge(state: "ready", run_at: now, started_at: nil))
-      Bobbin.logger.warn("bobbin: #{reason}; #{ready} jobs returned to ready, #{failed} failed") if ready + failed > 0
-      ready + failed
+                last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }
+      failed = running.where(id: blamed).where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
+                      .update_all(error.merge(state: "failed", finished_at: Time.now.utc))
+      ready = running.where(id: blamed).update_all(error.merge(state: "ready", run_at: Time.now.utc, started_at: nil))
+      spared = spare(running.where.not(id: blamed), error, suspects: blamed.empty?)
+      log(reason, ready + spared, failed, blamed)
+      ready + failed + spared
     end
+
+    # The jobs a crash counts against: the only one in flight, else the suspects in flight.
+    def blamed_ids(running)
+      rows = running.pluck(:id, :crashes)
+      rows.size == 1 ? rows.map(&:first) : rows.select { |_, crashes| crashes.positive? }.map(&:first)
+    end
+
+    # Jobs that were in flight beside the crash get their attempt back; without a suspect to blame they all
+    # become suspects themselves.
+    def spare(relation, error, suspects:)
+      changes = error.merge(state: "ready", run_at: Time.now.utc, started_at: nil,
+                            attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"))
+      changes.delete(:crashes) unless suspects
+      relation.update_all(changes)
+    end
+
+    def log(reason, ready, failed, blamed)
+      return if ready + failed == 0
+
+      blame = blamed.any? ? "; the crash counts against job #{blamed.join(', ')}" : ""
+      Bobbin.logger.warn("bobbin: #{reason}; #{ready} jobs returned to ready, #{failed} failed#{blame}")
+    end
+
+    def prune_stale(threshold)
+      ProcessRecord.stale(threshold).pluck(:id, :pid, :hostname).sum do |id, pid, host|
+        claimed = ProcessRecord.stale(threshold).where(id: id).delete_all == 1
+        claimed ? recover(id, "process #{pid} on #{host} stopped heartbeating") : 0
+      end
+    end
+
+    def trusted_silence?(threshold) = monotonic - @reachable_since >= threshold
+
+    def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end
 end

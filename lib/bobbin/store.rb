@@ -14,9 +14,14 @@ module Bobbin
       Guarded.new(for_adapter(db_config.adapter).new(db_config.new_connection, selection))
     end
 
-    # Inserts new job rows with one statement on the app's connection; returns their ids.
+    # Inserts new job rows with one statement on the app's connection; returns their ids. The statement goes
+    # around Active Record's query cache (two identical enqueues are two jobs) and clears it (later reads see them).
     def self.insert(rows)
-      Record.with_connection { |connection| for_adapter(connection.adapter_name).insert(connection, rows) }
+      Record.with_connection do |connection|
+        ids = connection.uncached { for_adapter(connection.adapter_name).insert(connection, rows) }
+        connection.clear_query_cache
+        ids
+      end
     end
 
     # The class holding the hot-path SQL for an adapter name.
@@ -36,18 +41,18 @@ module Bobbin
         @broken = false
       end
 
-      %i[claim finish release heartbeat].each do |name|
-        define_method(name) { |*args| call(name, *args) }
+      %i[claim finish release hand_back heartbeat reregister].each do |name|
+        define_method(name) { |*args, **options| call(name, *args, **options) }
       end
 
       # Closes the underlying connection.
       def close = @lock.synchronize { @store.close }
 
       private
-        def call(name, *args)
+        def call(name, *args, **options)
           @lock.synchronize do
             reconnect if @broken
-            @store.public_send(name, *args)
+            @store.public_send(name, *args, **options)
           rescue *driver_errors, *CONNECTION_ERRORS => error
             @broken = true
             raise Unavailable, "database unavailable during #{name}: #{error.class}: #{error.message.lines.first&.strip}"

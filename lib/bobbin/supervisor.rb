@@ -73,6 +73,7 @@ module Bobbin
         Recovery.prune
         monotonic + Bobbin.config.heartbeat_interval
       rescue ActiveRecord::ActiveRecordError => error
+        Recovery.unreachable!
         Bobbin.logger.warn("bobbin supervisor: heartbeat failed: #{error.message}")
         monotonic + 1
       end

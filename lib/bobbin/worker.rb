@@ -1,11 +1,14 @@
 # frozen_string_literal: true
 
 require_relative "connection_budget"
+require_relative "worker/waker"
+require_relative "worker/executor"
 require_relative "worker/execution"
 require_relative "worker/outcome_buffer"
 require_relative "worker/fiber_executor"
 require_relative "worker/thread_executor"
 require_relative "worker/heartbeat"
+require_relative "worker/claimer"
 
 module Bobbin
   # One worker pool in one process: claims jobs in batches as its slots free up (plus the few it will start
@@ -14,11 +17,22 @@ module Bobbin
   #   Bobbin::Worker.new(queues: ["llm", "default"], fibers: 500).start   # until TERM/INT
   #   Bobbin::Worker.new(queues: ["*"], threads: 10).run_until_empty       # drains, then returns
   class Worker
-    # Raised into job threads that outlive the shutdown timeout.
-    class Shutdown < Exception; end # rubocop:disable Lint/InheritException -- must pass through the jobs' rescue StandardError
+    # Seconds an interrupted job gets to unwind before the process gives up on it and exits.
+    STOP_GRACE = 5
+    # Exit status of a worker process that had to exit with jobs that would not stop.
+    EXIT_STUCK = 3
 
-    GATHER = 0.003
-    PREFETCH_WINDOW = 0.01
+    # Workers of this process that are stopping. No Mutex: `stop` runs in signal handlers, where a Mutex may not
+    # be taken; a Hash update is atomic under the GVL.
+    @stopping = {}
+
+    class << self
+      # True once a worker in this process has begun shutting down (Active Job continuations checkpoint then).
+      def stopping? = @stopping.any?
+
+      # Records that `worker` is stopping (true) or gone (false).
+      def mark_stopping(worker, stopping) = stopping ? @stopping[worker] = true : @stopping.delete(worker)
+    end
 
     attr_reader :selection, :executor, :process_id, :name
 
@@ -30,18 +44,20 @@ module Bobbin
       raise ConfigurationError, "#{fibers ? 'fibers' : 'threads'} must be at least 1, got #{size}" if size < 1
 
       @selection = Store::QueueSelection.new(queues)
-      @executor = (fibers ? FiberExecutor : ThreadExecutor).new(size, on_done: method(:wake))
+      @waker = Waker.new
+      @executor = (fibers ? FiberExecutor : ThreadExecutor).new(size, on_done: @waker.method(:wake))
       @polling_interval = polling_interval || Bobbin.config.polling_interval
       @shutdown_timeout = shutdown_timeout || Bobbin.config.shutdown_timeout
       @name = name || "#{@executor.mode}-#{size}"
       @supervisor = supervisor
-      @wake_reader, @wake_writer = IO.pipe
     end
 
-    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate).
+    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate). Owns the process: when jobs
+    # refuse to stop, it exits with EXIT_STUCK and leaves them to be recovered once it is gone.
     def start
       previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) } }
                  .to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
+      @owns_process = true
       run
     ensure
       previous&.each { |signal, handler| trap(signal, handler || "DEFAULT") }
@@ -57,7 +73,8 @@ module Bobbin
     def stop(timeout: nil)
       @shutdown_timeout = timeout if timeout
       @stopping = true
-      wake
+      Worker.mark_stopping(self, true)
+      @waker.wake
     end
 
     # Live numbers for the process row, process title and dashboard.
@@ -65,12 +82,18 @@ module Bobbin
       { mode: @executor.mode, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name }
     end
 
+    # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
+    def held_ids = @executor.held_ids + @outcomes.pending_ids
+
+    # The columns of this worker's process row (to register again if it was pruned while alive).
+    attr_reader :registration
+
     private
       def work(drain:)
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
         @executor.run do
-          services = [ @executor.spawn_service { @outcomes.run }, @executor.spawn_service { @heartbeat.run } ]
+          services = [ Thread.new { @outcomes.run }, Thread.new { @heartbeat.run } ]
           claim_loop(drain)
           shut_down(services)
         end
@@ -79,67 +102,29 @@ module Bobbin
       end
 
       def boot
-        @stopping = false
-        @rate = 0.0
-        @rate_at = monotonic
-        @rate_done = @executor.completed
-        @execution = Execution.new
-        @process_id = ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id)).id
-        @claimer = Store.open(@selection)
+        @stopping = @finished = false
+        @stuck = []
+        Record.with_connection { |connection| Schema.check!(connection) }
+        record = ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id))
+        @process_id = record.id
+        @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
+        @claimer = Claimer.new(self, Store.open(@selection), @executor)
         @writer = Store.open(@selection)
         @outcomes = OutcomeBuffer.new(@writer, @process_id)
+        @execution = Execution.new(interrupted: @executor.method(:interrupted?))
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async))
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
       end
 
       def claim_loop(drain)
-        backlog = false
         until @stopping
-          gather if backlog
-          room = self.room
-          jobs = room.positive? ? claim(room) : []
+          jobs = @claimer.next_jobs(wait: method(:wait))
           jobs.each { |job| @executor.post(job.id) { @outcomes << @execution.call(job) } }
-          backlog = room.positive? && jobs.size == room
-          next if backlog
+          next if @claimer.backlog?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
           wait(@polling_interval) unless drain && @executor.busy.zero?
         end
-      end
-
-      # With work waiting, jobs that started together end together: rather than one claim per freed slot,
-      # wait up to GATHER seconds for a quarter of the pool to free up, then claim them in one statement.
-      def gather
-        deadline = monotonic + GATHER
-        wait(deadline - monotonic) while room < @executor.capacity / 4 && monotonic < deadline && !@stopping
-      end
-
-      # How many jobs to claim now: the free slots plus the prefetch, less those already waiting for a slot.
-      def room = @executor.capacity + prefetch - @executor.busy
-
-      # Jobs claimed beyond the free slots, so that a slot that frees up while a claim is on its way starts its
-      # next job at once: as many as this worker finishes in PREFETCH_WINDOW, at most a quarter of the pool.
-      # Slow jobs get none, so a job never waits here on a busy worker while another worker could run it.
-      def prefetch
-        now = monotonic
-        if now - @rate_at >= 0.25
-          done = @executor.completed
-          @rate = (done - @rate_done) / (now - @rate_at)
-          @rate_at = now
-          @rate_done = done
-        end
-        (@rate * PREFETCH_WINDOW).floor.clamp(0, @executor.capacity / 4)
-      end
-
-      def claim(limit)
-        jobs = @claimer.claim(@process_id, limit)
-        @claim_failures = reconcile(jobs) if @claim_failures
-        jobs
-      rescue Store::Unavailable => error
-        Bobbin.logger.warn("bobbin worker #{@process_id}: #{error.message}; retrying") unless @claim_failures
-        @claim_failures = (@claim_failures || 0) + 1
-        wait([ 0.1 * (2**@claim_failures), 5 ].min)
-        []
       end
 
       # True once everything is written and nothing was written since the last empty claim (a retry may be due).
@@ -149,45 +134,55 @@ module Bobbin
         (@outcomes.written == @drain_mark).tap { @drain_mark = @outcomes.written }
       end
 
-      # After an outage a claim may have committed without us seeing its rows: hand such jobs back, keeping
-      # those handed to the executor, those with an unwritten outcome and `claimed`, the ones the first claim after it returned.
-      def reconcile(claimed)
-        @claimer.release(@process_id, @executor.held_ids + @outcomes.pending_ids + claimed.map(&:id))
-        Bobbin.logger.info("bobbin worker #{@process_id}: database reachable again")
-        nil
-      end
-
+      # Stop claiming; let jobs finish for shutdown_timeout; interrupt the rest and give them STOP_GRACE to
+      # unwind; write outcomes; return to ready only the jobs that have really stopped.
       def shut_down(services)
-        deadline = monotonic + @shutdown_timeout
         @executor.drop_queued
-        wait([ deadline - monotonic, 0.05 ].min) while @executor.busy.positive? && monotonic < deadline
-        @executor.stop_all if @executor.busy.positive?
+        wait_until_idle(@shutdown_timeout)
+        if @executor.busy.positive?
+          @executor.interrupt_all
+          wait_until_idle(STOP_GRACE)
+          @executor.kill_stuck
+        end
         @outcomes.stop
         @heartbeat.stop
-        services.each { |service| @executor.join(service) }
+        services.each(&:join)
         @outcomes.flush
-        released = @claimer.release(@process_id)
+        @stuck = @executor.held_ids
+        released = @claimer.release_all(keep: @stuck)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready")
+        abandon(@stuck) if @stuck.any?
+      end
+
+      def wait_until_idle(seconds)
+        deadline = monotonic + seconds
+        wait([ deadline - monotonic, 0.05 ].min) while @executor.busy.positive? && monotonic < deadline
+      end
+
+      # Jobs that ignore their interrupt cannot be returned to ready while they run. A process of its own exits
+      # now, and they are recovered once it is gone; an embedded worker leaves them claimed and says so.
+      def abandon(stuck)
+        Bobbin.logger.error("bobbin worker #{@process_id}: jobs #{stuck.join(', ')} did not stop within #{STOP_GRACE}s " \
+                            "of their interrupt; #{@owns_process ? 'exiting so they can be recovered' : 'they stay claimed'}")
+        return unless @owns_process
+
+        finish
+        ::Process.exit!(EXIT_STUCK)
       end
 
       def finish
-        @claimer&.release(@process_id)
+        return if @finished
+
+        @finished = true
+        Worker.mark_stopping(self, false)
+        @claimer&.release_all(keep: @stuck)
         ProcessRecord.where(id: @process_id).delete_all if @process_id
         [ @claimer, @writer ].compact.each(&:close)
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
       end
 
-      def wake
-        @wake_writer.write_nonblock(".", exception: false)
-      end
-
-      # Sleeps up to `timeout` seconds or until woken. A deadline that passed between the caller's check and
-      # this call waits zero, not a negative interval (IO#wait_readable raises on that).
-      def wait(timeout)
-        @wake_reader.wait_readable([ timeout, 0 ].max)
-        @wake_reader.read_nonblock(4096, exception: false)
-      end
+      def wait(timeout) = @waker.wait(timeout)
 
       def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end

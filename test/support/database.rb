@@ -10,8 +10,14 @@ module TestDatabase
 
   def postgres? = url.start_with?("postgres")
 
-  # The URL with a pool big enough for the thread pools the tests run.
-  def url_with_pool(pool = 25) = url + (url.include?("?") ? "&" : "?") + "pool=#{pool}"
+  # The URL with a pool big enough for the thread pools the tests run; on PostgreSQL every connection of this
+  # process is named after it, so tests count their own sessions and nobody else's.
+  def url_with_pool(pool = 25)
+    url + (url.include?("?") ? "&" : "?") + "pool=#{pool}" + (postgres? ? "&application_name=#{application_name}" : "")
+  end
+
+  # The application_name of this process's PostgreSQL sessions.
+  def application_name = "bobbin-test-#{Process.pid}"
 
   def setup!
     FileUtils.mkdir_p("tmp")

@@ -102,7 +102,8 @@ class SessionCountingJob
     LedgerEntry.create!(key: key, pid: Process.pid)
   end
 
-  SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+  # This process's own sessions (TestDatabase names them), not autovacuum's or another client's.
+  SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = current_setting('application_name')"
 end
 
 class FlakyJob
@@ -127,4 +128,60 @@ end
 
 class NotAJob
   def perform = nil
+end
+
+# Jobs that misbehave: each must fail (or stop) alone, never take its pool or process down with it.
+class ExitJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(how)
+    case how
+    when "exit" then exit
+    when "abort" then abort("aborting from a job")
+    when "interrupt" then raise Interrupt
+    when "stop" then raise Async::Stop
+    when "shutdown" then raise Bobbin::Worker::Shutdown
+    end
+  end
+end
+
+# Ignores every interrupt and keeps running until its process is gone; records each start.
+class StubbornJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key)
+    StartEntry.create!(key: key)
+    loop do
+      sleep(0.1)
+    rescue Exception # rubocop:disable Lint/RescueException -- the point of this job
+      nil
+    end
+  end
+end
+
+# Kills its own process (`exit!` skips every ensure and at_exit), like a C extension crash would.
+class PoisonJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key)
+    StartEntry.create!(key: key)
+    sleep(0.2)
+    exit!(9)
+  end
+end
+
+# Blocks the event loop (a C call that releases the GVL but does not yield to the fiber scheduler).
+class LoopBlockingJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(seconds, key)
+    require "fiddle"
+    usleep = Fiddle::Function.new(Fiddle::Handle::DEFAULT["usleep"], [ Fiddle::TYPE_INT ], Fiddle::TYPE_INT)
+    usleep.call(Integer(seconds * 1_000_000))
+    LedgerEntry.create!(key: key, pid: Process.pid)
+  end
 end

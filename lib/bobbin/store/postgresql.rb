@@ -4,7 +4,7 @@ module Bobbin
   module Store
     # Bobbin's hot-path SQL for PostgreSQL: one statement per batch, run on a connection the worker owns.
     class PostgreSQL
-      RETURNED = "id, queue, class_name, arguments, attempts, max_attempts, active_job_id"
+      RETURNED = "id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes"
 
       FINISH = <<~SQL
         UPDATE bobbin_jobs AS j SET state = o.state, finished_at = o.finished_at, run_at = COALESCE(o.run_at, j.run_at),
@@ -30,7 +30,22 @@ module Bobbin
         RETURNING id
       SQL
 
+      HAND_BACK = <<~SQL
+        UPDATE bobbin_jobs SET state = 'ready', attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        WHERE state = 'running' AND claimed_by = $1 AND id = ANY($2::bigint[])
+      SQL
+
       HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = now() AT TIME ZONE 'UTC', metadata = $2 WHERE id = $1"
+
+      REREGISTER = <<~SQL
+        INSERT INTO bobbin_processes (id, kind, name, pid, hostname, supervisor_id, metadata, last_heartbeat_at, created_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, now() AT TIME ZONE 'UTC', now() AT TIME ZONE 'UTC') ON CONFLICT (id) DO NOTHING
+      SQL
+
+      RECLAIM = <<~SQL
+        UPDATE bobbin_jobs SET state = 'running', claimed_at = now() AT TIME ZONE 'UTC'
+        WHERE state = 'ready' AND claimed_by = $1 AND id = ANY($2::bigint[])
+      SQL
 
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
       # so an enqueue inside a transaction commits or rolls back with it. Returns the ids in order.
@@ -49,12 +64,25 @@ module Bobbin
         configure
       end
 
-      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement.
-      def claim(process_id, limit)
-        result = exec(@claim_sql, [ process_id, limit, *queue_binds ])
-        result.values.map do |id, queue, class_name, arguments, attempts, max_attempts, active_job_id|
-          ClaimedJob.new(id.to_i, queue, class_name, arguments, attempts.to_i, max_attempts.to_i, active_job_id)
+      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; jobs that were
+      # in flight at a crash are left out unless `suspects`.
+      def claim(process_id, limit, suspects: true)
+        result = exec(@claim_sql, [ process_id, limit, suspects, *queue_binds ])
+        result.values.map do |id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes|
+          ClaimedJob.new(id.to_i, queue, class_name, arguments, attempts.to_i, max_attempts.to_i, active_job_id, crashes.to_i)
         end
+      end
+
+      # Returns the claimed jobs `ids` to ready untouched (their attempt given back).
+      def hand_back(process_id, ids)
+        exec(HAND_BACK, [ process_id, @array.encode(ids) ]).cmd_tuples
+      end
+
+      # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns), and
+      # takes back those of `held` jobs that recovery returned to ready and nobody has claimed since.
+      def reregister(process_id, row, held)
+        exec(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS) ])
+        exec(RECLAIM, [ process_id, @array.encode(held) ]).cmd_tuples
       end
 
       # Writes the outcomes of many jobs in one statement; only rows still claimed by `process_id` change.
@@ -100,7 +128,7 @@ module Bobbin
               claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
             WHERE id = ANY(ARRAY(
               SELECT id FROM bobbin_jobs
-              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' #{queue_condition}
+              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes = 0 OR $3) #{queue_condition}
                 AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
               ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
             RETURNING #{RETURNED}
@@ -111,8 +139,8 @@ module Bobbin
           return "" if @selection.all?
 
           terms = []
-          terms << "queue = ANY($3::text[])" if @selection.names.any?
-          @selection.like_patterns.each_index { |i| terms << "queue LIKE $#{i + 3 + (@selection.names.any? ? 1 : 0)}" }
+          terms << "queue = ANY($4::text[])" if @selection.names.any?
+          @selection.like_patterns.each_index { |i| terms << "queue LIKE $#{i + 4 + (@selection.names.any? ? 1 : 0)}" }
           "AND (#{terms.join(' OR ')})"
         end
 

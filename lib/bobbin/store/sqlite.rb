@@ -25,7 +25,22 @@ module Bobbin
         RETURNING id
       SQL
 
+      HAND_BACK = <<~SQL
+        UPDATE bobbin_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        WHERE state = 'running' AND claimed_by = ? AND id IN (SELECT value FROM json_each(?))
+      SQL
+
       HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = ?, metadata = ? WHERE id = ?"
+
+      REREGISTER = <<~SQL
+        INSERT OR IGNORE INTO bobbin_processes (id, kind, name, pid, hostname, supervisor_id, metadata, last_heartbeat_at, created_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+      SQL
+
+      RECLAIM = <<~SQL
+        UPDATE bobbin_jobs SET state = 'running', claimed_at = ?
+        WHERE state = 'ready' AND claimed_by = ? AND id IN (SELECT value FROM json_each(?))
+      SQL
 
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
       # so an enqueue inside a transaction commits or rolls back with it. Returns the ids in order.
@@ -41,13 +56,29 @@ module Bobbin
         @claim_sql = claim_sql
       end
 
-      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement.
-      def claim(process_id, limit)
+      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; jobs that were
+      # in flight at a crash are left out unless `suspects`.
+      def claim(process_id, limit, suspects: true)
         now = Store.timestamp(Time.now)
-        rows = transaction { execute(@claim_sql, [ process_id, now, now, now, *queue_binds, limit ]) }
+        rows = transaction { execute(@claim_sql, [ process_id, now, now, now, suspects ? 1 : 0, *queue_binds, limit ]) }
         rows.map do |row|
           ClaimedJob.new(row["id"], row["queue"], row["class_name"], row["arguments"], row["attempts"],
-                         row["max_attempts"], row["active_job_id"])
+                         row["max_attempts"], row["active_job_id"], row["crashes"])
+        end
+      end
+
+      # Returns the claimed jobs `ids` to ready untouched (their attempt given back).
+      def hand_back(process_id, ids)
+        transaction { execute(HAND_BACK, [ process_id, JSON.generate(ids) ]) && db.changes }
+      end
+
+      # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns), and
+      # takes back those of `held` jobs that recovery returned to ready and nobody has claimed since.
+      def reregister(process_id, row, held)
+        now = Store.timestamp(Time.now)
+        transaction do
+          execute(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS), now, now ])
+          execute(RECLAIM, [ now, process_id, JSON.generate(held) ]) && db.changes
         end
       end
 
@@ -102,10 +133,10 @@ module Bobbin
             UPDATE bobbin_jobs SET state = 'running', claimed_by = ?, attempts = attempts + 1, claimed_at = ?, started_at = ?
             WHERE id IN (
               SELECT id FROM bobbin_jobs
-              WHERE state = 'ready' AND run_at <= ? #{queue_condition}
+              WHERE state = 'ready' AND run_at <= ? AND (crashes = 0 OR ?) #{queue_condition}
                 AND queue NOT IN (SELECT queue FROM bobbin_pauses)
               ORDER BY priority, run_at, id LIMIT ?)
-            RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id
+            RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes
           SQL
         end
 

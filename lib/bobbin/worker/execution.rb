@@ -1,30 +1,41 @@
 # frozen_string_literal: true
 
+require "async"
+
 module Bobbin
+  # A job row names a class this process does not have (yet): a deploy in progress, or a worker started
+  # without the job's code. Retried like any failure, so the job runs once the class is there.
+  class UnknownJobClass < Error; end
+
   class Worker
-    # Runs one claimed job and says what became of it; never lets a job's exception escape, except a stop.
+    # Runs one claimed job and says what became of it. Whatever the job raises — StandardError, `exit`,
+    # `abort`, `raise Interrupt`, even its own Async::Stop — fails or retries that job; only the executor's
+    # own interrupt (shutdown) passes through, and then the job stays claimed until released.
     class Execution
-      # Exceptions that mean "stop now", not "the job failed": the job stays claimed and is released on shutdown.
-      STOPS = [ Interrupt, SignalException, SystemExit ].freeze
       MAX_BACKOFF = 6 * 3600
       BACKTRACE_LINES = 50
+      # Exceptions the executors use to interrupt a job at shutdown.
+      INTERRUPTS = [ Worker::Shutdown, Async::Stop ].freeze
 
-      def initialize
+      # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
+      def initialize(interrupted: ->(_id) { false }, logger: Bobbin.logger)
+        @interrupted = interrupted
+        @logger = logger
         @classes = {}
       end
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.
       def call(job)
-        job_class = resolve(job.class_name)
-        perform(job_class, job)
+        job_class = nil
+        AppExecutor.wrap do
+          job_class = resolve(job) unless job.active_job_id
+          perform(job_class, job)
+        end
         Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now))
       rescue UnrunnableJob => error
         failed(job, error)
-      rescue *STOPS, Worker::Shutdown
-        raise
-      rescue Exception => error # rubocop:disable Lint/RescueException -- a job's NotImplementedError or stack overflow fails the job, not the worker
-        raise if stop?(error)
-
+      rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
+        interrupted!(error) if INTERRUPTS.any? { |kind| error.is_a?(kind) } && @interrupted.call(job.id)
         job.attempts < job.max_attempts ? retried(job, job_class, error) : failed(job, error)
       ensure
         ActiveRecord::Base.connection_handler.clear_active_connections!(:all)
@@ -32,22 +43,30 @@ module Bobbin
 
       private
         def perform(job_class, job)
-          if job.active_job_id
-            ActiveJob::Base.execute(active_job_payload(job.arguments))
-          else
-            job_class.new.perform(*Client::Arguments.load(job.arguments))
+          return job_class.new.perform(*Client::Arguments.load(job.arguments)) unless job.active_job_id
+
+          ActiveJob::Callbacks.run_callbacks(:execute) do
+            active_job = ActiveJob::Base.deserialize(active_job_payload(job.arguments))
+            active_job.provider_job_id = job.id
+            active_job.perform_now
           end
         end
 
-        def resolve(name)
-          @classes[name] ||= begin
-            job_class = Object.const_get(name)
-            raise UnrunnableJob, "#{name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)" unless runnable?(job_class)
+        # Class lookups are cached, except while the app reloads code (development), where a cached class goes stale.
+        def resolve(job)
+          return lookup(job.class_name) if AppExecutor.reloading?
 
-            job_class
-          rescue NameError => error
-            raise UnrunnableJob, "unknown job class #{name} (#{error.message.lines.first.strip}); is it loaded in the worker (--require)?"
-          end
+          @classes[job.class_name] ||= lookup(job.class_name)
+        end
+
+        def lookup(name)
+          job_class = Object.const_get(name)
+          raise UnrunnableJob, "#{name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)" unless runnable?(job_class)
+
+          job_class
+        rescue NameError => error
+          hint = AppExecutor.rails? ? "is it defined in this app (app/jobs)?" : "load it in the worker with --require FILE"
+          raise UnknownJobClass, "unknown job class #{name} (#{error.message.lines.first.strip}); #{hint}"
         end
 
         def runnable?(job_class)
@@ -65,17 +84,27 @@ module Bobbin
           raise UnrunnableJob, "Active Job payload is not valid JSON (#{error.message[0, 120]})"
         end
 
-        def stop?(error)
-          defined?(Async::Stop) && error.is_a?(Async::Stop)
+        # An interrupt may land inside a database call of the job; that connection's state is unknown, so it is
+        # thrown away rather than handed to the next job (which would find a transaction already in progress).
+        def interrupted!(error)
+          ActiveRecord::Base.connection_handler.each_connection_pool { |pool| pool.active_connection&.throw_away! }
+          raise error
         end
 
         def retried(job, job_class, error)
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
           delay = [ base * (2**(job.attempts - 1)), MAX_BACKOFF ].min * rand(0.75..1.25)
+          @logger.info("bobbin: #{job.class_name} #{job.id} failed attempt #{job.attempts}/#{job.max_attempts} " \
+                       "(#{describe(error)}); retrying in #{delay.round(1)}s")
           outcome(job, "ready", error, run_at: Store.timestamp(Time.now + delay))
         end
 
-        def failed(job, error) = outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
+        def failed(job, error)
+          @logger.warn("bobbin: #{job.class_name} #{job.id} failed after #{job.attempts} attempt(s): #{describe(error)}")
+          outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
+        end
+
+        def describe(error) = "#{error.class}: #{error.message.to_s.lines.first.to_s.strip[0, 200]}"
 
         def outcome(job, state, error, finished_at: nil, run_at: nil)
           Store::Outcome.new(job.id, state, finished_at, run_at, error.class.name, error.message.to_s[0, 10_000],

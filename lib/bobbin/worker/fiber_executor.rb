@@ -5,19 +5,26 @@ require "async"
 module Bobbin
   class Worker
     # Runs jobs as fibers on one event loop (async): `capacity` long-lived fibers, each taking the next job
-    # from a queue and yielding at I/O. Fibers are made once at boot, like a thread pool's threads: creating
+    # from the line and yielding at I/O. Fibers are made once at boot, like a thread pool's threads: creating
     # one costs tens of microseconds (fresh stack pages), far more than handing it a job.
-    class FiberExecutor
-      attr_reader :capacity, :busy, :completed
+    class FiberExecutor < Executor
+      # Memory mappings a fiber needs (its stack and guard page), checked against vm.max_map_count.
+      MAPPINGS_PER_FIBER = 2
+      MAP_COUNT = "/proc/sys/vm/max_map_count"
+
+      # Raises ConfigurationError when this machine cannot give `capacity` fibers their stacks.
+      def self.check!(capacity)
+        limit = File.exist?(MAP_COUNT) ? File.read(MAP_COUNT).to_i : nil
+        return if limit.nil? || capacity * MAPPINGS_PER_FIBER + 1_000 <= limit
+
+        raise ConfigurationError, "fibers: #{capacity} needs about #{capacity * MAPPINGS_PER_FIBER + 1_000} memory mappings " \
+                                  "but vm.max_map_count is #{limit}: lower fibers (at most #{(limit - 1_000) / MAPPINGS_PER_FIBER}) " \
+                                  "or raise it (sysctl -w vm.max_map_count=#{capacity * 4})"
+      end
 
       def initialize(capacity, on_done:)
-        @capacity = capacity
-        @on_done = on_done
-        @busy = 0
-        @completed = 0
-        @running = {}
-        @held = {}
-        @queue = Thread::Queue.new
+        self.class.check!(capacity)
+        super
       end
 
       # :fibers
@@ -26,65 +33,24 @@ module Bobbin
       # Runs `body` inside the event loop with the job fibers started; returns when all of them are done.
       def run(&body)
         Sync do |task|
-          @root = task
-          @fibers = Array.new(@capacity) { task.async { work_loop } }
+          start_fibers(task)
           body.call
         ensure
           @queue.close
         end
       end
 
-      # Starts a background loop (flusher, heartbeat) as a fiber; returns a handle for `join`.
-      def spawn_service(&block) = @root.async(&block)
-
-      # Waits for a service started by `spawn_service` to return.
-      def join(service) = service.wait
-
-      # Hands the block (job `id`) to the next free fiber; it waits in line when every fiber is busy.
-      def post(id, &block)
-        @busy += 1
-        @held[id] = true
-        @queue << [ id, block ]
-      end
-
-      # Ids of the jobs handed over and not yet done: running or waiting in line.
-      def held_ids = @held.keys
-
-      # Takes back the jobs still waiting in line (they stay claimed until released); returns how many.
-      def drop_queued
-        dropped = 0
-        while (id, _block = @queue.pop(timeout: 0))
-          @held.delete(id)
-          dropped += 1
-        end
-        @busy -= dropped
-        dropped
-      end
-
-      # Interrupts every job still running (they raise Async::Stop and stay claimed until released).
-      def stop_all
-        drop_queued
-        @running.each_key(&:stop)
-      end
-
       private
-        def work_loop
-          while (item = @queue.pop)
-            run_one(*item)
-          end
+        def start_fibers(task)
+          @capacity.times { task.async { work_loop } }
+        rescue FiberError => error
+          raise ConfigurationError, "could not create #{@capacity} fibers (#{error.message}); lower fibers: for this pool"
         end
 
-        def run_one(id, block)
-          task = Async::Task.current
-          @running[task] = id
-          block.call
-        ensure
-          @running.delete(task)
-          @held.delete(id)
-          @busy -= 1
-          @completed += 1
-          @on_done.call
-        end
+        def current_runner = Async::Task.current
+
+        # Raises Async::Stop inside the job's fiber at its current wait.
+        def interrupt(task) = task.stop
     end
   end
 end

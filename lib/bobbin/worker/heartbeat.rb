@@ -3,7 +3,8 @@
 module Bobbin
   class Worker
     # Every heartbeat_interval: tells the database this process is alive and how busy it is, and recovers the jobs
-    # of processes that stopped beating. Every second: stops the worker if its supervisor is gone.
+    # of processes that stopped beating. Every second: stops the worker if its supervisor is gone. Runs on a
+    # thread of its own, so a job that blocks the event loop cannot make its live process look dead.
     class Heartbeat
       TICK = 1.0
 
@@ -43,9 +44,12 @@ module Bobbin
         end
 
         def beat
-          return if @store.heartbeat(@worker.process_id, JSON.generate(title))
+          metadata = JSON.generate(title)
+          return if @store.heartbeat(@worker.process_id, metadata)
 
-          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: process row is gone (pruned as dead?)")
+          kept = @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata), @worker.held_ids)
+          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: its process row was gone (pruned as dead while alive); " \
+                             "registered again and took back #{kept} of its jobs")
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: heartbeat failed: #{error.message}")
         end
@@ -54,6 +58,7 @@ module Bobbin
           Recovery.prune
           Retention.sweep
         rescue ActiveRecord::ActiveRecordError => error
+          Recovery.unreachable!
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: could not check for dead processes: #{error.message}")
         end
 

@@ -1,0 +1,20 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # Runs job code the way the host app expects: inside the Rails app's reloader when there is one (executor
+  # hooks: connection and query-cache hygiene, CurrentAttributes reset; code reloading in development).
+  module AppExecutor
+    module_function
+
+    # True inside a booted Rails application.
+    def rails? = !!(defined?(::Rails.application) && ::Rails.application)
+
+    # Yields inside the app's reloader (Rails) or just yields (plain Ruby).
+    def wrap(&block) = rails? ? ::Rails.application.reloader.wrap(&block) : yield
+
+    # True while the app reloads code between jobs, so class lookups must not be cached.
+    def reloading?
+      rails? && ::Rails.application.config.respond_to?(:enable_reloading) && ::Rails.application.config.enable_reloading ? true : false
+    end
+  end
+end

@@ -1,0 +1,107 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Worker
+    # Decides how many jobs to claim and claims them: free slots plus a small prefetch, gathered into one
+    # statement per wave; backs off through database outages and reconciles afterwards; and keeps jobs that
+    # were in flight when a process crashed ("suspects") to one at a time, so a job that kills its process
+    # is caught alone and blamed, while the jobs that merely ran beside it keep their attempts.
+    class Claimer
+      GATHER = 0.003
+      PREFETCH_WINDOW = 0.01
+
+      def initialize(worker, store, executor)
+        @worker = worker
+        @store = store
+        @executor = executor
+        @rate = 0.0
+        @rate_at = monotonic
+        @rate_done = executor.completed
+        @backlog = false
+        @suspect = nil
+      end
+
+      # Claims what this worker has room for now (waiting up to GATHER for a wave of slots while work is
+      # waiting); returns the claimed jobs, [] when there is no room, no work, or no database.
+      def next_jobs(wait:)
+        gather(wait) if @backlog
+        room = self.room
+        jobs = room.positive? ? claim(room, wait) : []
+        @backlog = room.positive? && jobs.size == room
+        jobs
+      end
+
+      # True when the last claim filled every free slot (more work is probably waiting).
+      def backlog? = @backlog
+
+      # Returns this worker's running rows to ready, except `keep`; returns how many.
+      def release_all(keep: []) = @store.release(@worker.process_id, keep)
+
+      # Closes the claiming connection.
+      def close = @store.close
+
+      private
+        # With work waiting, jobs that started together end together: rather than one claim per freed slot,
+        # wait up to GATHER seconds for a quarter of the pool to free up, then claim them in one statement.
+        def gather(wait)
+          deadline = monotonic + GATHER
+          wait.call(deadline - monotonic) while room < @executor.capacity / 4 && monotonic < deadline
+        end
+
+        # How many jobs to claim now: the free slots plus the prefetch, less those already waiting for a slot.
+        def room = @executor.capacity + prefetch - @executor.busy
+
+        # Jobs claimed beyond the free slots, so that a slot that frees up while a claim is on its way starts
+        # its next job at once: as many as this worker finishes in PREFETCH_WINDOW, at most a quarter of the
+        # pool. Slow jobs get none, so a job never waits here while another worker could run it.
+        def prefetch
+          now = monotonic
+          if now - @rate_at >= 0.25
+            done = @executor.completed
+            @rate = (done - @rate_done) / (now - @rate_at)
+            @rate_at = now
+            @rate_done = done
+          end
+          (@rate * PREFETCH_WINDOW).floor.clamp(0, @executor.capacity / 4)
+        end
+
+        def claim(limit, wait)
+          jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
+          @failures = reconcile(jobs) if @failures
+          jobs
+        rescue Store::Unavailable => error
+          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: #{error.message}; retrying") unless @failures
+          @failures = (@failures || 0) + 1
+          wait.call([ 0.1 * (2**@failures), 5 ].min)
+          []
+        end
+
+        # At most one suspect in flight: the first one claimed runs, any others go straight back.
+        def quarantine(jobs)
+          suspects = jobs.select { |job| job.crashes.positive? }
+          return jobs if suspects.empty?
+
+          @suspect = suspects.first.id
+          extra = suspects.drop(1).map(&:id)
+          @store.hand_back(@worker.process_id, extra) if extra.any?
+          jobs.reject { |job| extra.include?(job.id) }
+        end
+
+        def suspect_free?
+          @suspect = nil if @suspect && !@executor.held_ids.include?(@suspect)
+          @suspect.nil?
+        end
+
+        # After an outage a claim may have committed without us seeing its rows: hand such jobs back, keeping
+        # those handed to the executor, those with an unwritten outcome and `claimed`, the ones the first
+        # claim after it returned.
+        def reconcile(claimed)
+          @store.release(@worker.process_id, @worker.held_ids + claimed.map(&:id))
+          Bobbin.logger.info("bobbin worker #{@worker.process_id}: database reachable again")
+          nil
+        end
+
+        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+    end
+  end
+end

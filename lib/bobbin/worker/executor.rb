@@ -1,0 +1,87 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Worker
+    # Raised into job threads that outlive the shutdown timeout.
+    class Shutdown < Exception; end # rubocop:disable Lint/InheritException -- must pass through the jobs' rescue StandardError
+
+    # What every executor shares: a line of handed-over jobs, `capacity` runners taking from it, and the
+    # accounting the claim loop and shutdown read (busy, held, interrupted). Subclasses supply the runners
+    # (`run`, `current_runner`) and how to interrupt one (`interrupt`).
+    class Executor
+      attr_reader :capacity
+
+      def initialize(capacity, on_done:)
+        @capacity = capacity
+        @on_done = on_done
+        @lock = Mutex.new
+        @queue = Thread::Queue.new
+        @busy = 0
+        @completed = 0
+        @held = {}
+        @running = {}
+        @interrupted = {}
+      end
+
+      # Jobs handed over and not done yet: running or waiting in line.
+      def busy = @lock.synchronize { @busy }
+
+      # Jobs finished since start.
+      def completed = @lock.synchronize { @completed }
+
+      # Ids of the jobs handed over and not yet done.
+      def held_ids = @lock.synchronize { @held.keys }
+
+      # Hands the block (job `id`) to the next free runner; it waits in line when every runner is busy.
+      def post(id, &block)
+        @lock.synchronize { @busy += 1; @held[id] = true }
+        @queue << [ id, block ]
+      end
+
+      # Takes back the jobs still waiting in line (they stay claimed until released); returns how many.
+      def drop_queued
+        dropped = 0
+        while (id, _block = @queue.pop(timeout: 0))
+          @lock.synchronize { @held.delete(id); @busy -= 1 }
+          dropped += 1
+        end
+        dropped
+      end
+
+      # Interrupts every running job (shutdown): each gets the executor's stop exception and stays claimed.
+      def interrupt_all
+        drop_queued
+        running = @lock.synchronize { @running.each_value { |id| @interrupted[id] = true }.to_a }
+        running.each { |runner, _id| interrupt(runner) }
+      end
+
+      # True when the executor interrupted job `id` (so its stop exception is a shutdown, not the job's own).
+      def interrupted?(id) = @lock.synchronize { @interrupted.key?(id) }
+
+      # Ends jobs that ignored their interrupt, where that can be done for certain (threads); fibers cannot.
+      def kill_stuck = nil
+
+      private
+        def work_loop
+          while (item = @queue.pop)
+            run_one(*item)
+          end
+        end
+
+        def run_one(id, block)
+          runner = current_runner
+          @lock.synchronize { @running[runner] = id }
+          block.call
+        ensure
+          @lock.synchronize do
+            @running.delete(runner)
+            @held.delete(id)
+            @interrupted.delete(id)
+            @busy -= 1
+            @completed += 1
+          end
+          @on_done.call
+        end
+    end
+  end
+end

@@ -1,0 +1,83 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# A job can call exit, abort, raise Interrupt or Async::Stop, ignore its interrupt, or kill its process:
+# it fails (or is recovered) alone; the pool keeps every slot, and the jobs beside it keep their attempts.
+class MisbehavingJobsTest < Bobbin::TestCase
+  def state_of(id) = Bobbin::JobRecord.find(id).then { |job| [ job.state, job.last_error_class ] }
+
+  %w[fibers threads].each do |mode|
+    test "exit, abort, Interrupt and a job's own stop exception fail that job; a #{mode} pool of one keeps running" do
+      ids = %w[exit abort interrupt stop shutdown].to_h { |how| [ how, ExitJob.enqueue(how) ] }
+      LedgerJob.enqueue("after")
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("work", "--#{mode}", "1", "--drain", "--polling-interval", "0.05")
+        assert wait_exit(pids.first, timeout: 60)&.success?, "the worker drains everything and exits cleanly"
+      end
+      assert_equal [ "failed", "SystemExit" ], state_of(ids["exit"])
+      assert_equal [ "failed", "SystemExit" ], state_of(ids["abort"])
+      assert_equal [ "failed", "Interrupt" ], state_of(ids["interrupt"])
+      assert_equal [ "failed", "Async::Cancel" ], state_of(ids["stop"])
+      assert_equal [ "failed", "Bobbin::Worker::Shutdown" ], state_of(ids["shutdown"])
+      assert LedgerEntry.exists?(key: "after"), "the job after them ran on the same single slot"
+    end
+
+    test "a #{mode} job that ignores its interrupt is not handed back while it runs, and the process still exits" do
+      id = StubbornJob.enqueue("stubborn")
+      log = "tmp/stubborn-#{mode}-#{Process.pid}.log"
+      pids = []
+      seen = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("work", "--#{mode}", "2", "--shutdown-timeout", "0.5", "--polling-interval", "0.05", log: log)
+        wait_for("the stubborn job to start") { StartEntry.exists?(key: "stubborn") }
+        Process.kill(:TERM, pids.first)
+        termed = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        status = nil
+        until (status = wait_exit(pids.first, timeout: 0.05)) || seen.size > 600
+          seen << [ Bobbin::JobRecord.find(id).state, Process.clock_gettime(Process::CLOCK_MONOTONIC) - termed ]
+        end
+        assert status, "the process exits within shutdown_timeout + the stop grace (#{Bobbin::Worker::STOP_GRACE}s)"
+        ready_at = seen.find { |state, _| state == "ready" }&.last
+        if mode == "threads"
+          assert status.success?
+          assert_operator ready_at || Float::INFINITY, :>=, 0.5 + Bobbin::Worker::STOP_GRACE,
+                          "ready only once its thread was killed, after the timeout and the grace"
+        else
+          assert_equal Bobbin::Worker::EXIT_STUCK, status.exitstatus
+          assert_nil ready_at, "a fiber cannot be killed for certain: never ready while its process was alive"
+        end
+      end
+      Bobbin::Recovery.prune
+      assert_equal "ready", Bobbin::JobRecord.find(id).state, "once its process is gone it is recovered"
+      assert_match(/did not stop within|returned to ready/, File.read(log))
+    ensure
+      FileUtils.rm_f(log) if passed?
+    end
+  end
+
+  test "a job that kills its process is isolated and failed; the 40 jobs beside it keep their attempts and finish" do
+    poison = PoisonJob.enqueue("poison")
+    Bobbin.enqueue_all(Array.new(40) { |i| [ CrashSafeJob, [ 0.5, "innocent-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.05")
+      wait_for("the poison job to fail and the others to finish", timeout: 120, interval: 0.2) do
+        Bobbin::JobRecord.find(poison).state == "failed" && LedgerEntry.count == 40
+      end
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?
+    end
+    assert_equal [ "failed", "Bobbin::ProcessDied" ], state_of(poison)
+    innocents = Bobbin::JobRecord.where(class_name: "CrashSafeJob")
+    assert_equal [ "succeeded" ], innocents.distinct.pluck(:state)
+    assert_equal [ 1 ], innocents.distinct.pluck(:attempts), "no innocent job burnt an attempt on the poison job's crashes"
+  end
+
+  test "more fibers than the machine can map fail at boot with the limit, not a silent hang" do
+    limit = File.read("/proc/sys/vm/max_map_count").to_i
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: limit) }
+    assert_match(/vm.max_map_count is #{limit}/, error.message)
+  end
+end
