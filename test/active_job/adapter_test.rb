@@ -1,11 +1,8 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "active_job"
-require "active_job/queue_adapters/bobbin_adapter"
+require "support/active_jobs"
 
-ActiveJob::Base.queue_adapter = :bobbin
-ActiveJob::Base.logger = Logger.new(File::NULL)
 ActiveJob::Base.include(ActiveJob::EnqueueAfterTransactionCommit)
 
 class LedgerActiveJob < ActiveJob::Base
@@ -38,6 +35,8 @@ class AfterCommitActiveJob < LedgerActiveJob
 end
 
 class ActiveJobAdapterTest < Bobbin::TestCase
+  ACTIVE_JOBS = File.expand_path("../support/active_jobs.rb", __dir__)
+
   test "perform_later stores the job with Active Job's serialization and runs it" do
     job = LedgerActiveJob.perform_later("a", suffix: "!")
     row = Bobbin::JobRecord.find(job.provider_job_id)
@@ -102,5 +101,35 @@ class ActiveJobAdapterTest < Bobbin::TestCase
   test "non-serializable arguments raise Active Job's error at enqueue and store nothing" do
     assert_raises(ActiveJob::SerializationError) { LedgerActiveJob.perform_later(Object.new) }
     assert_equal 0, Bobbin::JobRecord.count
+  end
+
+  test "inside perform, provider_job_id is the id of the Bobbin row the job runs from" do
+    id = ProviderIdActiveJob.perform_later("inside").provider_job_id
+    drain(fibers: 2)
+    assert_equal [ "inside provider_job_id=#{id}" ], LedgerEntry.pluck(:key)
+  end
+
+  test "a continuable job stopped mid-step by TERM is re-enqueued and the next worker resumes it from its checkpoint" do
+    id = StepsActiveJob.perform_later("steps").provider_job_id
+    first = spawn_bobbin("work", "--queues", "steps", "--fibers", "2", "--shutdown-timeout", "60", "--require", ACTIVE_JOBS)
+    ensure_killed(first) do
+      wait_for("step b to start in the first worker") { LedgerEntry.exists?(key: "steps b from 0 pid=#{first}") }
+      Process.kill(:TERM, first)
+      assert wait_exit(first, timeout: 90)&.success?, "the first worker stops at the job's next checkpoint"
+    end
+    rows = Bobbin::JobRecord.where(class_name: "StepsActiveJob").order(:id)
+    assert_equal [ [ id, "succeeded" ], [ rows.last.id, "ready" ] ], rows.map { |row| [ row.id, row.state ] },
+                 "the interrupted run finished by enqueuing its continuation, not by being released"
+
+    LedgerEntry.create!(key: "steps release")
+    second = spawn_bobbin("work", "--queues", "steps", "--fibers", "2", "--drain", "--require", ACTIVE_JOBS)
+    ensure_killed(second) { assert wait_exit(second, timeout: 90)&.success? }
+    runs = LedgerEntry.where("key LIKE ?", "steps %").where.not(key: "steps release").pluck(:key).map { |key| key.match(/\Asteps (.+) pid=(\d+)\z/).captures }
+    assert_equal [ [ "a", first.to_s ], [ "b from 0", first.to_s ] ], runs.select { |_, pid| pid == first.to_s }.sort
+    resumed = runs.reject { |_, pid| pid == first.to_s }.map(&:first).sort
+    assert_equal 2, resumed.size, "the second worker runs step b (resumed) and step c only: #{runs.inspect}"
+    assert_match(/\Ab from [1-9]\d*\z/, resumed.first, "step b resumes from the cursor it had advanced to")
+    assert_equal "c", resumed.last
+    assert_equal %w[succeeded succeeded], Bobbin::JobRecord.where(class_name: "StepsActiveJob").order(:id).pluck(:state)
   end
 end

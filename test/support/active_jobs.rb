@@ -1,11 +1,10 @@
 # frozen_string_literal: true
 
 # Active Job classes the tests run, in the test process and in the worker processes they start (`--require`).
-require "active_job"
-require "active_job/queue_adapters/bobbin_adapter"
+require "bobbin"
 require_relative "jobs"
 
-ActiveJob::Base.queue_adapter = :bobbin
+ActiveJob::Base.queue_adapter = :bobbin # found by name: `require "bobbin"` is all it takes
 ActiveJob::Base.logger = Logger.new(File::NULL)
 
 # Records the provider_job_id it sees inside perform.
@@ -18,6 +17,7 @@ end
 class StepsActiveJob < ActiveJob::Base
   include ActiveJob::Continuable
   self.resume_options = { wait: 0 }
+  queue_as :steps
 
   def perform(key)
     step(:a) { record("#{key} a") }

@@ -11,6 +11,10 @@ module ActiveJob
       # Rails 7.2 asks the adapter; later versions ask the job class (enqueue_after_transaction_commit).
       def enqueue_after_transaction_commit? = true
 
+      # True once a worker in this process has begun shutting down: a continuable job (ActiveJob::Continuable)
+      # stops at its next checkpoint and is re-enqueued to resume from there.
+      def stopping? = Bobbin::Worker.stopping?
+
       # Stores the job to run now; sets its provider_job_id.
       def enqueue(job) = enqueue_at(job, nil)
 
