@@ -2,7 +2,7 @@
 
 # Records that it ran: its key, the Bobbin row it ran from (provider_job_id) and the adapter it ran under.
 class LedgerJob < ApplicationJob
-  queue_as :default
+  queue_as :rails_app
 
   # Writes one ledger row "KEY provider_job_id=ID adapter=NAME".
   def perform(key)

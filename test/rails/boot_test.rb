@@ -1,0 +1,28 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "rails_app_processes"
+
+# Boots the dummy Rails app (test/rails_app: `rails new` layout, Bundler.require, queue_adapter = :bobbin) in real
+# processes: what a Rails app does with Bobbin in its Gemfile, without any `require` of the adapter by hand.
+class RailsBootTest < Bobbin::TestCase
+  include RailsAppProcesses
+
+  %w[production development].each do |env|
+    test "#{env}: perform_later in the booted app stores a Bobbin job, and `bobbin work` from the app's root runs it" do
+      status, output = run_in_rails_app("-e", <<~RUBY, env: env)
+        require "./config/environment"
+        job = LedgerJob.perform_later("hello")
+        puts "adapter=\#{ActiveJob::Base.queue_adapter_name} provider_job_id=\#{job.provider_job_id}"
+      RUBY
+      assert status.success?, output
+      id = output[/^adapter=bobbin provider_job_id=(\d+)$/, 1] or flunk("the app's adapter is not bobbin:\n#{output}")
+      assert_equal [ [ "LedgerJob", "ready" ] ], Bobbin::JobRecord.where(id: id).pluck(:class_name, :state)
+
+      status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", env: env)
+      assert status.success?, output
+      assert_equal [ "hello provider_job_id=#{id} adapter=bobbin" ], LedgerEntry.where("key LIKE 'hello %'").pluck(:key), output
+      assert_equal "succeeded", Bobbin::JobRecord.find(id).state
+    end
+  end
+end
