@@ -4,15 +4,20 @@ module Bobbin
   # Gives back the jobs of processes that died: to ready, or to failed once a job has used up its runs.
   #
   # Blame. A crash counts against a job (its attempt stands) only when the job was alone in flight, or was the
-  # one "suspect" (a job already in flight at an earlier crash; workers run suspects one at a time) beside
-  # innocent jobs. Otherwise every job in flight gets its attempt back and becomes a suspect, so a job that
-  # kills its process is isolated within a crash or two and the jobs that ran beside it never burn attempts.
+  # "suspect" in flight (a job in flight at SUSPECT or more crashes; workers run those one at a time) beside
+  # innocent jobs. Otherwise every job in flight gets its attempt back and its crash count goes up. A job that
+  # kills its process is in flight at every crash it causes, so within two crashes it runs as a suspect, is
+  # blamed at the next, and fails once its runs are used; the jobs beside it never burn attempts. A single
+  # crash (an OOM kill, a kill -9) quarantines nobody.
   #
   # Silence. A process is judged dead by a silent heartbeat only when this process has itself reached the
   # database for longer than the threshold: after an outage every live process is silent, and is given the
   # threshold again to beat before anyone prunes it.
   module Recovery
-    @reachable_since = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+    # Crashes a job must have been in flight for before it runs only one at a time per process.
+    SUSPECT = 2
+
+    @reachable_since = nil
 
     module_function
 
@@ -50,14 +55,14 @@ module Bobbin
       ready + failed + spared
     end
 
-    # The jobs a crash counts against: the only one in flight, else the suspects in flight.
+    # The jobs a crash counts against: the only one in flight, else the suspect in flight.
     def blamed_ids(running)
       rows = running.pluck(:id, :crashes)
-      rows.size == 1 ? rows.map(&:first) : rows.select { |_, crashes| crashes.positive? }.map(&:first)
+      rows.size == 1 ? rows.map(&:first) : rows.select { |_, crashes| crashes >= SUSPECT }.map(&:first)
     end
 
-    # Jobs that were in flight beside the crash get their attempt back; without a suspect to blame they all
-    # become suspects themselves.
+    # Jobs that were in flight beside the crash get their attempt back; without a suspect to blame, their crash
+    # counts go up (at SUSPECT they run one at a time).
     def spare(relation, error, suspects:)
       changes = error.merge(state: "ready", run_at: Time.now.utc, started_at: nil,
                             attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"))
@@ -79,7 +84,7 @@ module Bobbin
       end
     end
 
-    def trusted_silence?(threshold) = monotonic - @reachable_since >= threshold
+    def trusted_silence?(threshold) = @reachable_since.nil? || monotonic - @reachable_since >= threshold
 
     def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end

@@ -3,13 +3,15 @@
 require "test_helper"
 
 class RecoveryTest < Bobbin::TestCase
-  def dead_process_with_jobs(attempts:)
+  def dead_process_with_jobs(attempts:, jobs: 3)
     process = Bobbin::ProcessRecord.register(kind: "worker", name: "ghost")
     process.update_columns(last_heartbeat_at: Time.now.utc - 3600)
-    ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 0, "k#{i}" ] ] })
+    ids = Bobbin.enqueue_all(Array.new(jobs) { |i| [ SleepJob, [ 0, "k#{i}" ] ] })
     Bobbin::JobRecord.where(id: ids).update_all(state: "running", claimed_by: process.id, attempts: attempts)
     [ process, ids ]
   end
+
+  def jobs(ids) = Bobbin::JobRecord.where(id: ids).order(:id)
 
   test "a process silent past the threshold is pruned and its jobs return to ready, with the reason recorded" do
     process, ids = dead_process_with_jobs(attempts: 1)
@@ -23,10 +25,34 @@ class RecoveryTest < Bobbin::TestCase
     assert_equal 0, Bobbin::Recovery.prune(threshold: 60), "a second pass finds nothing"
   end
 
-  test "a job that has used its runs and its crash retries is failed instead" do
+  test "a job alone in flight when its process died, having used its runs and its crash retries, is failed" do
+    _, ids = dead_process_with_jobs(attempts: 1 + Bobbin.config.crash_retries, jobs: 1)
+    Bobbin::Recovery.prune(threshold: 60)
+    assert_equal [ [ "failed", 1 ] ], jobs(ids).pluck(:state, :crashes)
+  end
+
+  test "several jobs in flight at a crash: none is blamed, all get their attempt back and count the crash" do
     _, ids = dead_process_with_jobs(attempts: 1 + Bobbin.config.crash_retries)
     Bobbin::Recovery.prune(threshold: 60)
-    assert_equal [ "failed" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
+    assert_equal [ [ "ready", Bobbin.config.crash_retries, 1 ] ] * 3, jobs(ids).pluck(:state, :attempts, :crashes)
+  end
+
+  test "a crash with a suspect in flight is blamed on the suspect alone" do
+    _, ids = dead_process_with_jobs(attempts: 1 + Bobbin.config.crash_retries)
+    Bobbin::JobRecord.where(id: ids.first).update_all(crashes: Bobbin::Recovery::SUSPECT)
+    Bobbin::Recovery.prune(threshold: 60)
+    assert_equal [ [ "failed", 3, 3 ], [ "ready", 2, 0 ], [ "ready", 2, 0 ] ], jobs(ids).pluck(:state, :attempts, :crashes)
+  end
+
+  test "right after this process could not reach the database, silent processes are not pruned" do
+    process, ids = dead_process_with_jobs(attempts: 1)
+    Bobbin::Recovery.unreachable!
+    assert_equal 0, Bobbin::Recovery.prune(threshold: 60), "every live process was silent through the outage too"
+    assert Bobbin::ProcessRecord.exists?(process.id)
+    assert_equal [ "running" ], jobs(ids).pluck(:state).uniq
+    assert_equal 3, Bobbin::Recovery.prune(threshold: 0), "once reachable for the whole threshold, silence counts"
+  ensure
+    Bobbin::Recovery.instance_variable_set(:@reachable_since, nil)
   end
 
   test "running jobs whose process row is gone are recovered too" do

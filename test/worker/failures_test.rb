@@ -8,7 +8,8 @@ class FailuresTest < Bobbin::TestCase
     drain(fibers: 5)
     job = Bobbin::JobRecord.find(id)
     assert_equal [ "succeeded", 3 ], [ job.state, job.attempts ]
-    assert_equal "ArgumentError", job.last_error_class, "the last error stays visible after a later success"
+    assert_equal "ArgumentError", job.last_error_class, "the last error stays as history after a later success"
+    assert_nil job.current_error, "but it is not the job's state"
   end
 
   test "a job that keeps failing ends failed with its error and backtrace after its retries" do
@@ -32,15 +33,35 @@ class FailuresTest < Bobbin::TestCase
     Object.send(:remove_const, :SlowRetryJob)
   end
 
-  test "an unknown job class fails with a clear message and the worker keeps running" do
-    Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "NoSuchJob", arguments: "[]", queue: "default",
+  test "an unknown job class is retried (a deploy may be under way) with a clear message; the worker keeps running" do
+    Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "LaterJob", arguments: "[\"late\"]", queue: "default",
                                                                      priority: 0, run_at: nil, max_attempts: 5) ])
     LedgerJob.enqueue("after")
     drain(fibers: 5)
-    job = Bobbin::JobRecord.find_by!(class_name: "NoSuchJob")
-    assert_equal [ "failed", "Bobbin::UnrunnableJob", 1 ], [ job.state, job.last_error_class, job.attempts ]
-    assert_match(/unknown job class NoSuchJob/, job.last_error_message)
+    job = Bobbin::JobRecord.find_by!(class_name: "LaterJob")
+    assert_equal [ "ready", "Bobbin::UnknownJobClass", 1 ], [ job.state, job.last_error_class, job.attempts ]
+    assert_match(/unknown job class LaterJob .*--require/, job.last_error_message)
     assert LedgerEntry.exists?(key: "after")
+
+    Object.const_set(:LaterJob, Class.new(LedgerJob))
+    job.update_columns(run_at: Time.now.utc)
+    drain(fibers: 5)
+    assert_equal "succeeded", job.reload.state, "once the class exists, the retry runs it"
+    assert LedgerEntry.exists?(key: "late")
+  ensure
+    Object.send(:remove_const, :LaterJob) if defined?(LaterJob)
+  end
+
+  test "each retried and each failed job gets one line in Bobbin's log with class, id and error" do
+    log = StringIO.new
+    Bobbin.config.logger = Logger.new(log)
+    id = FlakyJob.enqueue("k", 99)
+    drain(fibers: 2)
+    assert_match(/FlakyJob #{id} failed attempt 1\/4 \(ArgumentError: flaky k\); retrying in/, log.string)
+    assert_match(/FlakyJob #{id} failed after 4 attempt\(s\): ArgumentError: flaky k/, log.string)
+    assert_equal 4, log.string.scan(/FlakyJob #{id} failed/).size
+  ensure
+    Bobbin.config.logger = Logger.new(File::NULL)
   end
 
   test "a class that is not a job is refused, not run" do

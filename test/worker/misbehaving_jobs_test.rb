@@ -5,6 +5,8 @@ require "test_helper"
 # A job can call exit, abort, raise Interrupt or Async::Stop, ignore its interrupt, or kill its process:
 # it fails (or is recovered) alone; the pool keeps every slot, and the jobs beside it keep their attempts.
 class MisbehavingJobsTest < Bobbin::TestCase
+  teardown { FileUtils.rm_f(@log) if @log && passed? }
+
   def state_of(id) = Bobbin::JobRecord.find(id).then { |job| [ job.state, job.last_error_class ] }
 
   %w[fibers threads].each do |mode|
@@ -26,7 +28,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
 
     test "a #{mode} job that ignores its interrupt is not handed back while it runs, and the process still exits" do
       id = StubbornJob.enqueue("stubborn")
-      log = "tmp/stubborn-#{mode}-#{Process.pid}.log"
+      log = @log = "tmp/stubborn-#{mode}-#{Process.pid}.log"
       pids = []
       seen = []
       ensure_killed(pids) do
@@ -52,8 +54,6 @@ class MisbehavingJobsTest < Bobbin::TestCase
       Bobbin::Recovery.prune
       assert_equal "ready", Bobbin::JobRecord.find(id).state, "once its process is gone it is recovered"
       assert_match(/did not stop within|returned to ready/, File.read(log))
-    ensure
-      FileUtils.rm_f(log) if passed?
     end
   end
 

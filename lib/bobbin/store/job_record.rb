@@ -28,6 +28,14 @@ module Bobbin
       update!(state: "discarded", finished_at: Time.now.utc)
     end
 
+    # The error the job is in now: the last one while it is failed or waiting to retry, nil once it succeeded or
+    # was discarded (last_error_* then stay as the history of its earlier attempts).
+    def current_error
+      return unless last_error_class && (state == "failed" || (state == "ready" && attempts.positive?))
+
+      { class: last_error_class, message: last_error_message, backtrace: last_error_backtrace }
+    end
+
     # The stored arguments, parsed (raises UnrunnableJob when the row's JSON is broken).
     def parsed_arguments
       Client::Arguments.load(arguments)

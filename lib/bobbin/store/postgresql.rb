@@ -64,8 +64,8 @@ module Bobbin
         configure
       end
 
-      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; jobs that were
-      # in flight at a crash are left out unless `suspects`.
+      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
+      # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
       def claim(process_id, limit, suspects: true)
         result = exec(@claim_sql, [ process_id, limit, suspects, *queue_binds ])
         result.values.map do |id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes|
@@ -128,7 +128,7 @@ module Bobbin
               claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
             WHERE id = ANY(ARRAY(
               SELECT id FROM bobbin_jobs
-              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes = 0 OR $3) #{queue_condition}
+              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition}
                 AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
               ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
             RETURNING #{RETURNED}

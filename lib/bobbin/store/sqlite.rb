@@ -56,8 +56,8 @@ module Bobbin
         @claim_sql = claim_sql
       end
 
-      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; jobs that were
-      # in flight at a crash are left out unless `suspects`.
+      # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
+      # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
       def claim(process_id, limit, suspects: true)
         now = Store.timestamp(Time.now)
         rows = transaction { execute(@claim_sql, [ process_id, now, now, now, suspects ? 1 : 0, *queue_binds, limit ]) }
@@ -133,7 +133,7 @@ module Bobbin
             UPDATE bobbin_jobs SET state = 'running', claimed_by = ?, attempts = attempts + 1, claimed_at = ?, started_at = ?
             WHERE id IN (
               SELECT id FROM bobbin_jobs
-              WHERE state = 'ready' AND run_at <= ? AND (crashes = 0 OR ?) #{queue_condition}
+              WHERE state = 'ready' AND run_at <= ? AND (crashes < #{Recovery::SUSPECT} OR ?) #{queue_condition}
                 AND queue NOT IN (SELECT queue FROM bobbin_pauses)
               ORDER BY priority, run_at, id LIMIT ?)
             RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes

@@ -4,8 +4,8 @@ module Bobbin
   class Worker
     # Decides how many jobs to claim and claims them: free slots plus a small prefetch, gathered into one
     # statement per wave; backs off through database outages and reconciles afterwards; and keeps jobs that
-    # were in flight when a process crashed ("suspects") to one at a time, so a job that kills its process
-    # is caught alone and blamed, while the jobs that merely ran beside it keep their attempts.
+    # that were in flight at repeated crashes ("suspects", see Recovery) to one at a time, so a job that kills
+    # its process is caught and blamed, while the jobs that merely ran beside it keep their attempts.
     class Claimer
       GATHER = 0.003
       PREFETCH_WINDOW = 0.01
@@ -78,7 +78,7 @@ module Bobbin
 
         # At most one suspect in flight: the first one claimed runs, any others go straight back.
         def quarantine(jobs)
-          suspects = jobs.select { |job| job.crashes.positive? }
+          suspects = jobs.select { |job| job.crashes >= Recovery::SUSPECT }
           return jobs if suspects.empty?
 
           @suspect = suspects.first.id

@@ -45,8 +45,9 @@ module Bobbin
         def perform(job_class, job)
           return job_class.new.perform(*Client::Arguments.load(job.arguments)) unless job.active_job_id
 
+          base = ActiveJob::Base # loads ActiveJob::Callbacks too, in apps that do not eager-load (development)
           ActiveJob::Callbacks.run_callbacks(:execute) do
-            active_job = ActiveJob::Base.deserialize(active_job_payload(job.arguments))
+            active_job = base.deserialize(active_job_payload(job.arguments))
             active_job.provider_job_id = job.id
             active_job.perform_now
           end

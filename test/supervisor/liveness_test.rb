@@ -1,0 +1,94 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tempfile"
+
+# A live process is never judged dead for a silence that was the database's or its own event loop's fault,
+# and a live process that finds its row pruned registers again and keeps its jobs.
+class LivenessTest < Bobbin::TestCase
+  PRUNED = /stopped heartbeating|no longer registered/
+
+  def start_supervisor(fibers:, processes:, log:)
+    @config = Tempfile.create([ "bobbin", ".yml" ])
+    @config.write({ "heartbeat_interval" => 0.5, "process_alive_threshold" => 2,
+                    "workers" => [ { "fibers" => fibers, "processes" => processes, "polling_interval" => 0.05 } ] }.to_yaml)
+    @config.close
+    spawn_bobbin("start", "-c", @config.path, log: log)
+  end
+
+  def query
+    yield
+  rescue ActiveRecord::ActiveRecordError
+    ActiveRecord::Base.connection_handler.clear_all_connections!
+    sleep(0.2)
+    retry
+  end
+
+  def stop(pid)
+    Process.kill(:TERM, pid)
+    assert wait_exit(pid, timeout: 30)&.success?
+  end
+
+  def assert_each_started_once
+    assert_empty StartEntry.group(:key).having("count(*) > 1").count.keys, "no job ran twice"
+  end
+
+  teardown do
+    File.unlink(@config.path) if @config && File.exist?(@config.path)
+    FileUtils.rm_f(@log) if @log && passed?
+  end
+
+  test "an event loop blocked twice as long as process_alive_threshold does not get its process pruned" do
+    log = @log = "tmp/liveness-stall-#{Process.pid}.log"
+    Bobbin.enqueue_all([ [ LoopBlockingJob, [ 4, "blocker" ] ] ] + Array.new(30) { |i| [ CrashSafeJob, [ 0.2, "job-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 10, processes: 2, log: log)
+      wait_for("every job done", timeout: 60, interval: 0.2) { LedgerEntry.count == 31 }
+      stop(pids.first)
+    end
+    assert_equal 0, Bobbin.counts["failed"]
+    assert_each_started_once
+    refute_match PRUNED, File.read(log)
+  end
+
+  test "a PostgreSQL outage longer than process_alive_threshold: no live worker is pruned, nothing runs twice" do
+    skip_unless_postgres
+    port = TestDatabase.url[/port=(\d+)/, 1] || "5432"
+    cluster = `pg_lsclusters -h 2>/dev/null`.lines.map(&:split).find { |fields| fields[2] == port }
+    skip("needs a local PostgreSQL cluster this user can stop") unless cluster && Process.uid.zero?
+    log = @log = "tmp/liveness-outage-#{Process.pid}.log"
+    Bobbin.enqueue_all(Array.new(300) { |i| [ ChaosJob, [ 0.05, "job-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 10, processes: 2, log: log)
+      wait_for("jobs flowing") { query { Bobbin.counts["succeeded"] } >= 20 }
+      assert system("pg_ctlcluster", *cluster.first(2), "stop", "-m", "fast", out: File::NULL, err: File::NULL)
+      sleep(5) # the outage itself: 2.5 × process_alive_threshold
+      assert system("pg_ctlcluster", *cluster.first(2), "start", out: File::NULL, err: File::NULL)
+      wait_for("every job done", timeout: 120, interval: 0.5) { query { Bobbin.counts["succeeded"] } == 300 }
+      stop(pids.first)
+    end
+    refute Bobbin::JobRecord.exists?(last_error_class: "Bobbin::ProcessDied"), "no job was taken from a live worker"
+    refute_match PRUNED, File.read(log)
+  end
+
+  test "a live worker whose row was pruned registers again and keeps its running jobs" do
+    log = @log = "tmp/liveness-reregister-#{Process.pid}.log"
+    Bobbin.enqueue_all(Array.new(5) { |i| [ CrashSafeJob, [ 3, "job-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 5, processes: 1, log: log)
+      wait_for("5 jobs running") { StartEntry.count == 5 }
+      worker = Bobbin::ProcessRecord.find_by!(kind: "worker")
+      worker.delete
+      assert_equal 5, Bobbin::Recovery.recover(worker.id, "pruned by this test"), "its jobs went back to ready"
+      wait_for("every job done", timeout: 30) { LedgerEntry.count == 5 }
+      assert Bobbin::ProcessRecord.exists?(worker.id), "the worker registered again under its own id"
+      stop(pids.first)
+    end
+    assert_each_started_once
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state)
+    assert_match(/registered again and took back 5 of its jobs/, File.read(log))
+  end
+end
