@@ -57,6 +57,21 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
+  test "tables from an older Bobbin say to run bobbin migrate, before any worker is forked" do
+    require "sqlite3"
+    with_tmpdir do |dir|
+      path = File.join(dir, "old.sqlite3")
+      assert_equal 0, run_bobbin("migrate", env: { "DATABASE_URL" => sqlite_url(path) })[0].exitstatus
+      db = SQLite3::Database.new(path)
+      db.execute("DROP TABLE bobbin_schema")
+      assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => sqlite_url(path) }),
+                         /tables are at schema version 1 but this Bobbin needs \d+: run `bobbin migrate`/)
+      assert_equal 0, db.get_first_value("SELECT count(*) FROM bobbin_processes"), "no supervisor or worker registered"
+    ensure
+      db&.close
+    end
+  end
+
   test "missing tables say to run bobbin migrate (PostgreSQL)" do
     skip_unless_postgres
     schema = "bobbin_cli_empty_#{Process.pid}"

@@ -52,12 +52,15 @@ module Bobbin
       raise ConfigurationError, "-r #{file}: #{error.message.lines.first.strip} (LoadError); is the gem in your Gemfile?"
     end
 
+    # Checked here, before a supervisor forks, so workers are not restarted forever against a database they refuse.
     def check_tables
-      missing = ActiveRecord::Base.connection_pool.with_connection { |c| TABLES.reject { |table| c.data_source_exists?(table) } }
-      return if missing.empty?
+      Record.with_connection do |connection|
+        missing = TABLES.reject { |table| connection.data_source_exists?(table) }
+        raise ConfigurationError, "Bobbin's tables are missing (#{missing.join(', ')}): run `bobbin migrate` " \
+                                  "(or, in a Rails app, add the migration from the README and run it)" if missing.any?
 
-      raise ConfigurationError, "Bobbin's tables are missing (#{missing.join(', ')}): run `bobbin migrate` " \
-                                "(or, in a Rails app, add the migration from the README and run it)"
+        Schema.check!(connection)
+      end
     end
 
     def driver_errors
