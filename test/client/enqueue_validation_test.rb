@@ -44,6 +44,8 @@ class EnqueueValidationTest < Bobbin::TestCase
     assert_refused(/unknown option :wait \(known: run_at, queue, priority\)/) { enqueue_with(wait: 5) }
     assert_refused(/options must be a Hash/) { Bobbin.enqueue_all([ [ SleepJob, [], "llm" ] ]) }
     assert_refused(/a list of rows/) { Bobbin.enqueue_all(SleepJob) }
+    assert_refused(/a list of rows/) { Bobbin.enqueue_all({ SleepJob => [ 0 ] }) }
+    assert_equal 2, Bobbin.enqueue_all((1..2).lazy.map { |i| [ SleepJob, [ i ] ] }).size
   end
 
   test "priority must be an Integer in the 32-bit signed range, the same on both databases" do

@@ -20,9 +20,11 @@ module Bobbin
       # Stores `[[JobClass, [args]], ...]` (optionally `[JobClass, [args], {run_at:, queue:, priority:}]`)
       # in one multi-row INSERT; returns the ids in order. One bad row raises EnqueueError and writes nothing.
       def enqueue_all(pairs)
-        raise EnqueueError, "Bobbin.enqueue_all takes a list of rows [[JobClass, [arguments]], ...], got #{pairs.inspect[0, 80]}" unless pairs.is_a?(Array)
+        unless pairs.is_a?(Enumerable) && !pairs.is_a?(Hash)
+          raise EnqueueError, "Bobbin.enqueue_all takes a list of rows [[JobClass, [arguments]], ...], got #{pairs.inspect[0, 80]}"
+        end
 
-        insert(pairs.each_with_index.map { |pair, index| pair_row(pair, index + 1) })
+        insert(pairs.to_a.each_with_index.map { |pair, index| pair_row(pair, index + 1) })
       end
 
       # Builds a row for a Bobbin::Job class, validating its arguments, queue, priority and run_at.
