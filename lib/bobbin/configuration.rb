@@ -28,6 +28,7 @@ module Bobbin
     # The worker pools `bobbin start` runs (Pool objects); set with `workers=`.
     attr_reader :pools
 
+    # A writer for each setting (`polling_interval = 0.5`, ...): checks the value, raising ConfigurationError.
     SETTINGS.each do |name|
       define_method(:"#{name}=") { |value| set(name => value) }
     end

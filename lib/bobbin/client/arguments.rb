@@ -36,7 +36,7 @@ module Bobbin
         raise UnrunnableJob, "arguments are not valid JSON (#{error.message[0, 120]})"
       end
 
-      # `depth`: how deep `value` sits in the JSON document, the argument list being depth 1.
+      # Refuses a value that would not round-trip; `depth`: how deep it sits in the JSON, the argument list being 1.
       def check(value, job_name, where, depth)
         case value
         when *PLAIN then check_string(value, job_name, where)
@@ -47,6 +47,7 @@ module Bobbin
         end
       end
 
+      # Checks a Hash's keys (Strings only) and values.
       def check_hash(hash, job_name, where, depth)
         hash.each do |key, item|
           reject(job_name, where, "a Hash with #{key.class} key #{key.inspect}") unless key.is_a?(String)
@@ -63,6 +64,7 @@ module Bobbin
                                   "(counting the argument list), more than the worker's JSON parser reads; flatten it"
       end
 
+      # Refuses a String JSON would not give back the same: invalid in its encoding, or binary with non-ASCII bytes.
       def check_string(value, job_name, where)
         return unless value.is_a?(String)
         return value.valid_encoding? || reject(job_name, where, "a String that is not valid #{value.encoding}") unless value.encoding == Encoding::BINARY
@@ -77,6 +79,7 @@ module Bobbin
         raise SerializationError, "#{job_name}: arguments cannot be written as JSON (#{error.message[0, 120]})"
       end
 
+      # Raises SerializationError for the argument at `where`.
       def reject(job_name, where, what)
         raise SerializationError, "#{job_name} #{where} is #{what}, which does not round-trip through JSON; " \
                                   "pass Strings, Integers, Floats, true/false/nil, Arrays and Hashes with String keys"

@@ -62,6 +62,7 @@ module Bobbin
         raise error.class, "Bobbin.enqueue_all row #{number}: #{error.message}"
       end
 
+      # The class, arguments and checked options of one row.
       def pair_parts(pair)
         unless pair.is_a?(Array) && pair.size.between?(1, 3)
           raise EnqueueError, "a row must be [JobClass, [arguments]] or [JobClass, [arguments], " \
@@ -70,6 +71,7 @@ module Bobbin
         [ pair[0], pair[1], options(pair[2], pair[0]) ]
       end
 
+      # A row's options Hash, refusing unknown keys; {} when there is none.
       def options(options, job_class)
         return {} if options.nil?
         raise EnqueueError, "#{job_class}: options must be a Hash of #{OPTIONS.join(', ')}, got #{options.inspect[0, 80]}" unless options.is_a?(Hash)

@@ -70,12 +70,15 @@ module Bobbin
         raise EnqueueError, "#{job}: run_at now + #{seconds.inspect} s is outside the years #{YEARS} that Bobbin stores"
       end
 
+      # Whether `value` is a point in time run_at accepts.
       def time?(value)
         value.is_a?(Time) || value.is_a?(DateTime) || (defined?(ActiveSupport::TimeWithZone) && value.is_a?(ActiveSupport::TimeWithZone))
       end
 
+      # "got VALUE (Class)" for error messages.
       def what(value) = "got #{value.inspect[0, 80]} (#{value.class})"
 
+      # What to pass instead of a value that is not a time.
       def advice(job)
         "for a point in time use Time.now + 60, for a delay in seconds #{job}.enqueue_in(60, ...)"
       end

@@ -12,14 +12,20 @@ module Bobbin
     # Boots the Rails app (config/environment.rb, when present and no `database` URL was given) or connects to
     # `database` (default DATABASE_URL), loads `requires`, and unless `tables: false` checks Bobbin's tables exist.
     def run(database: nil, requires: [], tables: true)
-      connect(database)
+      database_step { connect(database) }
       requires.each { |file| load_file(file) }
-      check_tables if tables
+      database_step { check_tables } if tables
       true
+    end
+
+    # Runs the block, turning a failure to reach or use the database into a one-line ConfigurationError.
+    def database_step
+      yield
     rescue ActiveRecord::ActiveRecordError, *driver_errors => error
       raise ConfigurationError, DatabaseProblem.describe(error)
     end
 
+    # Boots the Rails app or connects to the URL given or in DATABASE_URL.
     def connect(database)
       return require(File.expand_path("config/environment.rb")) if File.exist?("config/environment.rb") && database.nil?
 
@@ -41,6 +47,7 @@ module Bobbin
                                 "(#{File.dirname(File.expand_path(path))}): create it or fix the path in DATABASE_URL"
     end
 
+    # Requires a -r file, saying which one when it is missing or cannot load what it requires.
     def load_file(file)
       path = File.expand_path(file)
       unless File.file?(path) || File.file?("#{path}.rb")
@@ -63,6 +70,7 @@ module Bobbin
       end
     end
 
+    # The database drivers' own error classes, for those loaded.
     def driver_errors
       [ (PG::Error if defined?(PG::Error)), (SQLite3::Exception if defined?(SQLite3::Exception)) ].compact
     end
@@ -84,30 +92,36 @@ module Bobbin
       end
     end
 
+    # The first non-blank line of the error's message.
     def first_line(error) = error.message.lines.map(&:strip).reject(&:empty?).first.to_s
 
+    # The configured database does not exist on the server.
     def no_database
       name = database
       "the database #{name.inspect} does not exist: create it (createdb #{name}, or bin/rails db:create) or fix DATABASE_URL"
     end
 
+    # The server turned the connection away: max_connections or a CONNECTION LIMIT is reached.
     def too_many(text)
       "the database refused the connection, it has too many already (#{text}): raise max_connections (or the role's " \
         "or database's CONNECTION LIMIT) or run fewer processes; `bobbin doctor` shows how many this configuration needs"
     end
 
+    # SQLite cannot open or write the file (permissions on the file or its directory).
     def read_only(text)
       path = database
       "cannot write the SQLite database #{path} (#{text}): this user needs write access to the file and to its " \
         "directory, where SQLite creates the -wal and -shm files"
     end
 
+    # The configured database name or SQLite path, if Active Record got that far.
     def database
       ActiveRecord::Base.connection_db_config.database
     rescue ActiveRecord::ActiveRecordError
       nil
     end
 
+    # Whether SQLite refused to open or write the file.
     def sqlite_unwritable?(error)
       return false unless defined?(SQLite3::Exception)
 
