@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "active_record"
+require "fileutils" # Active Record creates SQLite directories with it without requiring it
 require "json"
 
 require_relative "bobbin/version"

@@ -38,6 +38,7 @@ module Bobbin
 
     def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, shutdown_timeout: nil, name: nil,
                    supervisor: nil)
+      Setting.given("Bobbin::Worker.new", polling_interval: polling_interval, shutdown_timeout: shutdown_timeout)
       raise ConfigurationError, "a worker needs exactly one of fibers: N or threads: N" unless fibers.nil? ^ threads.nil?
 
       size = Integer(fibers || threads)

@@ -35,6 +35,13 @@ class AfterCommitActiveJob < LedgerActiveJob
 end
 
 class ActiveJobAdapterTest < Bobbin::TestCase
+  test "arguments nested deeper than JSON allows are a SerializationError at perform_later, and nothing is stored" do
+    deep = 150.times.reduce([]) { |inner, _| [ inner ] }
+    error = assert_raises(Bobbin::SerializationError) { LedgerActiveJob.perform_later(deep) }
+    assert_match(/LedgerActiveJob: arguments cannot be stored as JSON/, error.message)
+    assert_equal 0, Bobbin::JobRecord.count
+  end
+
   ACTIVE_JOBS = File.expand_path("../support/active_jobs.rb", __dir__)
 
   test "perform_later stores the job with Active Job's serialization and runs it" do

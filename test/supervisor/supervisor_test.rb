@@ -32,7 +32,8 @@ class SupervisorTest < Bobbin::TestCase
     ran_twice = StartEntry.group(:key).having("count(*) > 1").count.keys
     assert_operator ran_twice.size, :>, 0, "the killed jobs ran again"
     assert_empty ran_twice - in_flight, "only jobs in flight at the kill ran twice"
-    assert_equal [ "Bobbin::ProcessDied" ], Bobbin::JobRecord.where(attempts: 2).distinct.pluck(:last_error_class)
+    assert_equal [ "Bobbin::ProcessDied" ], Bobbin::JobRecord.where(crashes: 1).distinct.pluck(:last_error_class)
+    assert_equal [ 1 ], Bobbin::JobRecord.distinct.pluck(:attempts), "a crash with 200 jobs in flight costs none an attempt"
   end
 
   test "TERM during long jobs: short ones finish, long ones return to ready, the supervisor exits within the timeout" do

@@ -3,6 +3,12 @@
 require "test_helper"
 
 class BootChecksTest < Bobbin::TestCase
+  test "Worker.new checks its polling_interval and shutdown_timeout like the configuration does" do
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: 2, polling_interval: 0) }
+    assert_match(/Bobbin::Worker.new polling_interval: must be a number of seconds/, error.message)
+    assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(threads: 2, shutdown_timeout: -3) }
+  end
+
   test "a thread pool larger than the Active Record pool is refused at boot with the numbers" do
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(threads: 40).run_until_empty }
     assert_match(/has 25 connections but a threads pool of 40 needs 40; set pool: 40/, error.message)

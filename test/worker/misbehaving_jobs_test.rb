@@ -59,7 +59,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
 
   test "a job that kills its process is isolated and failed; the 40 jobs beside it keep their attempts and finish" do
     poison = PoisonJob.enqueue("poison")
-    Bobbin.enqueue_all(Array.new(40) { |i| [ CrashSafeJob, [ 0.5, "innocent-#{i}" ] ] })
+    Bobbin.enqueue_all(Array.new(40) { |i| [ ChaosJob, [ 0.5, "innocent-#{i}" ] ] })
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.05")
@@ -70,7 +70,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
       assert wait_exit(pids.first, timeout: 30)&.success?
     end
     assert_equal [ "failed", "Bobbin::ProcessDied" ], state_of(poison)
-    innocents = Bobbin::JobRecord.where(class_name: "CrashSafeJob")
+    innocents = Bobbin::JobRecord.where(class_name: "ChaosJob")
     assert_equal [ "succeeded" ], innocents.distinct.pluck(:state)
     assert_equal [ 1 ], innocents.distinct.pluck(:attempts), "no innocent job burnt an attempt on the poison job's crashes"
   end

@@ -35,12 +35,20 @@ module ActiveJob
 
       private
         def row(job, timestamp)
-          arguments = JSON.generate(job.serialize)
+          arguments = serialize(job)
           check_size(job, arguments)
           Bobbin::Client::Enqueuer.build(
             class_name: job.class.name, arguments: arguments, queue: job.queue_name, priority: job.priority,
             run_at: timestamp && Time.at(timestamp), max_attempts: 1, active_job_id: job.job_id
           )
+        end
+
+        # The job's Active Job payload as JSON; arguments nested deeper than JSON allows are refused like any
+        # other argument Bobbin cannot store.
+        def serialize(job)
+          JSON.generate(job.serialize)
+        rescue JSON::JSONError => error
+          raise Bobbin::SerializationError, "#{job.class.name}: arguments cannot be stored as JSON (#{error.message.lines.first.strip})"
         end
 
         def check_size(job, json)
