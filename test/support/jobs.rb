@@ -185,3 +185,19 @@ class LoopBlockingJob
     LedgerEntry.create!(key: key, pid: Process.pid)
   end
 end
+
+# Writes pairs of ledger rows in transactions, each row naming the process: an interrupt must never leave half a
+# pair, and a job handed back must have stopped writing before another process starts it again.
+class TransactionLoopJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key, pairs)
+    pairs.times do |i|
+      LedgerEntry.transaction do
+        LedgerEntry.create!(key: "#{key}/#{i}/#{Process.pid}/a", pid: Process.pid)
+        LedgerEntry.create!(key: "#{key}/#{i}/#{Process.pid}/b", pid: Process.pid)
+      end
+    end
+  end
+end

@@ -36,4 +36,36 @@ class ShutdownTest < Bobbin::TestCase
     end
     assert_equal 3, Bobbin.counts["ready"]
   end
+
+  %w[fibers threads].each do |mode|
+    test "QUIT with #{mode} mid-transaction: jobs go back only once stopped, whole transactions, no connection reused" do
+      Bobbin.enqueue_all(Array.new(8) { |i| [ TransactionLoopJob, [ "job-#{i}", 1_500 ] ] })
+      log = @log = "tmp/quit-#{mode}-#{Process.pid}.log"
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("work", "--#{mode}", "4", "--polling-interval", "0.05", log: log)
+        wait_for("the first worker's 4 jobs writing") { LedgerEntry.distinct.count(:pid) == 1 && LedgerEntry.count >= 200 }
+        pids << spawn_bobbin("work", "--#{mode}", "8", "--polling-interval", "0.01")
+        wait_for("the second worker writing") { LedgerEntry.distinct.count(:pid) == 2 }
+        Process.kill(:QUIT, pids.first)
+        assert wait_exit(pids.first, timeout: 5 + Bobbin::Worker::STOP_GRACE)&.success?
+        wait_for("every job done", timeout: 120) { Bobbin.counts["succeeded"] == 8 }
+      end
+      rows = LedgerEntry.order(:id).pluck(:key, :id)
+      executions = rows.group_by { |key, _| key.split("/").values_at(0, 2) }.transform_values { |list| list.map(&:last) }
+      by_job = executions.group_by { |(job, _), _| job }
+      assert_operator by_job.count { |_, runs| runs.size > 1 }, :>=, 1, "the stopped worker's jobs ran again on the other"
+      by_job.each do |job, runs|
+        next if runs.size < 2
+
+        first, second = runs.map(&:last).sort_by(&:min)
+        assert_operator first.max, :<, second.min, "#{job} was handed back while it still wrote (#{runs.size} runs)"
+      end
+      halves = rows.map(&:first).group_by { |key| key.delete_suffix("/a").delete_suffix("/b") }.reject { |_, pair| pair.size == 2 }
+      assert_empty halves, "every transaction committed whole or not at all"
+      refute_match(/already a transaction in progress|another command is already in progress/, File.read(log))
+    end
+  end
+
+  teardown { FileUtils.rm_f(@log) if @log && passed? }
 end
