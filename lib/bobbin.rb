@@ -7,6 +7,8 @@ require "json"
 require_relative "bobbin/version"
 require_relative "bobbin/errors"
 require_relative "bobbin/app_executor"
+require "active_support/notifications"
+require_relative "bobbin/instrumentation"
 require_relative "bobbin/config/pool"
 require_relative "bobbin/configuration"
 require_relative "bobbin/config/file"
@@ -66,6 +68,15 @@ module Bobbin
 
     # Job counts by state: ready, scheduled, running, succeeded, failed, discarded.
     def counts = JobRecord.counts
+
+    # Runs failed or discarded job `id` again from a fresh attempt budget; false when it is in another state.
+    def retry(id) = JobRecord.retry(id)
+
+    # Gives up on failed or waiting job `id` (kept for inspection); false when it is running or finished.
+    def discard(id) = JobRecord.discard(id)
+
+    # Adds a hook around every job workers run (see Configuration#around_perform).
+    def around_perform(hook = nil, &) = config.around_perform(hook, &)
 
     # Stops workers from claiming jobs of `queue` until resumed.
     def pause(queue) = QueuePause.pause(queue)

@@ -12,6 +12,9 @@ module Bobbin
     # Yields inside the app's reloader (Rails) or just yields (plain Ruby).
     def wrap(&block) = rails? ? ::Rails.application.reloader.wrap(&block) : yield
 
+    # The first perform hook of a Rails app's workers: the job runs inside the app's reloader.
+    def wrap_job(_job, &) = wrap(&)
+
     # True while the app reloads code between jobs, so class lookups must not be cached.
     def reloading?
       rails? && ::Rails.application.config.respond_to?(:enable_reloading) && ::Rails.application.config.enable_reloading ? true : false

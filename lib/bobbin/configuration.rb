@@ -27,6 +27,8 @@ module Bobbin
     attr_accessor :logger
     # The worker pools `bobbin start` runs (Pool objects); set with `workers=`.
     attr_reader :pools
+    # Hooks that wrap every job a worker runs, outermost first (see `around_perform`).
+    attr_reader :perform_hooks
 
     # A writer for each setting (`polling_interval = 0.5`, ...): checks the value, raising ConfigurationError.
     SETTINGS.each do |name|
@@ -44,6 +46,19 @@ module Bobbin
       @crash_retries = 2
       @logger = default_logger
       @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1, polling_interval: @polling_interval) ]
+      @perform_hooks = []
+    end
+
+    # Adds a hook around every job workers run (middleware): `hook.call(job) { ... }` or a block
+    # `|job, run| ...; run.call`. `job` is the claimed row (id, queue, class_name, arguments JSON, attempts,
+    # max_attempts, active_job_id, crashes); a hook that does not call the inner block skips the job's perform
+    # (it then succeeds); an exception from a hook is the job's. Hooks run inside the app's reloader (Rails).
+    def around_perform(hook = nil, &block)
+      hook ||= block && ->(job, &run) { block.call(job, run) }
+      raise ConfigurationError, "around_perform needs a callable (call(job) { }) or a block |job, run|" unless hook.respond_to?(:call)
+
+      @perform_hooks << hook
+      self
     end
 
     # Sets several settings at once (`set(heartbeat_interval: 40, process_alive_threshold: 120)`), checking each

@@ -52,6 +52,9 @@ module Bobbin
       ready = running.where(id: blamed).update_all(error.merge(state: "ready", run_at: Time.now.utc, started_at: nil))
       spared = spare(running.where.not(id: blamed), error, suspects: blamed.empty?)
       log(reason, ready + spared, failed, blamed)
+      if ready + failed + spared > 0
+        Instrumentation.instrument(:recover, process_id: process_id, reason: reason, ready: ready + spared, failed: failed, blamed: blamed)
+      end
       ready + failed + spared
     end
 

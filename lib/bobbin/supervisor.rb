@@ -24,11 +24,15 @@ module Bobbin
       ConnectionBudget.check_pools!(@pools, @mode)
       @process = ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) })
       trap_signals
+      Instrumentation.instrument(:start_process, process_event)
       Bobbin.logger.info("bobbin supervisor #{::Process.pid} (#{@mode}) starting #{@slots.size} workers: #{@pools.map(&:to_s).join('; ')}")
       signal = supervise
       shut_down(signal)
     ensure
-      ProcessRecord.where(id: @process.id).delete_all if @process
+      if @process
+        ProcessRecord.where(id: @process.id).delete_all
+        Instrumentation.instrument(:stop_process, process_event)
+      end
     end
 
     private
@@ -44,6 +48,8 @@ module Bobbin
           ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
         end
       end
+
+      def process_event = { process_id: @process.id, kind: "supervisor", name: "supervisor", pid: ::Process.pid }
 
       def identity = { id: @process.id, pid: (::Process.pid if @mode == :fork), async: @mode == :async }
 

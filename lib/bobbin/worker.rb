@@ -109,6 +109,7 @@ module Bobbin
         record = ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id))
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
+        Instrumentation.instrument(:start_process, process_event)
         @claimer = Claimer.new(self, Store.open(@selection), @executor)
         @writer = Store.open(@selection)
         @outcomes = OutcomeBuffer.new(@writer, @process_id)
@@ -177,11 +178,18 @@ module Bobbin
         @finished = true
         Worker.mark_stopping(self, false)
         @claimer&.release_all(keep: @stuck)
-        ProcessRecord.where(id: @process_id).delete_all if @process_id
+        deregister if @process_id
         [ @claimer, @writer ].compact.each(&:close)
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
       end
+
+      def deregister
+        ProcessRecord.where(id: @process_id).delete_all
+        Instrumentation.instrument(:stop_process, process_event)
+      end
+
+      def process_event = { process_id: @process_id, kind: "worker", name: @name, pid: ::Process.pid }
 
       def wait(timeout) = @waker.wait(timeout)
 

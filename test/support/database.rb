@@ -12,8 +12,8 @@ module TestDatabase
 
   # The URL with a pool big enough for the thread pools the tests run; on PostgreSQL every connection of this
   # process is named after it, so tests count their own sessions and nobody else's.
-  def url_with_pool(pool = 25)
-    url + (url.include?("?") ? "&" : "?") + "pool=#{pool}" + (postgres? ? "&application_name=#{application_name}" : "")
+  def url_with_pool(pool = 25, name: application_name)
+    url + (url.include?("?") ? "&" : "?") + "pool=#{pool}" + (postgres? ? "&application_name=#{name}" : "")
   end
 
   # The application_name of this process's PostgreSQL sessions.

@@ -51,7 +51,10 @@ module Bobbin
       def insert(rows)
         return [] if rows.empty?
 
-        Store.insert(rows)
+        Instrumentation.instrument(:enqueue, count: rows.size, queues: rows.map { |row| row[:queue] }.uniq,
+                                             class_names: rows.map { |row| row[:class_name] }.uniq) do |payload|
+          payload[:ids] = Store.insert(rows)
+        end
       end
 
       # One `[JobClass, args, options]` of enqueue_all, with its position in any error.

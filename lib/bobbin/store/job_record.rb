@@ -18,15 +18,27 @@ module Bobbin
             .merge("ready" => by_state.fetch("ready", 0) - scheduled, "scheduled" => scheduled)
     end
 
-    # Puts a failed or discarded job back in its queue to run now with a fresh attempt budget.
-    def retry!
-      update!(state: "ready", run_at: Time.now.utc, attempts: 0, finished_at: nil, claimed_by: nil, claimed_at: nil)
+    # Puts job `id`, if failed or discarded, back in its queue to run now with a fresh attempt budget; true if it
+    # did. A job in any other state (running under a worker, say) is left alone.
+    def self.retry(id)
+      where(id: id, state: %w[failed discarded])
+        .update_all(state: "ready", run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil, claimed_by: nil, claimed_at: nil) == 1
     end
 
-    # Marks a failed job as given up on; it stays for inspection.
-    def discard!
-      update!(state: "discarded", finished_at: Time.now.utc)
+    # Marks job `id`, if failed or waiting (ready or scheduled), as given up on; true if it did. A running job is
+    # left alone: its worker decides. The row stays for inspection until retention.
+    def self.discard(id)
+      row = where(id: id, state: %w[failed ready]).pick(:class_name, :queue) or return false
+      discarded = where(id: id, state: %w[failed ready]).update_all(state: "discarded", finished_at: Time.now.utc) == 1
+      Instrumentation.instrument(:discard, id: id, class_name: row[0], queue: row[1]) if discarded
+      discarded
     end
+
+    # Retries this job (see JobRecord.retry).
+    def retry! = self.class.retry(id).tap { reload }
+
+    # Discards this job (see JobRecord.discard).
+    def discard! = self.class.discard(id).tap { reload }
 
     # The error the job is in now: the last one while it is failed or waiting to retry, nil once it succeeded or
     # was discarded (last_error_* then stay as the history of its earlier attempts).

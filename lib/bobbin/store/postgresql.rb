@@ -44,7 +44,7 @@ module Bobbin
 
       RECLAIM = <<~SQL
         UPDATE bobbin_jobs SET state = 'running', claimed_at = now() AT TIME ZONE 'UTC'
-        WHERE state = 'ready' AND claimed_by = $1 AND id = ANY($2::bigint[])
+        WHERE state = 'ready' AND claimed_by = $1 AND claimed_at IS NULL AND id = ANY($2::bigint[])
       SQL
 
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
@@ -78,10 +78,14 @@ module Bobbin
         exec(HAND_BACK, [ process_id, @array.encode(ids) ]).cmd_tuples
       end
 
-      # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns), and
-      # takes back those of `held` jobs that recovery returned to ready and nobody has claimed since.
-      def reregister(process_id, row, held)
-        exec(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS) ])
+      # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns).
+      def reregister(process_id, row)
+        exec(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS) ]).cmd_tuples
+      end
+
+      # Takes back those of `held` jobs that recovery returned to ready (it clears claimed_at; a retry written
+      # by this worker keeps it) and nobody has claimed since; returns how many.
+      def reclaim(process_id, held)
         exec(RECLAIM, [ process_id, @array.encode(held) ]).cmd_tuples
       end
 

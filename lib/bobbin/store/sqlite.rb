@@ -39,7 +39,7 @@ module Bobbin
 
       RECLAIM = <<~SQL
         UPDATE bobbin_jobs SET state = 'running', claimed_at = ?
-        WHERE state = 'ready' AND claimed_by = ? AND id IN (SELECT value FROM json_each(?))
+        WHERE state = 'ready' AND claimed_by = ? AND claimed_at IS NULL AND id IN (SELECT value FROM json_each(?))
       SQL
 
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
@@ -72,14 +72,16 @@ module Bobbin
         transaction { execute(HAND_BACK, [ process_id, JSON.generate(ids) ]) && db.changes }
       end
 
-      # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns), and
-      # takes back those of `held` jobs that recovery returned to ready and nobody has claimed since.
-      def reregister(process_id, row, held)
+      # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns).
+      def reregister(process_id, row)
         now = Store.timestamp(Time.now)
-        transaction do
-          execute(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS), now, now ])
-          execute(RECLAIM, [ now, process_id, JSON.generate(held) ]) && db.changes
-        end
+        transaction { execute(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS), now, now ]) && db.changes }
+      end
+
+      # Takes back those of `held` jobs that recovery returned to ready (it clears claimed_at; a retry written
+      # by this worker keeps it) and nobody has claimed since; returns how many.
+      def reclaim(process_id, held)
+        transaction { execute(RECLAIM, [ Store.timestamp(Time.now), process_id, JSON.generate(held) ]) && db.changes }
       end
 
       # Writes the outcomes of many jobs in one transaction; only rows still claimed by `process_id` change.

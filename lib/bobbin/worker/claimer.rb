@@ -35,7 +35,11 @@ module Bobbin
       def backlog? = @backlog
 
       # Returns this worker's running rows to ready, except `keep`; returns how many.
-      def release_all(keep: []) = @store.release(@worker.process_id, keep)
+      def release_all(keep: [])
+        @store.release(@worker.process_id, keep).tap do |count|
+          Instrumentation.instrument(:release, process_id: @worker.process_id, count: count) if count.positive?
+        end
+      end
 
       # Closes the claiming connection.
       def close = @store.close
@@ -68,6 +72,7 @@ module Bobbin
         def claim(limit, wait)
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
           @failures = reconcile(jobs) if @failures
+          Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any?
           jobs
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: #{error.message}; retrying") unless @failures

@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "async"
-
 module Bobbin
   # A job row names a class this process does not have (yet): a deploy in progress, or a worker started
   # without the job's code. Retried like any failure, so the job runs once the class is there.
@@ -9,39 +7,51 @@ module Bobbin
 
   class Worker
     # Runs one claimed job and says what became of it. Whatever the job raises — StandardError, `exit`,
-    # `abort`, `raise Interrupt`, even its own Async::Stop — fails or retries that job; only the executor's
-    # own interrupt (shutdown) passes through, and then the job stays claimed until released.
+    # `abort`, `raise Interrupt`, even the executor's own stop exception — fails or retries that job; only a
+    # job the executor interrupted (shutdown) lets its exception through, and then stays claimed until released.
     class Execution
       MAX_BACKOFF = 6 * 3600
       BACKTRACE_LINES = 50
-      # Exceptions the executors use to interrupt a job at shutdown.
-      INTERRUPTS = [ Worker::Shutdown, Async::Stop ].freeze
 
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
-      def initialize(interrupted: ->(_id) { false }, logger: Bobbin.logger)
+      # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
+      def initialize(interrupted: ->(_id) { false }, hooks: Bobbin.config.perform_hooks, logger: Bobbin.logger)
         @interrupted = interrupted
+        @hooks = (AppExecutor.rails? ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
         @logger = logger
         @classes = {}
       end
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.
       def call(job)
-        job_class = nil
-        AppExecutor.wrap do
-          job_class = resolve(job) unless job.active_job_id
-          perform(job_class, job)
+        Instrumentation.instrument(:perform, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts) do |payload|
+          outcome(job).tap { |result| payload[:state] = result.state }
         end
-        Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now))
-      rescue UnrunnableJob => error
-        failed(job, error)
-      rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
-        interrupted!(error) if INTERRUPTS.any? { |kind| error.is_a?(kind) } && @interrupted.call(job.id)
-        job.attempts < job.max_attempts ? retried(job, job_class, error) : failed(job, error)
-      ensure
-        ActiveRecord::Base.connection_handler.clear_active_connections!(:all)
       end
 
       private
+        def outcome(job)
+          job_class = nil
+          around(job) do
+            job_class = resolve(job) unless job.active_job_id
+            perform(job_class, job)
+          end
+          Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now))
+        rescue UnrunnableJob => error
+          failed(job, error)
+        rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
+          interrupted!(error) if @interrupted.call(job.id)
+          job.attempts < job.max_attempts ? retried(job, job_class, error) : failed(job, error)
+        ensure
+          ActiveRecord::Base.connection_handler.clear_active_connections!(:all)
+        end
+
+        # Runs the block inside every hook, the first outermost.
+        def around(job, index = 0, &block)
+          hook = @hooks[index] or return yield
+          hook.call(job) { around(job, index + 1, &block) }
+        end
+
         def perform(job_class, job)
           return job_class.new.perform(*Client::Arguments.load(job.arguments)) unless job.active_job_id
 
@@ -97,17 +107,21 @@ module Bobbin
           delay = [ base * (2**(job.attempts - 1)), MAX_BACKOFF ].min * rand(0.75..1.25)
           @logger.info("bobbin: #{job.class_name} #{job.id} failed attempt #{job.attempts}/#{job.max_attempts} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
-          outcome(job, "ready", error, run_at: Store.timestamp(Time.now + delay))
+          Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
+          error_outcome(job, "ready", error, run_at: Store.timestamp(Time.now + delay))
         end
 
         def failed(job, error)
           @logger.warn("bobbin: #{job.class_name} #{job.id} failed after #{job.attempts} attempt(s): #{describe(error)}")
-          outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
+          Instrumentation.instrument(:fail, event_payload(job, error))
+          error_outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
         end
+
+        def event_payload(job, error) = { id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts, error: error }
 
         def describe(error) = "#{error.class}: #{error.message.to_s.lines.first.to_s.strip[0, 200]}"
 
-        def outcome(job, state, error, finished_at: nil, run_at: nil)
+        def error_outcome(job, state, error, finished_at: nil, run_at: nil)
           Store::Outcome.new(job.id, state, finished_at, run_at, error.class.name, error.message.to_s[0, 10_000],
                              Array(error.backtrace).first(BACKTRACE_LINES).join("\n"))
         end

@@ -43,13 +43,18 @@ module Bobbin
           status
         end
 
+        # Beats; a live worker pruned as dead registers again, and every beat takes back the held jobs a
+        # recovery returned to ready (the pruner may delete the row and recover a moment after a beat).
         def beat
           metadata = JSON.generate(title)
-          return if @store.heartbeat(@worker.process_id, metadata)
+          registered = @store.heartbeat(@worker.process_id, metadata)
+          @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata)) unless registered
+          held = @worker.held_ids
+          kept = held.empty? ? 0 : @store.reclaim(@worker.process_id, held)
+          return if registered && kept.zero?
 
-          kept = @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata), @worker.held_ids)
-          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: its process row was gone (pruned as dead while alive); " \
-                             "registered again and took back #{kept} of its jobs")
+          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: pruned as dead while alive; " \
+                             "#{registered ? '' : 'registered again and '}took back #{kept} of its jobs")
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: heartbeat failed: #{error.message}")
         end

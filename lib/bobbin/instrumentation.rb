@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # Bobbin's ActiveSupport::Notifications events, each named "EVENT.bobbin". Subscribe with
+  # `ActiveSupport::Notifications.subscribe("perform.bobbin") { |event| ... }`. Payloads:
+  #
+  #   enqueue        ids, count, queues (distinct), class_names (distinct)
+  #   claim          process_id, count, ids
+  #   perform        id, class_name, queue, attempts, state ("succeeded", "ready" = retry, "failed"; set on finish)
+  #   retry          id, class_name, queue, attempts, error (the exception), run_at
+  #   fail           id, class_name, queue, attempts, error
+  #   discard        id, class_name, queue
+  #   release        process_id, count  (jobs handed back to ready at shutdown)
+  #   recover        process_id, reason, ready, failed, blamed (ids)  (a dead process's jobs)
+  #   start_process  process_id, kind ("worker", "supervisor"), name, pid
+  #   stop_process   process_id, kind, name, pid
+  #
+  # With no subscriber an event costs a lookup and the payload hash.
+  module Instrumentation
+    EVENTS = %w[enqueue claim perform retry fail discard release recover start_process stop_process].freeze
+    NAMES = EVENTS.to_h { |event| [ event.to_sym, "#{event}.bobbin".freeze ] }.freeze
+
+    module_function
+
+    # Publishes `event` (a symbol from EVENTS) with `payload`, around the block when one is given; returns the
+    # block's value.
+    def instrument(event, payload = {}, &block)
+      ActiveSupport::Notifications.instrument(NAMES.fetch(event), payload, &block)
+    end
+  end
+end

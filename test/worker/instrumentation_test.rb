@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class InstrumentationTest < Bobbin::TestCase
+  # Collects the payloads of every "*.bobbin" event published while the block runs, by event.
+  def events
+    seen = Hash.new { |hash, key| hash[key] = [] }
+    subscriber = ActiveSupport::Notifications.subscribe(/\.bobbin\z/) { |event| seen[event.name.delete_suffix(".bobbin")] << event.payload }
+    yield
+    seen
+  ensure
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+  end
+
+  test "a job's life publishes enqueue, start_process, claim, perform, retry, fail and stop_process with their payloads" do
+    id = nil
+    seen = events do
+      id = FlakyJob.enqueue("k", 1)
+      FlakyJob.enqueue("never", 99)
+      drain(fibers: 2)
+    end
+    assert_equal [ [ 1, [ "default" ], [ "FlakyJob" ], [ id ] ] ], seen["enqueue"].first(1).map { |p| p.values_at(:count, :queues, :class_names, :ids) }
+    assert_equal [ "worker" ], seen["start_process"].map { |p| p[:kind] }
+    assert_equal seen["start_process"].map { |p| p[:process_id] }, seen["stop_process"].map { |p| p[:process_id] }
+    assert_equal 6, seen["claim"].sum { |p| p[:count] }, "2 + 1 retry of the first + 3 retries of the second"
+    performs = seen["perform"].select { |p| p[:id] == id }
+    assert_equal [ [ 1, "ready" ], [ 2, "succeeded" ] ], performs.map { |p| p.values_at(:attempts, :state) }
+    assert_equal [ "ArgumentError" ], seen["retry"].select { |p| p[:id] == id }.map { |p| p[:error].class.name }
+    assert_equal [ 4 ], seen["fail"].map { |p| p[:attempts] }
+  end
+
+  test "retry and discard from Ruby publish discard, leave running jobs alone, and the retried job runs" do
+    failed = FlakyJob.enqueue("x", 99)
+    drain(fibers: 1)
+    running = SleepJob.enqueue(0, "running")
+    Bobbin::JobRecord.where(id: running).update_all(state: "running")
+    seen = events do
+      refute Bobbin.discard(running), "a running job is its worker's"
+      refute Bobbin.retry(running)
+      assert Bobbin.discard(failed)
+      assert Bobbin.retry(failed)
+    end
+    assert_equal [ [ failed, "FlakyJob" ] ], seen["discard"].map { |p| p.values_at(:id, :class_name) }
+    assert_equal [ "ready", 0 ], Bobbin::JobRecord.where(id: failed).pick(:state, :attempts)
+  end
+
+  test "around_perform hooks wrap every job in order, see the job, and an error in a hook fails that job" do
+    calls = []
+    saved = Bobbin.config.perform_hooks.dup
+    Bobbin.around_perform { |job, run| calls << "outer #{job.class_name}"; run.call; calls << "outer done" }
+    Bobbin.around_perform(->(job, &run) { calls << "inner #{job.id}"; raise ArgumentError, "hook says no" if job.arguments.include?("veto"); run.call })
+    id = LedgerJob.enqueue("ok")
+    vetoed = LedgerJob.enqueue("veto")
+    drain(fibers: 1)
+    assert_equal [ "outer LedgerJob", "inner #{id}", "outer done" ], calls.first(3)
+    assert_equal [ "ok" ], LedgerEntry.pluck(:key)
+    assert_equal [ "failed", "hook says no" ], Bobbin::JobRecord.where(id: vetoed).pick(:state, :last_error_message)
+  ensure
+    Bobbin.config.instance_variable_set(:@perform_hooks, saved)
+  end
+
+  test "a hook that is not callable is a configuration error" do
+    assert_raises(Bobbin::ConfigurationError) { Bobbin::Configuration.new.around_perform(42) }
+  end
+end
