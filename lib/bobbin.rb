@@ -33,6 +33,7 @@ module Bobbin
   autoload :Recovery, "bobbin/recovery"
   autoload :Doctor, "bobbin/doctor"
   autoload :Retention, "bobbin/retention"
+  autoload :Maintenance, "bobbin/maintenance"
   autoload :ConnectionBudget, "bobbin/connection_budget"
 
   class << self

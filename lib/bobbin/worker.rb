@@ -114,7 +114,8 @@ module Bobbin
         @writer = Store.open(@selection)
         @outcomes = OutcomeBuffer.new(@writer, @process_id)
         @execution = Execution.new(interrupted: @executor.method(:interrupted?))
-        @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async))
+        @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
+                                                  maintain: @supervisor.nil?)
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
       end
 

@@ -2,13 +2,15 @@
 
 module Bobbin
   class Worker
-    # Every heartbeat_interval: tells the database this process is alive and how busy it is, and recovers the jobs
-    # of processes that stopped beating. Every second: stops the worker if its supervisor is gone. Runs on a
-    # thread of its own, so a job that blocks the event loop cannot make its live process look dead.
+    # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (a worker
+    # without a supervisor) runs the host's Maintenance, also at boot. Every second: stops the worker if its
+    # supervisor is gone. Runs on a thread of its own, so a job that blocks the event loop cannot make its live
+    # process look dead.
     class Heartbeat
       TICK = 1.0
 
-      def initialize(worker, store, supervisor_pid: nil, title: true, interval: Bobbin.config.heartbeat_interval)
+      def initialize(worker, store, supervisor_pid: nil, title: true, maintain: false, interval: Bobbin.config.heartbeat_interval)
+        @maintain = maintain
         @title = title
         @worker = worker
         @store = store
@@ -20,6 +22,7 @@ module Bobbin
       # Beats until `stop`.
       def run
         title
+        Maintenance.run("worker #{@worker.process_id}") if @maintain
         last = monotonic
         until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
           orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
@@ -27,7 +30,7 @@ module Bobbin
 
           last = monotonic
           beat
-          prune
+          Maintenance.run("worker #{@worker.process_id}") if @maintain
         end
       end
 
@@ -57,14 +60,6 @@ module Bobbin
                              "#{registered ? '' : 'registered again and '}took back #{kept} of its jobs")
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: heartbeat failed: #{error.message}")
-        end
-
-        def prune
-          Recovery.prune
-          Retention.sweep
-        rescue ActiveRecord::ActiveRecordError => error
-          Recovery.unreachable!
-          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: could not check for dead processes: #{error.message}")
         end
 
         def orphaned!

@@ -1,0 +1,37 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# One process per host keeps house: the supervisor, or a worker that runs without one. Both start with it.
+class MaintenanceTest < Bobbin::TestCase
+  # A process row silent for an hour, holding one running job; returns the job's id.
+  def ghost_with_a_job(key)
+    ghost = Bobbin::ProcessRecord.register(kind: "worker", name: "ghost")
+    ghost.update_columns(last_heartbeat_at: Time.now.utc - 3600)
+    id = LedgerJob.enqueue(key)
+    Bobbin::JobRecord.where(id: id).update_all(state: "running", claimed_by: ghost.id, attempts: 1)
+    id
+  end
+
+  def expired_job
+    id = LedgerJob.enqueue("old")
+    Bobbin::JobRecord.where(id: id).update_all(state: "succeeded", finished_at: Time.now.utc - Bobbin.config.retention - 60)
+    id
+  end
+
+  [ [ "work", "--fibers", "2" ], [ "start", "--fibers", "2" ] ].each do |command|
+    test "bobbin #{command.first} recovers a dead process's jobs and sweeps expired ones as it starts" do
+      id = ghost_with_a_job("rescued")
+      expired = expired_job
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin(*command, "--polling-interval", "0.05")
+        wait_for("the dead process's job to run") { LedgerEntry.exists?(key: "rescued") }
+        wait_for("the expired job to be deleted") { !Bobbin::JobRecord.exists?(expired) }
+        Process.kill(:TERM, pids.first)
+        assert wait_exit(pids.first, timeout: 30)&.success?
+      end
+      assert_equal [ "succeeded", "Bobbin::ProcessDied" ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class)
+    end
+  end
+end
