@@ -14,6 +14,9 @@ module Bobbin
   # A configuration value, pool size or isolation level that cannot work.
   class ConfigurationError < Error; end
 
+  # Recorded as a job's last_error_class when its process died (or was pruned as dead) while it ran; never raised.
+  class ProcessDied < Error; end
+
   # A stored job cannot be run: unknown class, arguments that are not valid JSON.
   class UnrunnableJob < Error; end
 end

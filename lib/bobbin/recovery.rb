@@ -45,7 +45,7 @@ module Bobbin
     def recover(process_id, reason)
       running = JobRecord.where(state: "running", claimed_by: process_id)
       blamed = blamed_ids(running)
-      error = { last_error_class: "Bobbin::ProcessDied", last_error_message: "#{reason} while this job was running",
+      error = { last_error_class: ProcessDied.name, last_error_message: "#{reason} while this job was running",
                 last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }
       failed = running.where(id: blamed).where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
                       .update_all(error.merge(state: "failed", finished_at: Time.now.utc))

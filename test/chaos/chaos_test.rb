@@ -18,15 +18,6 @@ class ChaosTest < Bobbin::TestCase
 
   def flowing_or_done? = counts.then { |now| now["running"] >= 20 || now["succeeded"] == JOBS }
 
-  # Reads through a PostgreSQL restart: a query that meets a dropped connection is retried on a fresh one.
-  def query
-    yield
-  rescue ActiveRecord::ActiveRecordError
-    ActiveRecord::Base.connection_handler.clear_all_connections!
-    sleep(0.2)
-    retry
-  end
-
   # Keys of the jobs Bobbin knows it ran more than once: a crash recovery or a retry left its error on the row.
   def rerun_keys = Bobbin::JobRecord.where.not(last_error_class: nil).pluck(:arguments).map { |json| JSON.parse(json).last }
 
@@ -87,5 +78,27 @@ class ChaosTest < Bobbin::TestCase
     assert_empty repeated - rerun_keys, "a job ran twice only when a kill or the restart interrupted it"
   ensure
     File.unlink(file.path) if file
+  end
+
+  test "TERM under the supervisor while jobs ignore their interrupt: all stops in bounded time, the next start recovers them" do
+    skip_unless_postgres
+    stubborn = Array.new(3) { |i| StubbornJob.enqueue("stubborn-#{i}") }
+    Bobbin.enqueue_all(Array.new(JOBS / 10) { |i| [ ChaosJob, [ 0.05, "job-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--shutdown-timeout", "1", log: "tmp/chaos-stubborn.log")
+      wait_for("the stubborn jobs running") { StartEntry.where("key LIKE 'stubborn-%'").count == 3 }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 1 + Bobbin::Worker::STOP_GRACE + Bobbin::Supervisor::KILL_GRACE + 10)&.success?,
+             "the supervisor and its workers are gone within shutdown_timeout + the grace periods"
+    end
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "5", "--shutdown-timeout", "1")
+      wait_for("the stubborn jobs recovered and started again") { StartEntry.where("key LIKE 'stubborn-%'").count == 6 }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 1 + Bobbin::Worker::STOP_GRACE + Bobbin::Supervisor::KILL_GRACE + 10)
+    end
+    assert_equal [ "Bobbin::ProcessDied" ], Bobbin::JobRecord.where(id: stubborn).distinct.pluck(:last_error_class)
   end
 end

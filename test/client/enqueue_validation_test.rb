@@ -17,13 +17,6 @@ class EnqueueValidationTest < Bobbin::TestCase
     bobbin_options priority: 1.5
   end
 
-  def assert_refused(pattern, &block)
-    error = assert_raises(Bobbin::EnqueueError, &block)
-    assert_match pattern, error.message
-    assert_equal 0, Bobbin::JobRecord.count, "nothing was written"
-    error
-  end
-
   def enqueue_with(**options) = Bobbin.enqueue_all([ [ SleepJob, [ 0 ], options ] ])
 
   test "the error classes: SerializationError is an EnqueueError, both are Bobbin errors" do

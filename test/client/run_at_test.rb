@@ -7,13 +7,6 @@ require "date"
 class RunAtTest < Bobbin::TestCase
   def stored_run_at(id) = Bobbin::JobRecord.find(id).run_at
 
-  def assert_refused(pattern, &block)
-    error = assert_raises(Bobbin::EnqueueError, &block)
-    assert_match pattern, error.message
-    assert_equal 0, Bobbin::JobRecord.count, "nothing was written"
-    error
-  end
-
   test "enqueue_at refuses strings, numbers, dates and nil, naming the job and the value and suggesting enqueue_in" do
     [ "tomorrow", "in 5 minutes", "garbage", 60, 1.5, nil, Date.today, :soon ].each do |value|
       error = assert_refused(/SleepJob/) { SleepJob.enqueue_at(value, 0) }

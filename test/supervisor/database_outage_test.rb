@@ -35,6 +35,6 @@ class DatabaseOutageTest < Bobbin::TestCase
     assert_equal 0, Bobbin.counts["failed"]
     assert_match(/database unavailable|database reachable again|could not write/, File.read(log))
   ensure
-    FileUtils.rm_f(log) if log
+    FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
   end
 end

@@ -16,14 +16,6 @@ class LivenessTest < Bobbin::TestCase
     spawn_bobbin("start", "-c", @config.path, log: log)
   end
 
-  def query
-    yield
-  rescue ActiveRecord::ActiveRecordError
-    ActiveRecord::Base.connection_handler.clear_all_connections!
-    sleep(0.2)
-    retry
-  end
-
   def stop(pid)
     Process.kill(:TERM, pid)
     assert wait_exit(pid, timeout: 30)&.success?

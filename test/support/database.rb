@@ -10,9 +10,9 @@ module TestDatabase
 
   def postgres? = url.start_with?("postgres")
 
-  # The URL with a pool big enough for the thread pools the tests run; on PostgreSQL every connection of this
-  # process is named after it, so tests count their own sessions and nobody else's.
-  def url_with_pool(pool = 25, name: application_name)
+  # The URL with a pool big enough for the thread pools the tests run. On PostgreSQL its sessions are named:
+  # `name: application_name` for this process's own, so tests count their own sessions and no child's.
+  def url_with_pool(pool = 25, name: "bobbin-test-child")
     url + (url.include?("?") ? "&" : "?") + "pool=#{pool}" + (postgres? ? "&application_name=#{name}" : "")
   end
 
@@ -23,7 +23,7 @@ module TestDatabase
     FileUtils.mkdir_p("tmp")
     remove_sqlite_files
     Bobbin.config.logger = Logger.new(ENV["BOBBIN_TEST_LOG"] || File::NULL)
-    Bobbin.connect(url_with_pool)
+    Bobbin.connect(url_with_pool(name: application_name))
     ActiveRecord::Base.connection_pool.with_connection do |connection|
       Bobbin::Schema.down(connection)
       connection.drop_table(:bobbin_test_ledger, if_exists: true)

@@ -8,9 +8,9 @@ module TestProcesses
 
   # Spawns `exe/bobbin ARGS` against the test database, loading the test jobs; returns its pid.
   def spawn_bobbin(*args, log: File::NULL)
-    env = { "DATABASE_URL" => TestDatabase.url_with_pool(name: "bobbin-test-worker"), "BOBBIN_TEST_DATABASE" => TestDatabase.url }
+    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }
     command = [ RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
-    Process.spawn(env, *command, chdir: ROOT, out: log, err: log)
+    Process.spawn(env, *command, chdir: ROOT, out: log, err: log, pgroup: true)
   end
 
   # Waits up to `timeout` seconds for the block to return truthy; fails the test otherwise.
@@ -35,15 +35,23 @@ module TestProcesses
     end
   end
 
-  # Kills any process the block leaves behind.
+  # Kills any process the block leaves behind, with the workers it forked (spawn_bobbin gives each its own
+  # process group), so a failed test leaves no worker behind to claim the next test's jobs.
   def ensure_killed(*pids)
     yield
   ensure
     pids.flatten.each do |pid|
+      kill_group(pid)
       Process.kill(:KILL, pid)
       Process.wait(pid)
     rescue Errno::ESRCH, Errno::ECHILD
       nil
     end
+  end
+
+  def kill_group(pid)
+    Process.kill(:KILL, -pid)
+  rescue Errno::ESRCH, Errno::EPERM
+    nil
   end
 end

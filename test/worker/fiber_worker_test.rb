@@ -48,10 +48,10 @@ class FiberWorkerTest < Bobbin::TestCase
 
   private
     def with_pool(size)
-      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(size))
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(size, name: TestDatabase.application_name))
       yield
     ensure
-      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool)
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(name: TestDatabase.application_name))
     end
 
     def stub_const(name, value)

@@ -8,7 +8,6 @@ module Bobbin
     STATES = %w[ready running succeeded failed discarded].freeze
 
     scope :scheduled, -> { where(state: "ready").where(arel_table[:run_at].gt(Time.now.utc)) }
-    scope :due, -> { where(state: "ready").where(arel_table[:run_at].lteq(Time.now.utc)) }
 
     # Job counts by state; "scheduled" are ready jobs whose run_at is still ahead.
     def self.counts

@@ -15,12 +15,5 @@ module Bobbin
       create!(kind: kind, name: name, pid: ::Process.pid, hostname: Socket.gethostname, supervisor_id: supervisor_id,
               metadata: JSON.generate(metadata), last_heartbeat_at: now, created_at: now)
     end
-
-    # The pool configuration and live numbers this process last reported.
-    def details
-      JSON.parse(metadata)
-    rescue JSON::ParserError
-      {}
-    end
   end
 end
