@@ -7,7 +7,9 @@ module Bobbin
   # that die, recovers their jobs, and stops them all on TERM/INT (graceful) or QUIT (immediate).
   class Supervisor
     SIGNALS = %w[TERM INT QUIT].freeze
-    KILL_GRACE = 5
+    # Seconds past shutdown_timeout before stuck workers are killed: longer than a worker's own stop grace,
+    # so a worker can write its outcomes and hand its jobs back itself.
+    KILL_GRACE = Worker::STOP_GRACE + 5
 
     def initialize(pools = Bobbin.config.pools, mode: :fork)
       raise ConfigurationError, "mode must be fork or async, got #{mode.inspect}" unless %i[fork async].include?(mode.to_sym)

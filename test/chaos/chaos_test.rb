@@ -94,7 +94,7 @@ class ChaosTest < Bobbin::TestCase
     end
     pids = []
     ensure_killed(pids) do
-      pids << spawn_bobbin("start", "--fibers", "5", "--shutdown-timeout", "1")
+      pids << spawn_bobbin("start", "--fibers", "5", "--shutdown-timeout", "1", log: "tmp/chaos-stubborn-2.log")
       wait_for("the stubborn jobs recovered and started again") { StartEntry.where("key LIKE 'stubborn-%'").count == 6 }
       Process.kill(:TERM, pids.first)
       assert wait_exit(pids.first, timeout: 1 + Bobbin::Worker::STOP_GRACE + Bobbin::Supervisor::KILL_GRACE + 10)

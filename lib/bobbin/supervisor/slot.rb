@@ -63,11 +63,15 @@ module Bobbin
         nil
       end
 
-      # Kills a worker process that outlived the shutdown timeout.
+      # Kills a worker process that outlived the shutdown timeout and waits for it, so that `exited` reports it
+      # (and its jobs are recovered) before the supervisor itself exits.
       def kill
-        ::Process.kill("KILL", @pid) if @pid && alive?
-      rescue Errno::ESRCH
-        nil
+        return unless @pid && alive?
+
+        ::Process.kill("KILL", @pid)
+        _, @status = ::Process.wait2(@pid)
+      rescue Errno::ESRCH, Errno::ECHILD
+        @status ||= :gone
       end
 
       def to_s = "#{@pool.mode}-#{@index} (#{@last_pid ? "pid #{@last_pid}" : 'thread'}, queues #{@pool.queues.join(',')})"
