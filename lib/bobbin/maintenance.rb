@@ -1,13 +1,22 @@
 # frozen_string_literal: true
 
 module Bobbin
-  # A host's housekeeping, run by one process per host — the supervisor, or a worker running without one —
-  # at boot and every heartbeat_interval: recover the jobs of dead processes, delete expired finished jobs.
-  # Further services (recurring jobs) join SERVICES.
+  # A host's housekeeping, run by one process per host — the supervisor, or, among the workers running without
+  # one, the oldest — at boot and every heartbeat_interval: recover the jobs of dead processes, delete expired
+  # finished jobs. Further services (recurring jobs) join SERVICES.
   module Maintenance
     SERVICES = { recovery: -> { Recovery.prune }, retention: -> { Retention.sweep } }.freeze
 
     module_function
+
+    # True when worker `process_id` (running without a supervisor) is the one that keeps house on its host: the
+    # oldest such worker there that is alive (beat within process_alive_threshold, so a dead one never holds
+    # the post). Hosts with a supervisor leave it to the supervisor.
+    def elected?(process_id)
+      alive = ProcessRecord.where(kind: "worker", supervisor_id: nil, hostname: Socket.gethostname)
+                           .where.not(id: ProcessRecord.stale(Bobbin.config.process_alive_threshold).select(:id))
+      alive.minimum(:id) == process_id
+    end
 
     # Runs every service once; returns false (and logs) when the database could not be reached, which also
     # makes Recovery distrust silent heartbeats for a while.

@@ -34,4 +34,17 @@ class MaintenanceTest < Bobbin::TestCase
       assert_equal [ "succeeded", "Bobbin::ProcessDied" ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class)
     end
   end
+
+  test "among workers without a supervisor, the oldest on the host keeps house; supervised ones never do" do
+    first = Bobbin::ProcessRecord.register(kind: "worker", name: "a")
+    second = Bobbin::ProcessRecord.register(kind: "worker", name: "b")
+    supervised = Bobbin::ProcessRecord.register(kind: "worker", name: "c", supervisor_id: first.id)
+    assert Bobbin::Maintenance.elected?(first.id)
+    refute Bobbin::Maintenance.elected?(second.id)
+    refute Bobbin::Maintenance.elected?(supervised.id)
+    first.update_columns(last_heartbeat_at: Time.now.utc - 3600)
+    assert Bobbin::Maintenance.elected?(second.id), "a silent one holds no post: the next one takes over"
+    first.delete
+    assert Bobbin::Maintenance.elected?(second.id)
+  end
 end

@@ -2,8 +2,8 @@
 
 module Bobbin
   class Worker
-    # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (a worker
-    # without a supervisor) runs the host's Maintenance, also at boot. Every second: stops the worker if its
+    # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (the elected
+    # worker among those without a supervisor) runs the host's Maintenance, also at boot. Every second: stops the worker if its
     # supervisor is gone. Runs on a thread of its own, so a job that blocks the event loop cannot make its live
     # process look dead.
     class Heartbeat
@@ -22,7 +22,7 @@ module Bobbin
       # Beats until `stop`.
       def run
         title
-        Maintenance.run("worker #{@worker.process_id}") if @maintain
+        maintain
         last = monotonic
         until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
           orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
@@ -30,7 +30,7 @@ module Bobbin
 
           last = monotonic
           beat
-          Maintenance.run("worker #{@worker.process_id}") if @maintain
+          maintain
         end
       end
 
@@ -60,6 +60,13 @@ module Bobbin
                              "#{registered ? '' : 'registered again and '}took back #{kept} of its jobs")
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: heartbeat failed: #{error.message}")
+        end
+
+        def maintain
+          Maintenance.run("worker #{@worker.process_id}") if @maintain && Maintenance.elected?(@worker.process_id)
+        rescue ActiveRecord::ActiveRecordError => error
+          Recovery.unreachable!
+          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: maintenance skipped: #{error.message.lines.first&.strip}")
         end
 
         def orphaned!
