@@ -5,26 +5,25 @@ require "fileutils" # Active Record creates SQLite directories with it without r
 require "json"
 
 require_relative "bobbin/version"
-require_relative "bobbin/errors"
+%w[error enqueue_error serialization_error configuration_error process_died unrunnable_job unknown_job_class]
+  .each { |error| require_relative "bobbin/errors/#{error}" }
 require_relative "bobbin/app_executor"
 require "active_support/notifications"
 require_relative "bobbin/instrumentation"
+require_relative "bobbin/config/setting"
 require_relative "bobbin/config/pool"
 require_relative "bobbin/configuration"
-require_relative "bobbin/config/file"
+require_relative "bobbin/config/config_file"
 require_relative "bobbin/client/arguments"
 require_relative "bobbin/client/enqueuer"
 require_relative "bobbin/job"
-require_relative "bobbin/store/record"
-require_relative "bobbin/store/schema"
-require_relative "bobbin/store/job_record"
-require_relative "bobbin/store/process_record"
-require_relative "bobbin/store/queue_pause"
+require_relative "bobbin/records/record"
+require_relative "bobbin/schema"
+require_relative "bobbin/records/job_record"
+require_relative "bobbin/records/process_record"
+require_relative "bobbin/records/queue_pause"
 require_relative "bobbin/store"
-require_relative "bobbin/store/rows"
-require_relative "bobbin/store/queue_selection"
-require_relative "bobbin/store/postgresql"
-require_relative "bobbin/store/sqlite"
+%w[unavailable guarded claimed_job outcome queue_selection postgresql sqlite].each { |part| require_relative "bobbin/store/#{part}" }
 
 # Bobbin: background jobs persisted in SQL, run as fibers or threads.
 module Bobbin

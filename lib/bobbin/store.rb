@@ -3,9 +3,18 @@
 module Bobbin
   # Where jobs live. Each database has one class holding its hot-path SQL; the rest is Active Record.
   module Store
-    # Raised when the database cannot be reached; callers wait and retry, nothing is dropped.
-    class Unavailable < Error; end
+    # The columns of a process row a worker re-registers with, after the id, in order.
+    PROCESS_COLUMNS = %i[kind name pid hostname supervisor_id metadata].freeze
 
+    # The columns a new job row carries, in the order the INSERT statements read them.
+    NEW_JOB = %i[queue class_name arguments priority run_at max_attempts active_job_id].freeze
+
+    # Formats a Time the way both databases compare and Active Record reads it back.
+    def self.timestamp(time)
+      time&.utc&.strftime("%Y-%m-%d %H:%M:%S.%6N")
+    end
+
+    # Active Record's errors for a connection that could not be made or was lost.
     CONNECTION_ERRORS = [ ActiveRecord::ConnectionNotEstablished, ActiveRecord::ConnectionFailed ].freeze
 
     # Opens a store on a new connection of its own (outside the pool the jobs' code uses).
@@ -31,48 +40,6 @@ module Bobbin
       when /sqlite/ then SQLite
       else raise ConfigurationError, "Bobbin supports PostgreSQL and SQLite, not #{name.inspect}"
       end
-    end
-
-    # Serialises a store's calls (fibers and threads share it) and turns lost connections into Unavailable.
-    class Guarded
-      def initialize(store)
-        @store = store
-        @lock = Mutex.new
-        @broken = false
-      end
-
-      %i[claim finish release hand_back heartbeat reregister reclaim].each do |name|
-        define_method(name) { |*args, **options| call(name, *args, **options) }
-      end
-
-      # Closes the underlying connection.
-      def close = @lock.synchronize { @store.close }
-
-      private
-        def call(name, *args, **options)
-          @lock.synchronize do
-            reconnect if @broken
-            @store.public_send(name, *args, **options)
-          rescue *driver_errors, *CONNECTION_ERRORS => error
-            @broken = true
-            raise Unavailable, "database unavailable during #{name}: #{error.class}: #{error.message.lines.first&.strip}"
-          end
-        end
-
-        def reconnect
-          @store.reconnect!
-          @broken = false
-        rescue StandardError => error
-          raise Unavailable, "database still unavailable: #{error.class}: #{error.message.lines.first&.strip}"
-        end
-
-        def driver_errors
-          errors = []
-          errors.push(PG::ConnectionBad, PG::UnableToSend) if defined?(PG::ConnectionBad)
-          errors.push(PG::AdminShutdown) if defined?(PG::AdminShutdown)
-          errors.push(SQLite3::BusyException) if defined?(SQLite3::BusyException)
-          errors
-        end
     end
   end
 end

@@ -2,6 +2,7 @@
 
 require_relative "connection_budget"
 require_relative "worker/waker"
+require_relative "worker/shutdown"
 require_relative "worker/executor"
 require_relative "worker/execution"
 require_relative "worker/outcome_buffer"

@@ -1,10 +1,6 @@
 # frozen_string_literal: true
 
 module Bobbin
-  # A job row names a class this process does not have (yet): a deploy in progress, or a worker started
-  # without the job's code. Retried like any failure, so the job runs once the class is there.
-  class UnknownJobClass < Error; end
-
   class Worker
     # Runs one claimed job and says what became of it. Whatever the job raises — StandardError, `exit`,
     # `abort`, `raise Interrupt`, even the executor's own stop exception — fails or retries that job; only a

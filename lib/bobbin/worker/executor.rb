@@ -2,9 +2,6 @@
 
 module Bobbin
   class Worker
-    # Raised into job threads that outlive the shutdown timeout.
-    class Shutdown < Exception; end # rubocop:disable Lint/InheritException -- must pass through the jobs' rescue StandardError
-
     # What every executor shares: a line of handed-over jobs, `capacity` runners taking from it, and the
     # accounting the claim loop and shutdown read (busy, held, interrupted). Subclasses supply the runners
     # (`run`, `current_runner`) and how to interrupt one (`interrupt`).

@@ -1,0 +1,56 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # Checks for numeric settings, with messages that name the setting. One place for Bobbin.configure,
+  # config/bobbin.yml, CLI flags and Worker.new.
+  module Setting
+    # The smallest value each setting in seconds accepts (retention must also be above 0, or nil to keep forever).
+    SECONDS = { polling_interval: 0.01, heartbeat_interval: 0.1, shutdown_timeout: 0, process_alive_threshold: 0, retention: 0 }.freeze
+    # Settings that are whole numbers ≥ 1 (max_argument_bytes may be nil: no limit).
+    COUNTS = %i[max_argument_bytes fiber_db_concurrency crash_retries].freeze
+    NILABLE = %i[retention max_argument_bytes].freeze
+
+    module_function
+
+    # The value, if `name` accepts it; else ConfigurationError saying "`where`: must be …, got …".
+    def check(name, value, where)
+      return value if value.nil? && NILABLE.include?(name)
+      return count(value, where) if COUNTS.include?(name)
+      return seconds(value, where, above: 0) if name == :retention
+
+      seconds(value, where, min: SECONDS.fetch(name) { raise ConfigurationError, "unknown setting #{name.inspect}" })
+    end
+
+    # Raises ConfigurationError for any given (non-nil) value its setting refuses; `where` names the caller
+    # (Worker.new checks its keywords with it).
+    def given(where, **settings)
+      settings.each { |name, value| check(name, value, "#{where} #{name}") unless value.nil? }
+    end
+
+    # A process is presumed dead after process_alive_threshold without a heartbeat; raises unless that leaves room
+    # for more than one missed beat.
+    def check_heartbeat(interval, threshold, where)
+      return if threshold > 2 * interval
+
+      raise ConfigurationError, format("%s.process_alive_threshold: must be more than 2 × heartbeat_interval (2 × %g = %g s), " \
+                                       "got %g", where, interval, 2 * interval, threshold) + ": a process is presumed dead after that long without a " \
+                                "heartbeat, so one late beat would get a live worker's running jobs run again elsewhere " \
+                                "(Bobbin.config.set(heartbeat_interval:, process_alive_threshold:) changes both at once)"
+    end
+
+    # A whole number ≥ 1.
+    def count(value, where)
+      return value if value.is_a?(Integer) && value >= 1
+
+      raise ConfigurationError, "#{where}: must be a whole number of at least 1, got #{value.inspect}"
+    end
+
+    # A finite number of seconds ≥ `min` (or > `above`), as a Float.
+    def seconds(value, where, min: 0, above: nil)
+      number = value.is_a?(Numeric) && value.real? && value.finite?
+      return value.to_f if number && (above ? value > above : value >= min)
+
+      raise ConfigurationError, "#{where}: must be a number of seconds #{above ? "> #{above}" : "≥ #{min}"}, got #{value.inspect}"
+    end
+  end
+end

@@ -1,0 +1,29 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "open3"
+
+# Every constant lives in a file at the path its name implies (Zeitwerk's rule, which a Rails engine and its
+# autoloading depend on). errors/, records/ and config/ group files without adding a namespace.
+class ZeitwerkTest < Bobbin::TestCase
+  CHECK = <<~RUBY
+    require "zeitwerk"
+    require "active_record"
+    require "async"
+    lib = File.expand_path("lib")
+    loader = Zeitwerk::Loader.new
+    loader.push_dir(lib)
+    loader.ignore("\#{lib}/active_job")
+    loader.inflector.inflect("cli" => "CLI", "postgresql" => "PostgreSQL", "sqlite" => "SQLite", "version" => "VERSION")
+    %w[errors records config].each { |dir| loader.collapse("\#{lib}/bobbin/\#{dir}") }
+    loader.setup
+    loader.eager_load(force: true)
+    puts "eager loaded \#{Bobbin.constants.size} constants"
+  RUBY
+
+  test "Zeitwerk eager-loads lib/ with no file defining a constant other than the one its path names" do
+    output, status = Open3.capture2e(RbConfig.ruby, "-e", CHECK, chdir: TestProcesses::ROOT)
+    assert status.success?, output
+    assert_match(/eager loaded \d+ constants/, output)
+  end
+end
