@@ -5,8 +5,25 @@ module Bobbin
   module ConnectionBudget
     # Connections each worker process opens for itself (claiming; writing outcomes and heartbeats).
     OWN_CONNECTIONS = 2
+    # The supervisor's one connection: its heartbeat and the host's maintenance. (A worker running without a
+    # supervisor does its maintenance on its Active Record pool, between its jobs' queries.)
+    SUPERVISOR_CONNECTIONS = 1
 
     module_function
+
+    # Every connection a deployment of `pools` opens at most, across its processes: each worker's own, its jobs'
+    # (in async mode the pools share one process and one Active Record pool), and the supervisor's.
+    def total(pools, mode)
+      own = pools.sum { |pool| pool.processes * OWN_CONNECTIONS }
+      jobs = pools.sum { |pool| pool.processes * job_connections(pool.mode, pool.size) }
+      own + (mode == :async ? [ jobs, per_process(pools, mode) ].min : jobs) + SUPERVISOR_CONNECTIONS
+    end
+
+    # Active Record pool connections one process needs: the largest pool's (fork mode), or all pools' (async).
+    def per_process(pools, mode)
+      needs = pools.map { |pool| job_connections(pool.mode, pool.size) }
+      mode == :async ? pools.zip(needs).sum { |pool, need| need * pool.processes } : needs.max
+    end
 
     # Active Record pool connections a pool's jobs need: one per thread, or the fiber pool's DB concurrency.
     def job_connections(mode, size)

@@ -149,15 +149,8 @@ module Bobbin
 
       def processes = @mode == :async ? 1 : @pools.sum(&:processes)
 
-      def per_process_pool
-        needs = @pools.map { |pool| ConnectionBudget.job_connections(pool.mode, pool.size) }
-        @mode == :async ? @pools.zip(needs).sum { |pool, need| need * pool.processes } : needs.max
-      end
+      def per_process_pool = ConnectionBudget.per_process(@pools, @mode)
 
-      def total_connections
-        own = @pools.sum { |pool| pool.processes * ConnectionBudget::OWN_CONNECTIONS }
-        jobs = @pools.sum { |pool| pool.processes * ConnectionBudget.job_connections(pool.mode, pool.size) }
-        own + (@mode == :async ? [ jobs, per_process_pool ].min : jobs) + 1
-      end
+      def total_connections = ConnectionBudget.total(@pools, @mode)
   end
 end
