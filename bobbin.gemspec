@@ -11,11 +11,12 @@ Gem::Specification.new do |spec|
                      "per thread as fibers, or in thread pools, with DB connections sized to DB work."
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.3"
-  spec.files = Dir["lib/**/*.rb", "exe/*", "README.md"]
+  spec.files = Dir["lib/**/*.rb", "lib/generators/**/*", "exe/*", "README.md"]
   spec.bindir = "exe"
   spec.executables = [ "bobbin" ]
   spec.require_paths = [ "lib" ]
 
   spec.add_dependency "activerecord", ">= 7.2"
   spec.add_dependency "async", ">= 2.20"
+  spec.add_dependency "fugit", "~> 1.11"
 end

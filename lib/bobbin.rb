@@ -14,6 +14,7 @@ require_relative "bobbin/config/setting"
 require_relative "bobbin/config/pool"
 require_relative "bobbin/configuration"
 require_relative "bobbin/config/config_file"
+require_relative "bobbin/concurrency/limit"
 require_relative "bobbin/client/arguments"
 require_relative "bobbin/client/enqueuer"
 require_relative "bobbin/job"
@@ -109,5 +110,9 @@ rescue LoadError => error
   raise unless error.path == "active_job" # no Active Job in this bundle: Bobbin::Job classes only
 else
   ActiveJob::QueueAdapters.autoload(:BobbinAdapter, File.expand_path("active_job/queue_adapters/bobbin_adapter", __dir__))
-  ActiveSupport.on_load(:active_job) { ActiveJob::QueueAdapters::BobbinAdapter }
+  require_relative "bobbin/concurrency/controls"
+  ActiveSupport.on_load(:active_job) do
+    ActiveJob::QueueAdapters::BobbinAdapter
+    include Bobbin::Concurrency::Controls
+  end
 end

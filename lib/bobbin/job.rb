@@ -8,21 +8,25 @@ module Bobbin
   #     bobbin_options queue: "llm", priority: 0, retries: 5
   #     def perform(url) = ...
   #   end
+  #
+  # `bobbin_options concurrency: { to: 2, key: ->(account_id, *) { account_id }, duration: 300 }` lets at most
+  # two jobs with the same key run at once across all processes (Concurrency::Limit).
   module Job
-    DEFAULTS = { queue: "default", priority: 0, retries: 5, backoff: 2.0 }.freeze
+    DEFAULTS = { queue: "default", priority: 0, retries: 5, backoff: 2.0, concurrency: nil }.freeze
 
     def self.included(base)
       base.extend(ClassMethods)
     end
 
     module ClassMethods
-      # With options, sets this class's queue, priority, retries and backoff (seconds); without, returns them.
+      # With options, sets this class's queue, priority, retries, backoff (seconds) and concurrency; without, returns them.
       def bobbin_options(**options)
         return @bobbin_options ||= inherited_bobbin_options if options.empty?
 
         unknown = options.keys - DEFAULTS.keys
         raise ConfigurationError, "#{name}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
 
+        options = options.merge(concurrency: Concurrency::Limit.parse(options[:concurrency], name)) if options[:concurrency]
         @bobbin_options = bobbin_options.merge(options).freeze
       end
 

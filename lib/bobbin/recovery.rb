@@ -49,7 +49,7 @@ module Bobbin
                 last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }
       failed = running.where(id: blamed).where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
                       .update_all(error.merge(state: "failed", finished_at: Time.now.utc))
-      ready = running.where(id: blamed).update_all(error.merge(state: "ready", run_at: Time.now.utc, started_at: nil))
+      ready = running.where(id: blamed).update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil))
       spared = spare(running.where.not(id: blamed), error, suspects: blamed.empty?)
       log(reason, ready + spared, failed, blamed)
       if ready + failed + spared > 0
@@ -67,7 +67,7 @@ module Bobbin
     # Jobs that were in flight beside the crash get their attempt back; without a suspect to blame, their crash
     # counts go up (at SUSPECT they run one at a time).
     def spare(relation, error, suspects:)
-      changes = error.merge(state: "ready", run_at: Time.now.utc, started_at: nil,
+      changes = error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil,
                             attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"))
       changes.delete(:crashes) unless suspects
       relation.update_all(changes)

@@ -5,9 +5,9 @@ module Bobbin
   # share it: `up` brings any older install to VERSION, step by step, each step safe to run again.
   module Schema
     # The schema this code needs; workers refuse to start on an older one.
-    VERSION = 2
+    VERSION = 5
     # What each version adds, after the tables of version 1.
-    STEPS = { 2 => :add_crashes }.freeze
+    STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency }.freeze
 
     module_function
 
@@ -22,7 +22,7 @@ module Bobbin
 
     # Drops Bobbin's tables (tests and `rails db:rollback`).
     def down(connection)
-      %i[bobbin_schema bobbin_pauses bobbin_processes bobbin_jobs].each { |table| connection.drop_table(table, if_exists: true) }
+      %i[bobbin_schema bobbin_recurring_runs bobbin_recurring_tasks bobbin_pauses bobbin_processes bobbin_jobs].each { |table| connection.drop_table(table, if_exists: true) }
     end
 
     # The version of the schema in the database: 0 without Bobbin's tables, 1 for installs before versions.
@@ -30,7 +30,14 @@ module Bobbin
       return 0 unless connection.table_exists?(:bobbin_jobs)
       return 1 unless connection.table_exists?(:bobbin_schema)
 
-      connection.select_value("SELECT MAX(version) FROM bobbin_schema").to_i
+      recorded = connection.select_value("SELECT MAX(version) FROM bobbin_schema")
+      recorded ? recorded.to_i : dumped_version(connection)
+    end
+
+    # A schema loaded from a Rails schema dump (db/schema.rb, db/queue_schema.rb) has the tables but not the
+    # version row; the dump keeps the column's default, which record_version sets to the version.
+    def dumped_version(connection)
+      connection.columns(:bobbin_schema).find { |column| column.name == "version" }&.default.to_i
     end
 
     # Raises ConfigurationError unless the database has the schema this code needs, saying how to upgrade.
@@ -50,11 +57,59 @@ module Bobbin
       connection.add_column(:bobbin_jobs, :crashes, :integer, null: false, default: 0)
     end
 
+    # Version 5: recurring tasks and their runs (one row per task and tick: the unique key that makes each tick
+    # enqueue once across every scheduler), and concurrency limits on jobs ("blocked" jobs wait for a slot).
+    def add_recurring_and_concurrency(connection)
+      add_concurrency_columns(connection)
+      create_recurring_tasks(connection)
+      create_recurring_runs(connection)
+    end
+
     def record_version(connection)
       connection.create_table(:bobbin_schema, id: false) { |t| t.integer :version, null: false } unless connection.table_exists?(:bobbin_schema)
+      connection.change_column_default(:bobbin_schema, :version, VERSION) if dumped_version(connection) < VERSION
       return if version(connection) >= VERSION
 
       connection.execute("INSERT INTO bobbin_schema (version) VALUES (#{Integer(VERSION)})")
+    end
+
+    def add_concurrency_columns(connection)
+      { concurrency_key: :string, concurrency_limit: :integer, concurrency_duration: :float }.each do |column, type|
+        connection.add_column(:bobbin_jobs, column, type) unless connection.column_exists?(:bobbin_jobs, column)
+      end
+      add_index(connection, :bobbin_jobs, %i[concurrency_key priority run_at id], "bobbin_jobs_blocked", "state = 'blocked'")
+      add_index(connection, :bobbin_jobs, %i[concurrency_key], "bobbin_jobs_holding",
+                "state IN ('ready', 'running') AND concurrency_key IS NOT NULL")
+    end
+
+    def create_recurring_tasks(connection)
+      unless connection.table_exists?(:bobbin_recurring_tasks)
+        connection.create_table :bobbin_recurring_tasks do |t|
+          t.string :key, null: false
+          t.string :schedule, null: false
+          t.string :class_name
+          t.text :command
+          t.text :arguments, null: false, default: "[]"
+          t.string :queue
+          t.integer :priority
+          t.text :description
+          t.datetime :created_at, null: false
+          t.datetime :updated_at, null: false
+        end
+      end
+      add_index(connection, :bobbin_recurring_tasks, %i[key], "bobbin_recurring_tasks_key", nil, unique: true)
+    end
+
+    def create_recurring_runs(connection)
+      unless connection.table_exists?(:bobbin_recurring_runs)
+        connection.create_table :bobbin_recurring_runs do |t|
+          t.string :task_key, null: false
+          t.datetime :run_at, null: false
+          t.bigint :job_id
+          t.datetime :created_at, null: false
+        end
+      end
+      add_index(connection, :bobbin_recurring_runs, %i[task_key run_at], "bobbin_recurring_runs_tick", nil, unique: true)
     end
 
     def create_jobs(connection)

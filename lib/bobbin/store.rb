@@ -8,6 +8,10 @@ module Bobbin
 
     # The columns a new job row carries, in the order the INSERT statements read them.
     NEW_JOB = %i[queue class_name arguments priority run_at max_attempts active_job_id].freeze
+    # The same, for rows of which some carry a concurrency limit (Concurrency::Limit#columns).
+    LIMITED_JOB = (NEW_JOB + %i[concurrency_key concurrency_limit concurrency_duration]).freeze
+    # The state a job goes back to when it waits again (retry, release, recovery): blocked if it has a limit.
+    WAITING = "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END"
 
     # Formats a Time the way both databases compare and Active Record reads it back.
     def self.timestamp(time)
@@ -27,9 +31,19 @@ module Bobbin
     # around Active Record's query cache (two identical enqueues are two jobs) and clears it (later reads see them).
     def self.insert(rows)
       Record.with_connection do |connection|
-        ids = connection.uncached { for_adapter(connection.adapter_name).insert(connection, rows) }
+        sql = for_adapter(connection.adapter_name)
+        ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? sql.insert_limited(connection, rows) : sql.insert(connection, rows) }
         connection.clear_query_cache
         ids
+      end
+    end
+
+    # Promotes blocked jobs whose key has a free slot, for every key with due blocked jobs: slots freed by a
+    # holder's duration running out, a crash, or a retry coming due. Returns how many jobs it promoted.
+    def self.promote_due
+      Record.with_connection do |connection|
+        keys = JobRecord.where(state: "blocked").where(JobRecord.arel_table[:run_at].lteq(Time.now.utc)).distinct.pluck(:concurrency_key)
+        keys.empty? ? 0 : for_adapter(connection.adapter_name).promote(connection, keys)
       end
     end
 

@@ -113,7 +113,7 @@ module Bobbin
         Instrumentation.instrument(:start_process, process_event)
         @claimer = Claimer.new(self, Store.open(@selection), @executor)
         @writer = Store.open(@selection)
-        @outcomes = OutcomeBuffer.new(@writer, @process_id)
+        @outcomes = OutcomeBuffer.new(@writer, @process_id, on_promote: @waker.method(:wake))
         @execution = Execution.new(interrupted: @executor.method(:interrupted?))
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
                                                   maintain: @supervisor.nil?)

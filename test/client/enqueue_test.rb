@@ -7,7 +7,7 @@ class EnqueueTest < Bobbin::TestCase
     id = FlakyJob.enqueue("k", 0)
     job = Bobbin::JobRecord.find(id)
     assert_equal [ "FlakyJob", "default", "ready", 4, 0 ], [ job.class_name, job.queue, job.state, job.max_attempts, job.attempts ]
-    assert_equal({ "ready" => 1, "running" => 0, "succeeded" => 0, "failed" => 0, "discarded" => 0, "scheduled" => 0 }, Bobbin.counts)
+    assert_equal({ "ready" => 1, "blocked" => 0, "running" => 0, "succeeded" => 0, "failed" => 0, "discarded" => 0, "scheduled" => 0 }, Bobbin.counts)
   end
 
   test "enqueue_at stores a scheduled job that no worker claims before its time" do

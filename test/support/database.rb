@@ -47,7 +47,7 @@ module TestDatabase
 
   def clean!
     ActiveRecord::Base.connection_pool.with_connection do |connection|
-      %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_test_ledger bobbin_test_starts].each { |table| connection.execute("DELETE FROM #{table}") }
+      %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_recurring_tasks bobbin_recurring_runs bobbin_test_ledger bobbin_test_starts].each { |table| connection.execute("DELETE FROM #{table}") }
     end
   end
 end

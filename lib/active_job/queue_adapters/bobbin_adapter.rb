@@ -39,8 +39,20 @@ module ActiveJob
           check_size(job, arguments)
           Bobbin::Client::Enqueuer.build(
             class_name: job.class.name, arguments: arguments, queue: job.queue_name, priority: job.priority,
-            run_at: timestamp && Time.at(timestamp), max_attempts: 1, active_job_id: job.job_id
+            run_at: timestamp && Time.at(timestamp), max_attempts: 1, active_job_id: job.job_id, concurrency: concurrency(job)
           )
+        end
+
+        # The concurrency columns of a job whose class has limits_concurrency (Bobbin's, or Solid Queue's when
+        # that gem defines it): both answer concurrency_limit and concurrency_key.
+        def concurrency(job)
+          limit = job.class.respond_to?(:concurrency_limit) && job.class.concurrency_limit
+          return unless limit
+
+          Bobbin::Client::Enqueuer.concurrency_columns(job.class.name) do
+            duration = job.class.concurrency_duration || Bobbin::Concurrency::Limit::DEFAULT_DURATION
+            Bobbin::Concurrency::Limit.columns(job.concurrency_key, limit, duration)
+          end
         end
 
         # The job's Active Job payload as JSON; arguments nested deeper than JSON allows are refused like any

@@ -35,16 +35,26 @@ module Bobbin
         options = job_class.bobbin_options
         build(class_name: name, arguments: Arguments.dump(name, args), queue: queue.nil? ? options[:queue] : queue,
               priority: priority.nil? ? options[:priority] : priority, run_at: (Fields.run_at(run_at, name, required: true) unless run_at.equal?(NOW)),
-              max_attempts: options[:retries].is_a?(Integer) ? options[:retries] + 1 : options[:retries])
+              max_attempts: options[:retries].is_a?(Integer) ? options[:retries] + 1 : options[:retries],
+              concurrency: options[:concurrency] && concurrency_columns(name) { options[:concurrency].then { |limit| limit.columns(limit.key_for(args)) } })
+      end
+
+      # The concurrency columns the block computes; a key lambda that raises is the enqueue's error, naming the job.
+      def concurrency_columns(job_name)
+        yield
+      rescue StandardError => error
+        raise EnqueueError, "#{job_name}: the concurrency key could not be computed (#{error.class}: #{error.message.lines.first&.strip})"
       end
 
       # Builds a checked row from parts already serialised (the Active Job adapter uses this); run_at nil means now,
       # priority nil means 0. Raises EnqueueError for a queue, priority, run_at or max_attempts no database would keep.
-      def build(class_name:, arguments:, queue:, priority:, run_at:, max_attempts:, active_job_id: nil)
+      # `concurrency`: the row's concurrency columns (Concurrency::Limit#columns), if its class has a limit.
+      def build(class_name:, arguments:, queue:, priority:, run_at:, max_attempts:, active_job_id: nil, concurrency: nil)
         name = Fields.class_name(class_name)
-        { queue: Fields.queue(queue, name), class_name: name, arguments: arguments,
-          priority: Fields.priority(priority.nil? ? 0 : priority, name), run_at: Store.timestamp(Fields.run_at(run_at, name)),
-          max_attempts: Fields.max_attempts(max_attempts, name), active_job_id: active_job_id }
+        row = { queue: Fields.queue(queue, name), class_name: name, arguments: arguments,
+                priority: Fields.priority(priority.nil? ? 0 : priority, name), run_at: Store.timestamp(Fields.run_at(run_at, name)),
+                max_attempts: Fields.max_attempts(max_attempts, name), active_job_id: active_job_id }
+        concurrency ? row.merge(concurrency) : row
       end
 
       # Inserts rows in one statement and returns their ids.

@@ -5,11 +5,12 @@ module Bobbin
   class JobRecord < Record
     self.table_name = "bobbin_jobs"
 
-    STATES = %w[ready running succeeded failed discarded].freeze
+    STATES = %w[ready blocked running succeeded failed discarded].freeze
 
     scope :scheduled, -> { where(state: "ready").where(arel_table[:run_at].gt(Time.now.utc)) }
 
-    # Job counts by state; "scheduled" are ready jobs whose run_at is still ahead.
+    # Job counts by state; "scheduled" are ready jobs whose run_at is still ahead, "blocked" jobs wait for a
+    # concurrency slot (their key's limit is reached).
     def self.counts
       by_state = group(:state).count
       scheduled = self.scheduled.count
@@ -20,15 +21,17 @@ module Bobbin
     # Puts job `id`, if failed or discarded, back in its queue to run now with a fresh attempt budget; true if it
     # did. A job in any other state (running under a worker, say) is left alone.
     def self.retry(id)
-      where(id: id, state: %w[failed discarded])
-        .update_all(state: "ready", run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil, claimed_by: nil, claimed_at: nil) == 1
+      retried = where(id: id, state: %w[failed discarded])
+                .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil, claimed_by: nil, claimed_at: nil) == 1
+      Store.promote_due if retried && where(id: id, state: "blocked").exists?
+      retried
     end
 
-    # Marks job `id`, if failed or waiting (ready or scheduled), as given up on; true if it did. A running job is
+    # Marks job `id`, if failed or waiting (ready, scheduled or blocked), as given up on; true if it did. A running job is
     # left alone: its worker decides. The row stays for inspection until retention.
     def self.discard(id)
-      row = where(id: id, state: %w[failed ready]).pick(:class_name, :queue) or return false
-      discarded = where(id: id, state: %w[failed ready]).update_all(state: "discarded", finished_at: Time.now.utc) == 1
+      row = where(id: id, state: %w[failed ready blocked]).pick(:class_name, :queue) or return false
+      discarded = where(id: id, state: %w[failed ready blocked]).update_all(state: "discarded", finished_at: Time.now.utc) == 1
       Instrumentation.instrument(:discard, id: id, class_name: row[0], queue: row[1]) if discarded
       discarded
     end
@@ -42,7 +45,7 @@ module Bobbin
     # The error the job is in now: the last one while it is failed or waiting to retry, nil once it succeeded or
     # was discarded (last_error_* then stay as the history of its earlier attempts).
     def current_error
-      return unless last_error_class && (state == "failed" || (state == "ready" && attempts.positive?))
+      return unless last_error_class && (state == "failed" || (%w[ready blocked].include?(state) && attempts.positive?))
 
       { class: last_error_class, message: last_error_message, backtrace: last_error_backtrace }
     end

@@ -2,7 +2,11 @@
 
 module Bobbin
   module Store
-    # What became of a job: state "succeeded", "failed", or "ready" again (a retry at run_at).
-    Outcome = Struct.new(:id, :state, :finished_at, :run_at, :error_class, :error_message, :backtrace)
+    # What became of a job: state "succeeded", "failed", or "ready" (or "blocked", for a job with a concurrency
+    # limit) again: a retry at run_at. `concurrency_key` is not written: finishing frees the key's slot.
+    Outcome = Struct.new(:id, :state, :finished_at, :run_at, :error_class, :error_message, :backtrace, :concurrency_key) do
+      # The members the finish statements write, in their order.
+      const_set(:WRITTEN, %i[id state finished_at run_at error_class error_message backtrace].freeze)
+    end
   end
 end

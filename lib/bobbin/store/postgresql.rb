@@ -4,7 +4,7 @@ module Bobbin
   module Store
     # Bobbin's hot-path SQL for PostgreSQL: one statement per batch, run on a connection the worker owns.
     class PostgreSQL
-      RETURNED = "id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes"
+      RETURNED = "id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key"
 
       FINISH = <<~SQL
         UPDATE bobbin_jobs AS j SET state = o.state, finished_at = o.finished_at, run_at = COALESCE(o.run_at, j.run_at),
@@ -17,7 +17,7 @@ module Bobbin
       SQL
 
       RELEASE = <<~SQL
-        UPDATE bobbin_jobs SET state = 'ready', attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        UPDATE bobbin_jobs SET state = #{WAITING}, attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = $1 AND NOT (id = ANY($2::bigint[]))
       SQL
 
@@ -31,7 +31,7 @@ module Bobbin
       SQL
 
       HAND_BACK = <<~SQL
-        UPDATE bobbin_jobs SET state = 'ready', attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        UPDATE bobbin_jobs SET state = #{WAITING}, attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = $1 AND id = ANY($2::bigint[])
       SQL
 
@@ -44,7 +44,43 @@ module Bobbin
 
       RECLAIM = <<~SQL
         UPDATE bobbin_jobs SET state = 'running', claimed_at = now() AT TIME ZONE 'UTC'
-        WHERE state = 'ready' AND claimed_by = $1 AND claimed_at IS NULL AND id = ANY($2::bigint[])
+        WHERE state IN ('ready', 'blocked') AND claimed_by = $1 AND claimed_at IS NULL AND id = ANY($2::bigint[])
+      SQL
+
+      # Jobs with a concurrency limit (Concurrency::Limit) are inserted blocked; `promote` lets them through while
+      # their key has a free slot. The advisory locks make promotions of one key take turns (the count of slot
+      # holders must be read after the last promotion of that key committed), so no two sessions fill one slot.
+      INSERT_LIMITED = <<~SQL
+        INSERT INTO bobbin_jobs (queue, class_name, arguments, priority, run_at, max_attempts, active_job_id,
+                                 concurrency_key, concurrency_limit, concurrency_duration, state, attempts, enqueued_at)
+        SELECT q, c, a, p, COALESCE(r, now() AT TIME ZONE 'UTC'), m, aj, k, l, d, CASE WHEN k IS NULL THEN 'ready' ELSE 'blocked' END,
+               0, now() AT TIME ZONE 'UTC'
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamp[], $6::int[], $7::text[], $8::text[], $9::int[],
+                    $10::float8[]) AS t(q, c, a, p, r, m, aj, k, l, d)
+        RETURNING id
+      SQL
+
+      LOCK_KEYS = "SELECT pg_advisory_xact_lock(hashtextextended('bobbin-concurrency/' || k, 0)) FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS keys"
+
+      # Slot holders: jobs of the key that are ready (promoted, about to be claimed) or running for less than
+      # their duration (a holder whose process hangs or vanished frees its slot then).
+      PROMOTE = <<~SQL
+        UPDATE bobbin_jobs SET state = 'ready'
+        WHERE id = ANY(ARRAY(
+          SELECT waiting.id FROM unnest($1::text[]) AS k(key)
+          CROSS JOIN LATERAL (
+            SELECT concurrency_limit - (
+              SELECT count(*) FROM bobbin_jobs h
+              WHERE h.concurrency_key = k.key AND h.state IN ('ready', 'running')
+                AND (h.state = 'ready' OR h.claimed_at > (now() AT TIME ZONE 'UTC') - h.concurrency_duration * interval '1 second')
+            ) AS free
+            FROM bobbin_jobs WHERE state = 'blocked' AND concurrency_key = k.key AND run_at <= now() AT TIME ZONE 'UTC'
+            ORDER BY priority, run_at, id LIMIT 1
+          ) AS head
+          CROSS JOIN LATERAL (
+            SELECT id FROM bobbin_jobs WHERE state = 'blocked' AND concurrency_key = k.key AND run_at <= now() AT TIME ZONE 'UTC'
+            ORDER BY priority, run_at, id LIMIT GREATEST(head.free, 0)
+          ) AS waiting))
       SQL
 
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
@@ -53,6 +89,29 @@ module Bobbin
         array = PG::TextEncoder::Array.new
         binds = NEW_JOB.map { |column| array.encode(rows.map { |row| row[column] }) }
         connection.select_rows(INSERT, "Bobbin Enqueue", binds).map { |(id)| id.to_i }
+      end
+
+      # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked and promoted
+      # at once if their key has room, in one transaction (a savepoint inside the app's).
+      def self.insert_limited(connection, rows)
+        array = PG::TextEncoder::Array.new
+        binds = LIMITED_JOB.map { |column| array.encode(rows.map { |row| row[column] }) }
+        connection.transaction(requires_new: true) do
+          ids = connection.select_rows(INSERT_LIMITED, "Bobbin Enqueue", binds).map { |(id)| id.to_i }
+          promote(connection, rows.filter_map { |row| row[:concurrency_key] })
+          ids
+        end
+      end
+
+      # Turns blocked jobs of `keys` ready while their key has a free slot; returns how many (see PROMOTE).
+      def self.promote(connection, keys)
+        return 0 if keys.empty?
+
+        binds = [ PG::TextEncoder::Array.new.encode(keys.uniq) ]
+        connection.transaction(requires_new: true) do
+          connection.select_rows(LOCK_KEYS, "Bobbin Promote", binds)
+          connection.exec_update(PROMOTE, "Bobbin Promote", binds)
+        end
       end
 
       # `adapter` is an Active Record adapter this store owns; `selection` is a QueueSelection.
@@ -68,8 +127,8 @@ module Bobbin
       # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
       def claim(process_id, limit, suspects: true)
         result = exec(@claim_sql, [ process_id, limit, suspects, *queue_binds ])
-        result.values.map do |id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes|
-          ClaimedJob.new(id.to_i, queue, class_name, arguments, attempts.to_i, max_attempts.to_i, active_job_id, crashes.to_i)
+        result.values.map do |id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, key|
+          ClaimedJob.new(id.to_i, queue, class_name, arguments, attempts.to_i, max_attempts.to_i, active_job_id, crashes.to_i, key)
         end
       end
 
@@ -91,7 +150,7 @@ module Bobbin
 
       # Writes the outcomes of many jobs in one statement; only rows still claimed by `process_id` change.
       def finish(process_id, outcomes)
-        columns = Outcome.members.map { |member| @array.encode(outcomes.map(&member)) }
+        columns = Outcome::WRITTEN.map { |member| @array.encode(outcomes.map(&member)) }
         exec(FINISH, [ process_id, *columns ]).cmd_tuples
       end
 
@@ -104,6 +163,9 @@ module Bobbin
       def heartbeat(process_id, metadata_json)
         exec(HEARTBEAT, [ process_id, metadata_json ]).cmd_tuples.positive?
       end
+
+      # Lets blocked jobs of `keys` through to their free slots (after their holders finished); returns how many.
+      def promote(keys) = self.class.promote(@adapter, keys)
 
       # Reopens the connection after an outage.
       def reconnect!

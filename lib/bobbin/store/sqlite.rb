@@ -12,7 +12,7 @@ module Bobbin
       SQL
 
       RELEASE = <<~SQL
-        UPDATE bobbin_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        UPDATE bobbin_jobs SET state = #{WAITING}, attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = ? AND id NOT IN (SELECT value FROM json_each(?))
       SQL
 
@@ -26,7 +26,7 @@ module Bobbin
       SQL
 
       HAND_BACK = <<~SQL
-        UPDATE bobbin_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
+        UPDATE bobbin_jobs SET state = #{WAITING}, attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = ? AND id IN (SELECT value FROM json_each(?))
       SQL
 
@@ -39,7 +39,35 @@ module Bobbin
 
       RECLAIM = <<~SQL
         UPDATE bobbin_jobs SET state = 'running', claimed_at = ?
-        WHERE state = 'ready' AND claimed_by = ? AND claimed_at IS NULL AND id IN (SELECT value FROM json_each(?))
+        WHERE state IN ('ready', 'blocked') AND claimed_by = ? AND claimed_at IS NULL AND id IN (SELECT value FROM json_each(?))
+      SQL
+
+      # Jobs with a concurrency limit are inserted blocked; PROMOTE lets them through while their key has a free
+      # slot. SQLite runs one writer at a time, so counting a key's holders and promoting cannot interleave.
+      INSERT_LIMITED = <<~SQL
+        INSERT INTO bobbin_jobs (queue, class_name, arguments, priority, run_at, max_attempts, active_job_id,
+                                 concurrency_key, concurrency_limit, concurrency_duration, state, attempts, enqueued_at)
+        SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, COALESCE(value ->> 4, ?1), value ->> 5, value ->> 6,
+               value ->> 7, value ->> 8, value ->> 9, CASE WHEN value ->> 7 IS NULL THEN 'ready' ELSE 'blocked' END, 0, ?1
+        FROM json_each(?2)
+        RETURNING id
+      SQL
+
+      # Slot holders: jobs of the key that are ready (promoted, about to be claimed) or running for less than
+      # their duration (a holder whose process hangs or vanished frees its slot then).
+      PROMOTE = <<~SQL
+        UPDATE bobbin_jobs SET state = 'ready'
+        WHERE id IN (
+          SELECT id FROM (
+            SELECT id, concurrency_key AS key, concurrency_limit AS lim,
+                   row_number() OVER (PARTITION BY concurrency_key ORDER BY priority, run_at, id) AS place
+            FROM bobbin_jobs
+            WHERE state = 'blocked' AND run_at <= ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
+          ) AS waiting
+          WHERE place <= lim - (
+            SELECT count(*) FROM bobbin_jobs h
+            WHERE h.concurrency_key = waiting.key AND h.state IN ('ready', 'running')
+              AND (h.state = 'ready' OR julianday(h.claimed_at) > julianday(?1) - h.concurrency_duration / 86400.0)))
       SQL
 
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
@@ -47,6 +75,26 @@ module Bobbin
       def self.insert(connection, rows)
         json = JSON.generate(rows.map { |row| row.values_at(*NEW_JOB) })
         connection.select_rows(INSERT, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
+      end
+
+      # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked and promoted
+      # at once if their key has room, in one transaction (a savepoint inside the app's).
+      def self.insert_limited(connection, rows)
+        json = JSON.generate(rows.map { |row| row.values_at(*LIMITED_JOB) })
+        connection.transaction(requires_new: true) do
+          ids = connection.select_rows(INSERT_LIMITED, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
+          promote(connection, rows.filter_map { |row| row[:concurrency_key] })
+          ids
+        end
+      end
+
+      # Turns blocked jobs of `keys` ready while their key has a free slot; returns how many (see PROMOTE).
+      def self.promote(connection, keys)
+        return 0 if keys.empty?
+
+        connection.transaction(requires_new: true) do
+          connection.exec_update(PROMOTE, "Bobbin Promote", [ Store.timestamp(Time.now), JSON.generate(keys.uniq) ])
+        end
       end
 
       # `adapter` is an Active Record adapter this store owns; `selection` is a QueueSelection.
@@ -63,7 +111,7 @@ module Bobbin
         rows = transaction { execute(@claim_sql, [ process_id, now, now, now, suspects ? 1 : 0, *queue_binds, limit ]) }
         rows.map do |row|
           ClaimedJob.new(row["id"], row["queue"], row["class_name"], row["arguments"], row["attempts"],
-                         row["max_attempts"], row["active_job_id"], row["crashes"])
+                         row["max_attempts"], row["active_job_id"], row["crashes"], row["concurrency_key"])
         end
       end
 
@@ -107,6 +155,9 @@ module Bobbin
         transaction { execute(HEARTBEAT, [ Store.timestamp(Time.now), metadata_json, process_id ]) && db.changes.positive? }
       end
 
+      # Lets blocked jobs of `keys` through to their free slots (after their holders finished); returns how many.
+      def promote(keys) = self.class.promote(@adapter, keys)
+
       # Reopens the connection after an outage.
       def reconnect! = @adapter.reconnect!
 
@@ -138,7 +189,7 @@ module Bobbin
               WHERE state = 'ready' AND run_at <= ? AND (crashes < #{Recovery::SUSPECT} OR ?) #{queue_condition}
                 AND queue NOT IN (SELECT queue FROM bobbin_pauses)
               ORDER BY priority, run_at, id LIMIT ?)
-            RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes
+            RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key
           SQL
         end
 

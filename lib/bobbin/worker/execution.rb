@@ -32,7 +32,7 @@ module Bobbin
             job_class = resolve(job) unless job.active_job_id
             perform(job_class, job)
           end
-          Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now))
+          Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now)).tap { |done| done.concurrency_key = job.concurrency_key }
         rescue UnrunnableJob => error
           failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
@@ -104,7 +104,7 @@ module Bobbin
           @logger.info("bobbin: #{job.class_name} #{job.id} failed attempt #{job.attempts}/#{job.max_attempts} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
-          error_outcome(job, "ready", error, run_at: Store.timestamp(Time.now + delay))
+          error_outcome(job, job.concurrency_key ? "blocked" : "ready", error, run_at: Store.timestamp(Time.now + delay))
         end
 
         def failed(job, error)
@@ -119,7 +119,7 @@ module Bobbin
 
         def error_outcome(job, state, error, finished_at: nil, run_at: nil)
           Store::Outcome.new(job.id, state, finished_at, run_at, error.class.name, error.message.to_s[0, 10_000],
-                             Array(error.backtrace).first(BACKTRACE_LINES).join("\n"))
+                             Array(error.backtrace).first(BACKTRACE_LINES).join("\n"), job.concurrency_key)
         end
     end
   end

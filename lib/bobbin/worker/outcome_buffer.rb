@@ -4,7 +4,9 @@ module Bobbin
   class Worker
     # Collects job outcomes and writes them in batches: after `interval` seconds or `batch` outcomes, whichever first.
     class OutcomeBuffer
-      def initialize(store, process_id, interval: 0.005, batch: 500, logger: Bobbin.logger)
+      # `on_promote` is called when finishing jobs with a concurrency limit let waiting jobs of their keys through.
+      def initialize(store, process_id, interval: 0.005, batch: 500, logger: Bobbin.logger, on_promote: nil)
+        @on_promote = on_promote
         @store = store
         @process_id = process_id
         @interval = interval
@@ -52,11 +54,21 @@ module Bobbin
 
           @store.finish(@process_id, outcomes)
           @written += outcomes.size
+          promote(outcomes.filter_map(&:concurrency_key))
           outcomes.size
         rescue Store::Unavailable => error
           @lock.synchronize { @pending.unshift(*outcomes) }
           @logger.warn("bobbin: could not write #{outcomes.size} job outcomes, will retry: #{error.message}")
           nil
+        end
+
+        # Finished jobs freed slots of their keys: waiting jobs take them now (Maintenance catches any this misses).
+        def promote(keys)
+          return if keys.empty?
+
+          @on_promote&.call if @store.promote(keys).positive?
+        rescue Store::Unavailable => error
+          @logger.warn("bobbin: could not let waiting jobs of #{keys.uniq.size} concurrency keys through yet: #{error.message}")
         end
 
         def flush_with_retry

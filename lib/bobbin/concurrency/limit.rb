@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+require "digest"
+
+module Bobbin
+  module Concurrency
+    # A job class's concurrency limit: at most `to` jobs with the same key run at once, across every process and
+    # host. Jobs beyond it wait in state "blocked", unclaimed, until a slot frees: a holder finishes, fails, is
+    # retried later, or has run for `duration` seconds (so a holder whose process hangs or vanished cannot keep
+    # its slot forever). The key is `group/value`: group defaults to the class name, value is what `key` returns
+    # for the job's arguments (a String, Symbol or number; an Active Record model counts as "Class/id").
+    class Limit
+      # Seconds a running job holds its slot at most (Solid Queue's default, so limits_concurrency ports as is).
+      DEFAULT_DURATION = 180
+      KEY_BYTES = 255
+      OPTIONS = %i[to key duration group on_conflict].freeze
+
+      attr_reader :to, :duration, :group
+
+      # Builds a Limit from `bobbin_options concurrency: { to:, key:, duration:, group: }` or `limits_concurrency`
+      # keywords; raises ConfigurationError naming `job_name` and the option at fault.
+      def self.parse(options, job_name)
+        raise ConfigurationError, "#{job_name}: concurrency must be a Hash of #{OPTIONS.join(', ')}, got #{options.inspect}" unless options.is_a?(Hash)
+
+        unknown = options.keys - OPTIONS
+        raise ConfigurationError, "#{job_name}: unknown concurrency option #{unknown.first.inspect} (known: #{OPTIONS.join(', ')})" if unknown.any?
+        raise ConfigurationError, "#{job_name}: concurrency needs key: (a lambda of the job's arguments, or a String)" unless options.key?(:key)
+
+        new(job_name: job_name, **options)
+      end
+
+      def initialize(key:, job_name:, to: 1, duration: DEFAULT_DURATION, group: nil, on_conflict: :block)
+        raise ConfigurationError, "#{job_name}: concurrency to: must be a whole number ≥ 1, got #{to.inspect}" unless to.is_a?(Integer) && to >= 1
+        unless key.respond_to?(:call) || key.is_a?(String) || key.is_a?(Symbol)
+          raise ConfigurationError, "#{job_name}: concurrency key: must be a lambda (or a String or Symbol), got #{key.inspect}"
+        end
+        raise ConfigurationError, "#{job_name}: concurrency on_conflict: only :block is supported, got #{on_conflict.inspect}" unless on_conflict == :block
+
+        @to = to
+        @key = key
+        @duration = Setting.seconds(duration.to_f, "#{job_name}: concurrency duration", above: 0)
+        @group = group&.to_s || job_name
+      end
+
+      # The key for a job of these arguments; `context` is the Active Job instance the lambda runs on (nil for
+      # Bobbin::Job, whose lambda takes the arguments).
+      def key_for(arguments, context = nil)
+        value = case @key
+        when String, Symbol then @key.to_s
+        else context ? context.instance_exec(*arguments, &@key) : @key.call(*arguments)
+        end
+        self.class.key(@group, value)
+      end
+
+      # The job row's concurrency columns for a job whose key is `key`.
+      def columns(key) = self.class.columns(key, @to, @duration)
+
+      # The row columns for `key`, `limit` and `duration` (also used for Solid Queue's limits_concurrency).
+      def self.columns(key, limit, duration)
+        { concurrency_key: key, concurrency_limit: limit, concurrency_duration: duration.to_f }
+      end
+
+      # "group/value": an Active Record model as "Class/id"; keys over 255 bytes become "group/sha256-…".
+      def self.key(group, value)
+        value = [ value.class.name, value.id ] if defined?(ActiveRecord::Base) && value.is_a?(ActiveRecord::Base)
+        key = [ group, *value ].compact.join("/")
+        key.bytesize <= KEY_BYTES ? key : "#{group.to_s[0, 100]}/sha256-#{Digest::SHA256.hexdigest(key)}"
+      end
+    end
+  end
+end
