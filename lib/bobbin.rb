@@ -18,11 +18,14 @@ require_relative "bobbin/concurrency/limit"
 require_relative "bobbin/client/arguments"
 require_relative "bobbin/client/enqueuer"
 require_relative "bobbin/job"
+require_relative "bobbin/recurring"
 require_relative "bobbin/records/record"
 require_relative "bobbin/schema"
 require_relative "bobbin/records/job_record"
 require_relative "bobbin/records/process_record"
 require_relative "bobbin/records/queue_pause"
+require_relative "bobbin/records/recurring_task"
+require_relative "bobbin/records/recurring_run"
 require_relative "bobbin/store"
 %w[unavailable guarded claimed_job outcome queue_selection postgresql sqlite].each { |part| require_relative "bobbin/store/#{part}" }
 
@@ -75,6 +78,9 @@ module Bobbin
 
     # Gives up on failed or waiting job `id` (kept for inspection); false when it is running or finished.
     def discard(id) = JobRecord.discard(id)
+
+    # Adds a recurring task (see Configuration#recurring).
+    def recurring(key, **options) = config.recurring(key, **options)
 
     # Adds a hook around every job workers run (see Configuration#around_perform).
     def around_perform(hook = nil, &) = config.around_perform(hook, &)

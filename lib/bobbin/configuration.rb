@@ -29,6 +29,11 @@ module Bobbin
     attr_reader :pools
     # Hooks that wrap every job a worker runs, outermost first (see `around_perform`).
     attr_reader :perform_hooks
+    # Recurring tasks by key (Recurring::Task), from config/recurring.yml and `recurring`.
+    attr_reader :recurring_tasks
+    # Where Bobbin's tables live in a Rails app: `{ database: { writing: :queue } }` (Active Record's connects_to);
+    # nil keeps them in the app's primary database.
+    attr_accessor :connects_to
 
     # A writer for each setting (`polling_interval = 0.5`, ...): checks the value, raising ConfigurationError.
     SETTINGS.each do |name|
@@ -47,6 +52,15 @@ module Bobbin
       @logger = default_logger
       @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1, polling_interval: @polling_interval) ]
       @perform_hooks = []
+      @recurring_tasks = {}
+    end
+
+    # Adds (or replaces) recurring task `key`: `recurring "nightly", schedule: "every day at 3am", class: "ReportJob",
+    # args: [1]` or `command: "Session.expired.delete_all"`; also queue:, priority:, description:. Raises
+    # ConfigurationError for a schedule fugit cannot parse or a task without exactly one of class/command.
+    def recurring(key, where: "Bobbin.config.recurring(#{key.to_s.inspect})", **options)
+      task = Recurring::Task.parse(key, options, where)
+      @recurring_tasks[task.key] = task
     end
 
     # Adds a hook around every job workers run (middleware): `hook.call(job) { ... }` or a block

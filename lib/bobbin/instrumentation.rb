@@ -6,7 +6,8 @@ module Bobbin
   #
   #   enqueue        ids, count, queues (distinct), class_names (distinct)
   #   claim          process_id, count, ids
-  #   perform        id, class_name, queue, attempts, state ("succeeded", "ready" = retry, "failed"; set on finish)
+  #   perform_start  id, class_name, queue, attempts  (published as a worker starts the job, before its hooks)
+  #   perform        id, class_name, queue, attempts, state ("succeeded", "ready"/"blocked" = retry, "failed"; set on finish)
   #   retry          id, class_name, queue, attempts, error (the exception), run_at
   #   fail           id, class_name, queue, attempts, error
   #   discard        id, class_name, queue
@@ -14,10 +15,12 @@ module Bobbin
   #   recover        process_id, reason, ready, failed, blamed (ids)  (a dead process's jobs)
   #   start_process  process_id, kind ("worker", "supervisor"), name, pid
   #   stop_process   process_id, kind, name, pid
+  #   recurring      key, run_at (the tick), job_id  (a recurring task's tick enqueued; once across all schedulers)
   #
+  # LogSubscriber turns them into log lines (Rails attaches it; plain Ruby: Bobbin::LogSubscriber.attach_to(:bobbin)).
   # With no subscriber an event costs a lookup and the payload hash.
   module Instrumentation
-    EVENTS = %w[enqueue claim perform retry fail discard release recover start_process stop_process].freeze
+    EVENTS = %w[enqueue claim perform_start perform retry fail discard release recover start_process stop_process recurring].freeze
     NAMES = EVENTS.to_h { |event| [ event.to_sym, "#{event}.bobbin".freeze ] }.freeze
 
     module_function

@@ -1,11 +1,14 @@
 # frozen_string_literal: true
 
+require_relative "maintenance/clock"
+
 module Bobbin
   # A host's housekeeping, run by one process per host — the supervisor, or, among the workers running without
   # one, the oldest — at boot and every heartbeat_interval: recover the jobs of dead processes, delete expired
-  # finished jobs. Further services (recurring jobs) join SERVICES.
+  # finished jobs and old recurring runs. The same process runs the Clock (recurring ticks, concurrency slots) on
+  # its own timing.
   module Maintenance
-    SERVICES = { recovery: -> { Recovery.prune }, retention: -> { Retention.sweep } }.freeze
+    SERVICES = { recovery: -> { Recovery.prune }, retention: -> { Retention.sweep }, recurring_runs: -> { RecurringRun.sweep } }.freeze
 
     module_function
 

@@ -27,10 +27,12 @@ module Bobbin
       @process = ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) })
       trap_signals
       Instrumentation.instrument(:start_process, process_event)
+      @clock = Maintenance::Clock.start("supervisor")
       Bobbin.logger.info("bobbin supervisor #{::Process.pid} (#{@mode}) starting #{@slots.size} workers: #{@pools.map(&:to_s).join('; ')}")
       signal = supervise
       shut_down(signal)
     ensure
+      @clock&.stop
       if @process
         ProcessRecord.where(id: @process.id).delete_all
         Instrumentation.instrument(:stop_process, process_event)

@@ -34,3 +34,10 @@ class StepsActiveJob < ActiveJob::Base
   private
     def record(what) = LedgerEntry.create!(key: "#{what} pid=#{Process.pid}", pid: Process.pid)
 end
+
+# At most one job per account runs at once; a stuck holder keeps the slot for 60 s at most.
+class LimitedActiveJob < ActiveJob::Base
+  limits_concurrency to: 1, key: ->(account, _n) { account }, duration: 60
+
+  def perform(account, number) = LedgerEntry.create!(key: "#{account}/#{number}", pid: Process.pid)
+end

@@ -201,3 +201,70 @@ class TransactionLoopJob
     end
   end
 end
+
+# A job limited to two running at once per key. Inside the job, the key's running count is read from the database
+# as the job starts (an atomic increment), so the test sees what really ran together, not an inference from timing.
+class LimitedJob
+  include Bobbin::Job
+  bobbin_options retries: 0, concurrency: { to: 2, key: ->(key, _n) { key } }
+
+  def perform(key, number)
+    running = ConcurrencyCounter.enter(key)
+    LedgerEntry.create!(key: "#{key}/#{number} running=#{running}", pid: Process.pid)
+    sleep(0.02)
+  ensure
+    ConcurrencyCounter.leave(key) if running
+  end
+end
+
+# Per-key running counts, kept in the database so every worker process shares them.
+module ConcurrencyCounter
+  module_function
+
+  def create_table
+    ActiveRecord::Base.connection_pool.with_connection do |connection|
+      connection.create_table(:bobbin_test_counters, id: false, if_not_exists: true) do |t|
+        t.string :key, null: false
+        t.integer :running, null: false, default: 0
+      end
+      connection.execute("DELETE FROM bobbin_test_counters")
+    end
+  end
+
+  def add_keys(keys)
+    ActiveRecord::Base.connection_pool.with_connection do |connection|
+      keys.each { |key| connection.execute("INSERT INTO bobbin_test_counters (key, running) VALUES (#{connection.quote(key)}, 0)") }
+    end
+  end
+
+  def enter(key) = change(key, "+")
+
+  def leave(key) = change(key, "-")
+
+  def change(key, sign)
+    ActiveRecord::Base.connection_pool.with_connection do |connection|
+      sql = "UPDATE bobbin_test_counters SET running = running #{sign} 1 WHERE key = #{connection.quote(key)} RETURNING running"
+      connection.select_value(sql).to_i
+    end
+  end
+end
+
+# Holds its key's only slot until released: records its start (with its pid), then sleeps.
+class HolderJob
+  include Bobbin::Job
+  bobbin_options retries: 0, concurrency: { to: 1, key: ->(_key, _seconds) { "shared" }, duration: 2 }
+
+  def perform(key, seconds)
+    LedgerEntry.create!(key: "#{key} started", pid: Process.pid)
+    sleep(seconds)
+    LedgerEntry.create!(key: "#{key} finished", pid: Process.pid)
+  end
+end
+
+# Records that it ran (recurring tests enqueue it every tick).
+class TickJob
+  include Bobbin::Job
+  bobbin_options retries: 0, queue: "ticks"
+
+  def perform(label) = LedgerEntry.create!(key: "tick #{label} #{SecureRandom.uuid}", pid: Process.pid)
+end

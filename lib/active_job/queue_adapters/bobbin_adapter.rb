@@ -33,16 +33,17 @@ module ActiveJob
         ids.size
       end
 
-      private
-        def row(job, timestamp)
-          arguments = serialize(job)
-          check_size(job, arguments)
-          Bobbin::Client::Enqueuer.build(
-            class_name: job.class.name, arguments: arguments, queue: job.queue_name, priority: job.priority,
-            run_at: timestamp && Time.at(timestamp), max_attempts: 1, active_job_id: job.job_id, concurrency: concurrency(job)
-          )
-        end
+      # The checked job row for `job` to run at `timestamp` (seconds since the epoch; nil: now), not yet written.
+      def row(job, timestamp)
+        arguments = serialize(job)
+        check_size(job, arguments)
+        Bobbin::Client::Enqueuer.build(
+          class_name: job.class.name, arguments: arguments, queue: job.queue_name, priority: job.priority,
+          run_at: timestamp && Time.at(timestamp), max_attempts: 1, active_job_id: job.job_id, concurrency: concurrency(job)
+        )
+      end
 
+      private
         # The concurrency columns of a job whose class has limits_concurrency (Bobbin's, or Solid Queue's when
         # that gem defines it): both answer concurrency_limit and concurrency_key.
         def concurrency(job)

@@ -60,7 +60,10 @@ module Bobbin
         RETURNING id
       SQL
 
-      LOCK_KEYS = "SELECT pg_advisory_xact_lock(hashtextextended('bobbin-concurrency/' || k, 0)) FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS keys"
+      LOCK_KEYS = <<~SQL
+        SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended('bobbin-concurrency/' || k, 0))
+                              FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS keys) AS locks
+      SQL
 
       # Slot holders: jobs of the key that are ready (promoted, about to be claimed) or running for less than
       # their duration (a holder whose process hangs or vanished frees its slot then).

@@ -20,6 +20,7 @@ module Bobbin
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.
       def call(job)
+        Instrumentation.instrument(:perform_start, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts)
         Instrumentation.instrument(:perform, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts) do |payload|
           outcome(job).tap { |result| payload[:state] = result.state }
         end

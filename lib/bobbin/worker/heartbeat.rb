@@ -32,6 +32,8 @@ module Bobbin
           beat
           maintain
         end
+      ensure
+        @clock&.stop
       end
 
       # Makes `run` return.
@@ -62,8 +64,12 @@ module Bobbin
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: heartbeat failed: #{error.message}")
         end
 
+        # The elected worker keeps house: the heartbeat's services now, the Clock's on their own timing.
         def maintain
-          Maintenance.run("worker #{@worker.process_id}") if @maintain && Maintenance.elected?(@worker.process_id)
+          return unless @maintain && Maintenance.elected?(@worker.process_id)
+
+          Maintenance.run("worker #{@worker.process_id}")
+          @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}")
         rescue ActiveRecord::ActiveRecordError => error
           Recovery.unreachable!
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: maintenance skipped: #{error.message.lines.first&.strip}")

@@ -1,0 +1,83 @@
+# frozen_string_literal: true
+
+require "active_support/log_subscriber"
+
+module Bobbin
+  # Rails-style log lines for Bobbin's events, written to Bobbin.logger (Rails.logger in a Rails app, where the
+  # Railtie attaches it; elsewhere `Bobbin::LogSubscriber.attach_to(:bobbin)`):
+  #
+  #   Bobbin Enqueued 1 job (ReportJob) to reports (0.9ms) ids: 42
+  #   Bobbin Claimed 10 jobs (0.6ms) process: 7
+  #   Bobbin Performing ReportJob 42 from reports (attempt 1)
+  #   Bobbin Performed ReportJob 42 from reports in 12.3ms: succeeded
+  #   Bobbin Enqueued recurring nightly_report tick 2026-11-24T03:00:00Z as job 43
+  #
+  # Enqueue, claim and perform lines are debug (Active Job logs its own performs at info); discards, releases and
+  # stalls are info/warn. Retries, failures, recoveries and process starts/stops are logged where they happen.
+  class LogSubscriber < ActiveSupport::LogSubscriber
+    # One line per enqueue statement.
+    def enqueue(event)
+      payload = event.payload
+      debug do
+        "Bobbin Enqueued #{count(payload[:count])} (#{payload[:class_names].join(', ')}) to #{payload[:queues].join(', ')} " \
+          "(#{event.duration.round(1)}ms) ids: #{ids(payload[:ids])}"
+      end
+    end
+    subscribe_log_level :enqueue, :debug
+
+    # One line per claim statement that returned jobs.
+    def claim(event)
+      debug { "Bobbin Claimed #{count(event.payload[:count])} (#{event.duration.round(1)}ms) process: #{event.payload[:process_id]}" }
+    end
+    subscribe_log_level :claim, :debug
+
+    # A job starts.
+    def perform_start(event)
+      job = event.payload
+      debug { "Bobbin Performing #{job[:class_name]} #{job[:id]} from #{job[:queue]} (attempt #{job[:attempts]})" }
+    end
+    subscribe_log_level :perform_start, :debug
+
+    # A job ended: its new state (succeeded, ready or blocked for a retry, failed).
+    def perform(event)
+      job = event.payload
+      debug { "Bobbin Performed #{job[:class_name]} #{job[:id]} from #{job[:queue]} in #{event.duration.round(1)}ms: #{job[:state]}" }
+    end
+    subscribe_log_level :perform, :debug
+
+    # An operator discarded a job.
+    def discard(event)
+      job = event.payload
+      info { "Bobbin Discarded #{job[:class_name]} #{job[:id]} from #{job[:queue]}" }
+    end
+    subscribe_log_level :discard, :info
+
+    # A stopping worker handed unfinished jobs back.
+    def release(event)
+      info { "Bobbin Released #{count(event.payload[:count])} back to ready (process #{event.payload[:process_id]} stopping)" }
+    end
+    subscribe_log_level :release, :info
+
+    # A recurring task's tick was enqueued.
+    def recurring(event)
+      tick = event.payload[:run_at].utc.iso8601
+      info { "Bobbin Enqueued recurring #{event.payload[:key]} tick #{tick} as job #{event.payload[:job_id]}" }
+    end
+    subscribe_log_level :recurring, :info
+
+    # A job held a fiber pool's event loop too long (published by the stall detector).
+    def stall(event)
+      job = event.payload
+      warn { "Bobbin Stall: #{job[:class_name]} #{job[:id]} held the event loop #{job[:duration_ms]&.round}ms at #{job[:location]}" }
+    end
+    subscribe_log_level :stall, :info
+
+    # Bobbin's logger.
+    def logger = Bobbin.logger
+
+    private
+      def count(number) = "#{number} job#{'s' unless number == 1}"
+
+      def ids(list) = list.size > 10 ? "#{list.first(10).join(', ')}, … (#{list.size})" : list.join(", ")
+  end
+end

@@ -1,0 +1,53 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Maintenance
+    # The host's fast housekeeping, on a thread of its own and its own timing: it wakes for each recurring tick
+    # (so an every-second task ticks every second) and at least once a second lets blocked jobs whose key has
+    # room through (a holder's duration ran out, a crashed holder was recovered, a retry came due).
+    class Clock
+      TICK = 1.0
+
+      # Starts the clock thread; `who` names the process in log lines.
+      def self.start(who) = new(who).tap(&:start)
+
+      def initialize(who, scheduler: Recurring::Scheduler.new)
+        @who = who
+        @scheduler = scheduler
+        @signal = Thread::Queue.new
+      end
+
+      # Starts the thread.
+      def start
+        @thread = Thread.new { run }
+        @thread.name = "bobbin-clock"
+        self
+      end
+
+      # Stops the thread and waits for it.
+      def stop
+        @signal << :stop
+        @thread&.join(5)
+      end
+
+      private
+        def run
+          loop { break if @signal.pop(timeout: tick) == :stop }
+        end
+
+        # Runs the services once; returns how long to sleep before the next run.
+        def tick
+          next_tick = @scheduler.pass
+          Store.promote_due
+          wait = next_tick ? next_tick - Time.now : TICK
+          wait.clamp(0.0, TICK)
+        rescue ActiveRecord::ActiveRecordError => error
+          Bobbin.logger.warn("bobbin #{@who}: clock skipped a beat, database unavailable (#{error.message.lines.first&.strip})")
+          TICK
+        rescue StandardError => error
+          Bobbin.logger.error("bobbin #{@who}: clock error #{error.class}: #{error.message}")
+          TICK
+        end
+    end
+  end
+end

@@ -1,0 +1,40 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # A recurring task as the schedulers last saw it configured, with when it last ran and runs next: what the
+  # dashboard and Mission Control list. `Bobbin::RecurringTask.all.map { |t| [t.key, t.last_run_at, t.next_run_at] }`.
+  class RecurringTask < Record
+    self.table_name = "bobbin_recurring_tasks"
+
+    has_many :runs, class_name: "Bobbin::RecurringRun", foreign_key: :task_key, primary_key: :key, inverse_of: false
+
+    # Makes the table list exactly `tasks` (Recurring::Task): a scheduler does this when it starts, so every
+    # host should share one recurring configuration.
+    def self.sync(tasks)
+      now = Time.now.utc
+      transaction do
+        where.not(key: tasks.map(&:key)).delete_all
+        upsert_all(tasks.map { |task| task.attributes.merge(created_at: now, updated_at: now) }, unique_by: :bobbin_recurring_tasks_key,
+                   update_only: %i[schedule class_name command arguments queue priority description]) if tasks.any?
+      end
+    end
+
+    # The tick of task `key` last enqueued (by any scheduler), or nil.
+    def self.last_run_at(key) = RecurringRun.where(task_key: key).maximum(:run_at)
+
+    # When this task was last enqueued (the tick's time), or nil.
+    def last_run_at = last_run&.run_at
+
+    # The latest run (tick and job id), or nil.
+    def last_run = runs.order(run_at: :desc).first
+
+    # The job of the latest run, while it is kept (see Bobbin.config.retention).
+    def last_job = last_run&.job_id&.then { |id| JobRecord.find_by(id: id) }
+
+    # When this task is enqueued next.
+    def next_run_at(now = Time.now) = Recurring::Task.cron(schedule, key).next_time(now.utc).to_t
+
+    # The stored arguments, parsed.
+    def parsed_arguments = JSON.parse(arguments)
+  end
+end

@@ -1,0 +1,34 @@
+# frozen_string_literal: true
+
+require_relative "recurring/task"
+require_relative "recurring/command_job"
+require_relative "recurring/scheduler"
+
+module Bobbin
+  # Recurring jobs: tasks from config/recurring.yml or Bobbin.recurring, enqueued by the host's Maintenance
+  # clock (Scheduler), listed with their last and next runs by RecurringTask.
+  #
+  #   production:
+  #     nightly_report:
+  #       class: ReportJob
+  #       args: [ "daily" ]
+  #       schedule: every day at 3am
+  #     purge_sessions:
+  #       command: "Session.expired.delete_all"
+  #       schedule: "*/15 * * * *"
+  module Recurring
+    module_function
+
+    # Adds the tasks in the `env` section of `path` (ERB, then YAML) to Bobbin.config; returns them. A file without
+    # that section adds none.
+    def load_file(path, env: ConfigFile.environment)
+      document = ConfigFile.parse(path)
+      raise ConfigurationError, "#{path}: expected a mapping at the top, got #{document.class}" unless document.is_a?(Hash)
+
+      section = document.fetch(env, nil) || {}
+      raise ConfigurationError, "#{path}: #{env} must be a mapping of task names to tasks" unless section.is_a?(Hash)
+
+      section.map { |key, task| Bobbin.config.recurring(key, where: "#{path}: #{env}.#{key}", **task.transform_keys(&:to_sym)) }
+    end
+  end
+end

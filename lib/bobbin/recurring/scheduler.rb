@@ -1,0 +1,85 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Recurring
+    # Enqueues the ticks of this process's recurring tasks. Any number of schedulers may run, on any number of
+    # hosts: each tick is written once because its run row has a unique key (RecurringRun.claim), not because
+    # one scheduler was elected.
+    #
+    # Missed ticks. While a scheduler runs, every tick since its previous pass is enqueued, even when a pass
+    # comes late. Ticks that fell while no scheduler ran (downtime) are caught up once: the latest of them is
+    # enqueued when a scheduler starts, the older ones are skipped (and logged). A task that never ran starts at
+    # its next tick. A pass more than MAX_BEHIND ticks late is treated like downtime.
+    class Scheduler
+      MAX_BEHIND = 60
+
+      def initialize(tasks = Bobbin.config.recurring_tasks.values, logger: Bobbin.logger)
+        @tasks = tasks
+        @logger = logger
+        @since = {}
+        @synced = false
+      end
+
+      # True when this process has tasks to schedule.
+      def any? = @tasks.any?
+
+      # Enqueues every due tick; returns when the next one is due (nil without tasks). A task whose class cannot
+      # be found is logged and skipped; a database error ends the pass, and the next pass retries its ticks.
+      def pass(now = Time.now)
+        return if @tasks.empty?
+
+        sync unless @synced
+        @tasks.each { |task| run(task, now) }
+        @tasks.map { |task| task.next_time(now) }.min
+      end
+
+      private
+        def sync
+          RecurringTask.sync(@tasks)
+          @synced = true
+        end
+
+        def run(task, now)
+          due(task, now).each do |tick|
+            enqueue(task, tick)
+            @since[task.key] = tick
+          end
+          @since[task.key] = now
+        rescue ConfigurationError, EnqueueError => error
+          @since[task.key] = now
+          @logger.error("bobbin recurring: #{error.message}")
+        end
+
+        # The ticks to enqueue now, by the missed-ticks policy above.
+        def due(task, now)
+          since = @since[task.key]
+          return steady(task, since, now) if since
+
+          last = RecurringTask.last_run_at(task.key)
+          last ? resume(task, last, now) : []
+        end
+
+        # Every tick since this scheduler's previous pass, unless it fell that far behind.
+        def steady(task, since, now)
+          ticks = task.ticks(since, now, limit: MAX_BEHIND + 1)
+          ticks.size > MAX_BEHIND ? resume(task, since, now) : ticks
+        end
+
+        # After downtime: the latest missed tick only.
+        def resume(task, since, now)
+          missed = task.ticks(since, now, limit: 2)
+          return missed if missed.size < 2
+
+          latest = task.latest_tick(now)
+          @logger.warn("bobbin recurring: #{task.key} missed ticks since #{since.utc.iso8601} while no scheduler ran; " \
+                       "enqueuing only the latest (#{latest.utc.iso8601})")
+          [ latest ]
+        end
+
+        def enqueue(task, tick)
+          id = RecurringRun.claim(task.key, tick, task.job_row)
+          Instrumentation.instrument(:recurring, key: task.key, run_at: tick, job_id: id) if id
+        end
+    end
+  end
+end

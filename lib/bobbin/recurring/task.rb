@@ -1,0 +1,99 @@
+# frozen_string_literal: true
+
+require "fugit"
+
+module Bobbin
+  module Recurring
+    # One recurring task as configured (config/recurring.yml or `Bobbin.recurring`): a schedule fugit parses
+    # (cron, with an optional seconds field and time zone, or "every day at 3am"), and either a job class with
+    # arguments or a command (Ruby code from the app's own configuration, run by CommandJob). Schedules are in UTC
+    # unless the expression names a zone ("0 3 * * * Europe/Paris").
+    class Task < Data.define(:key, :schedule, :cron, :class_name, :arguments, :command, :queue, :priority, :description)
+      KEYS = %w[schedule class args command queue priority description].freeze
+
+      # Builds a Task from a Hash of KEYS; raises ConfigurationError naming `where` and the key at fault.
+      def self.parse(key, hash, where)
+        raise ConfigurationError, "#{where}: a recurring task must be a mapping of #{KEYS.join(', ')}, got #{hash.inspect}" unless hash.is_a?(Hash)
+
+        hash = hash.transform_keys(&:to_s)
+        unknown = hash.keys - KEYS
+        raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?
+
+        new(key: key.to_s, schedule: hash["schedule"].to_s, cron: cron(hash["schedule"], where), **target(hash, where),
+            queue: hash["queue"]&.to_s, priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
+      end
+
+      def self.cron(schedule, where)
+        Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
+                                                                         "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
+      end
+
+      def self.target(hash, where)
+        given = %w[class command].select { |name| hash.key?(name) }
+        raise ConfigurationError, "#{where}: give exactly one of class: (a job class) or command: (Ruby code)" unless given.size == 1
+
+        arguments = hash.fetch("args", [])
+        arguments = [ arguments ] unless arguments.is_a?(Array)
+        raise ConfigurationError, "#{where}.args: a command takes no arguments" if hash.key?("command") && hash.key?("args")
+
+        { class_name: hash["class"]&.to_s, command: hash["command"]&.to_s, arguments: arguments }
+      end
+
+      def self.priority(value, where)
+        return value if value.nil? || value.is_a?(Integer)
+
+        raise ConfigurationError, "#{where}.priority: must be a whole number (lower runs first), got #{value.inspect}"
+      end
+
+      # The ticks of the schedule after `since` and up to `now`, oldest first, at most `limit` of them.
+      def ticks(since, now, limit: 1_000)
+        ticks = []
+        tick = cron.next_time(since.utc).to_t
+        while tick <= now && ticks.size < limit
+          ticks << tick
+          tick = cron.next_time(tick).to_t
+        end
+        ticks
+      end
+
+      # The latest tick at or before `now` (fugit's previous_time is strictly before the current second).
+      def latest_tick(now)
+        previous = cron.previous_time(now.utc).to_t
+        candidate = cron.next_time(previous).to_t
+        candidate <= now ? candidate : previous
+      end
+
+      # The first tick after `now`.
+      def next_time(now = Time.now) = cron.next_time(now.utc).to_t
+
+      # The columns of this task's row in bobbin_recurring_tasks.
+      def attributes
+        { key: key, schedule: schedule, class_name: class_name, command: command, arguments: JSON.generate(arguments),
+          queue: queue, priority: priority, description: description }
+      end
+
+      # The job row this task enqueues (the job class's own options unless the task sets queue or priority).
+      def job_row
+        return Client::Enqueuer.row(CommandJob, [ key ], **overrides) if command
+
+        job_class = Object.const_get(class_name)
+        return Client::Enqueuer.row(job_class, arguments, **overrides) if job_class.respond_to?(:bobbin_options)
+        return active_job_row(job_class) if defined?(::ActiveJob::Base) && job_class < ::ActiveJob::Base
+
+        raise ConfigurationError, "recurring task #{key}: #{class_name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)"
+      rescue NameError => error
+        raise ConfigurationError, "recurring task #{key}: unknown job class #{class_name} (#{error.message.lines.first.strip})"
+      end
+
+      private
+        def overrides = { queue: queue, priority: priority }.compact
+
+        def active_job_row(job_class)
+          job = job_class.new(*arguments)
+          job.queue_name = queue if queue
+          job.priority = priority if priority
+          ::ActiveJob::QueueAdapters::BobbinAdapter.new.row(job, nil)
+        end
+    end
+  end
+end

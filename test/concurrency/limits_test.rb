@@ -1,0 +1,101 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class ConcurrencyLimitsTest < Bobbin::TestCase
+  setup { ConcurrencyCounter.create_table }
+
+  def states(key) = Bobbin::JobRecord.where(concurrency_key: key).order(:id).pluck(:state)
+
+  test "jobs beyond their key's limit wait blocked; other keys and unlimited jobs are not held up" do
+    3.times { |i| LimitedJob.enqueue("a", i) }
+    LimitedJob.enqueue("b", 0)
+    LedgerJob.enqueue("free")
+    assert_equal %w[ready ready blocked], states("LimitedJob/a")
+    assert_equal %w[ready], states("LimitedJob/b")
+    assert_equal 1, Bobbin.counts["blocked"]
+    assert_equal [ 2, 180.0 ], Bobbin::JobRecord.where(concurrency_key: "LimitedJob/a").pick(:concurrency_limit, :concurrency_duration)
+  end
+
+  test "a finished holder lets the next waiting job of its key through, and the worker runs it" do
+    ConcurrencyCounter.add_keys(%w[a])
+    5.times { |i| LimitedJob.enqueue("a", i) }
+    drain(threads: 5)
+    assert_equal %w[succeeded] * 5, states("LimitedJob/a")
+    assert_operator LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }.max, :<=, 2
+  end
+
+  test "a retried job with a limit waits blocked for its retry and frees its slot meanwhile" do
+    id = LimitedJob.enqueue("r", 0)
+    Bobbin::JobRecord.where(id: id).update_all(state: "failed")
+    assert Bobbin.retry(id)
+    assert_equal "ready", Bobbin::JobRecord.find(id).state, "promoted at once: its key has room"
+  end
+
+  test "an operator can discard a blocked job" do
+    3.times { |i| LimitedJob.enqueue("d", i) }
+    blocked = Bobbin::JobRecord.find_by(state: "blocked")
+    assert Bobbin.discard(blocked.id)
+    assert_equal "discarded", blocked.reload.state
+  end
+
+  test "bad limits are refused where they are declared or enqueued, naming the job" do
+    error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job }.bobbin_options(concurrency: { to: 0, key: "x" }) }
+    assert_match(/to: must be a whole number/, error.message)
+    error = assert_raises(Bobbin::ConfigurationError) { LedgerJob.dup.bobbin_options(concurrency: { to: 1 }) }
+    assert_match(/needs key:/, error.message)
+    error = assert_raises(Bobbin::ConfigurationError) { LedgerJob.dup.bobbin_options(concurrency: { to: 1, key: "x", per: 2 }) }
+    assert_match(/unknown concurrency option :per/, error.message)
+
+    broken = Class.new(LedgerJob) { bobbin_options concurrency: { key: ->(_key) { raise "no account" } } }
+    stub_const_name(broken, "BrokenKeyJob") do
+      assert_refused(/BrokenKeyJob: the concurrency key could not be computed \(RuntimeError: no account\)/) { broken.enqueue("k") }
+    end
+  end
+
+  test "limits_concurrency on an Active Job class: the key is group/value, and the limit holds" do
+    require_relative "../support/active_jobs"
+    3.times { |i| LimitedActiveJob.perform_later("acct-1", i) }
+    assert_equal %w[ready blocked blocked], states("LimitedActiveJob/acct-1")
+    assert_equal [ 1, 60.0 ], Bobbin::JobRecord.where(concurrency_key: "LimitedActiveJob/acct-1").pick(:concurrency_limit, :concurrency_duration)
+    drain(threads: 3)
+    assert_equal %w[succeeded] * 3, states("LimitedActiveJob/acct-1")
+  end
+
+  test "200 jobs over 5 keys with limit 2 never run more than 2 at once per key, across worker processes" do
+    keys = %w[k1 k2 k3 k4 k5]
+    ConcurrencyCounter.add_keys(keys)
+    Bobbin.enqueue_all(Array.new(200) { |i| [ LimitedJob, [ keys[i % 5], i ] ] })
+    pids = Array.new(2) { spawn_bobbin("work", "--threads", "8", "--polling-interval", "0.05") }
+    ensure_killed(pids) do
+      wait_for("200 limited jobs", timeout: 120) { Bobbin::JobRecord.where(state: "succeeded").count == 200 }
+    end
+    seen = LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }
+    assert_equal 200, seen.size
+    assert_equal 2, seen.max, "never more than 2 running per key (and the limit was reached: jobs did run side by side)"
+    assert_operator LedgerEntry.distinct.count(:pid), :>=, 1
+  end
+
+  test "a holder that hangs loses its slot after duration, and a killed holder's slot frees at once" do
+    pid = spawn_bobbin("start", "--threads", "1", "--processes", "2", "--polling-interval", "0.05")
+    ensure_killed(pid) do
+      HolderJob.enqueue("hung", 120)
+      holder = wait_for("the holder to start", timeout: 60) { LedgerEntry.find_by(key: "hung started") }
+      HolderJob.enqueue("waiter", 120)
+      assert_equal "blocked", Bobbin::JobRecord.order(:id).last.state, "the waiter waits while the holder runs"
+      Process.kill(:STOP, holder.pid)
+      waiter = wait_for("the waiter to take the slot after the holder's 2 s", timeout: 60) { LedgerEntry.find_by(key: "waiter started") }
+      assert_not_equal holder.pid, waiter.pid
+
+      HolderJob.enqueue("third", 0)
+      Process.kill(:KILL, waiter.pid)
+      wait_for("the killed holder's slot to free", timeout: 60) { LedgerEntry.exists?(key: "third finished") }
+    end
+  end
+
+  private
+    def stub_const_name(klass, name)
+      klass.define_singleton_method(:name) { name }
+      yield
+    end
+end
