@@ -1,0 +1,72 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class RecurringSchedulerTest < Bobbin::TestCase
+  teardown { Bobbin.config.recurring_tasks.clear }
+
+  def every_second = Bobbin::Recurring::Task.parse("every_second", { schedule: "every second", class: "TickJob", args: [ "s" ] }, "t")
+
+  def ticks = Bobbin::RecurringRun.where(task_key: "every_second").order(:run_at).pluck(:run_at, :job_id)
+
+  test "two schedulers racing over 3 s enqueue each tick exactly once, with its job" do
+    schedulers = Array.new(2) { Bobbin::Recurring::Scheduler.new([ every_second ]) }
+    deadline = Time.now + 3
+    threads = schedulers.map { |scheduler| Thread.new { (scheduler.pass; sleep(0.05)) while Time.now < deadline } }
+    threads.each(&:join)
+    runs = ticks
+    assert_operator runs.size, :>=, 2
+    assert_equal runs.size, runs.map(&:first).uniq.size
+    assert runs.each_cons(2).all? { |(a, _), (b, _)| b - a == 1 }, "consecutive seconds, none missed: #{runs.map(&:first)}"
+    assert_equal runs.map(&:last).sort, Bobbin::JobRecord.where(class_name: "TickJob").order(:id).pluck(:id)
+  end
+
+  test "after downtime a scheduler enqueues the latest missed tick once and skips the older ones" do
+    Bobbin::RecurringRun.create!(task_key: "every_second", run_at: Time.now.utc.floor - 30, created_at: Time.now.utc)
+    Bobbin::Recurring::Scheduler.new([ every_second ]).pass
+    assert_equal 2, ticks.size
+    assert_operator Time.now - ticks.last.first, :<, 2, "the latest missed tick, not the oldest"
+    assert_equal 1, Bobbin::JobRecord.where(class_name: "TickJob").count
+  end
+
+  test "a task that never ran starts at its next tick: nothing is caught up on the first pass" do
+    Bobbin::Recurring::Scheduler.new([ every_second ]).pass
+    assert_equal 0, Bobbin::JobRecord.count
+  end
+
+  test "RecurringTask lists the configured tasks with last and next run; a command task's job runs the command" do
+    Bobbin.recurring("every_second", schedule: "every second", class: "TickJob", args: [ "s" ], description: "ticks")
+    Bobbin.recurring("purge", schedule: "*/5 * * * * *", command: "LedgerEntry.create!(key: 'purged', pid: Process.pid)")
+    scheduler = Bobbin::Recurring::Scheduler.new
+    scheduler.pass
+    wait_for("a tick", timeout: 10) { scheduler.pass && Bobbin::RecurringRun.exists?(task_key: "every_second") }
+    listed = Bobbin::RecurringTask.order(:key).map { |t| [ t.key, t.schedule, t.description ] }
+    assert_equal [ [ "every_second", "every second", "ticks" ], [ "purge", "*/5 * * * * *", nil ] ], listed
+    task = Bobbin::RecurringTask.find_by(key: "every_second")
+    assert_equal ticks.last.first, task.last_run_at
+    assert_equal ticks.last.last, task.last_job.id
+    assert_operator task.next_run_at, :>, Time.now
+
+    Bobbin::RecurringRun.claim("purge", Time.now.utc.floor, Bobbin.config.recurring_tasks["purge"].job_row)
+    drain(threads: 2)
+    assert LedgerEntry.exists?(key: "purged")
+  end
+
+  test "two supervisors on one database enqueue every tick of an every-second task exactly once" do
+    seconds = Integer(ENV.fetch("BOBBIN_RECURRING_SECONDS", 12))
+    boot = File.join(TestProcesses::ROOT, "test/support/recurring_boot.rb")
+    pids = Array.new(2) { spawn_bobbin("start", "--threads", "2", "--queues", "ticks", "--polling-interval", "0.1", "--require", boot) }
+    ensure_killed(pids) do
+      wait_for("the first tick", timeout: 60) { Bobbin::RecurringRun.exists? }
+      first = Bobbin::RecurringRun.minimum(:run_at)
+      wait_for("#{seconds} s of ticks", timeout: seconds + 60, interval: 0.5) { ticks.last&.first.to_i >= first.to_i + seconds }
+      pids.each { |pid| Process.kill(:TERM, pid) }
+      pids.each { |pid| wait_exit(pid, timeout: 60) }
+    end
+    runs = ticks
+    times = runs.map { |run_at, _| run_at.to_i }
+    assert_equal (times.first..times.last).to_a, times, "one run per second, none missed, none twice"
+    assert_equal runs.size, Bobbin::JobRecord.where(class_name: "TickJob").count, "one job per tick"
+    assert_equal runs.map(&:last).sort, Bobbin::JobRecord.where(class_name: "TickJob").order(:id).pluck(:id)
+  end
+end

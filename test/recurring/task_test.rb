@@ -1,0 +1,47 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class RecurringTaskTest < Bobbin::TestCase
+  def task(**options) = Bobbin::Recurring::Task.parse("t", { schedule: "every second", class: "TickJob" }.merge(options), "recurring.yml: test.t")
+
+  test "a task takes cron or natural schedules, a class with arguments or a command" do
+    assert_equal [ "TickJob", [ "x" ] ], task(args: "x").then { |t| [ t.class_name, t.arguments ] }
+    assert_equal "0 3 * * *", task(schedule: "every day at 3am").cron.to_cron_s
+    assert_equal "Session.delete_all", Bobbin::Recurring::Task.parse("p", { schedule: "*/5 * * * *", command: "Session.delete_all" }, "w").command
+  end
+
+  test "bad tasks are refused naming the file, task and key" do
+    error = assert_raises(Bobbin::ConfigurationError) { task(schedule: "whenever") }
+    assert_match(/recurring.yml: test.t.schedule: "whenever" is not a schedule fugit understands/, error.message)
+    error = assert_raises(Bobbin::ConfigurationError) { task(command: "x") }
+    assert_match(/exactly one of class: .* or command:/, error.message)
+    error = assert_raises(Bobbin::ConfigurationError) { task(every: 2) }
+    assert_match(/unknown key "every"/, error.message)
+  end
+
+  test "ticks lists each tick after since up to now; latest_tick is the last one due" do
+    t = task(schedule: "*/2 * * * * *")
+    since = Time.utc(2026, 1, 1, 0, 0, 1)
+    assert_equal [ 2, 4, 6 ], t.ticks(since, since + 5.5).map(&:sec)
+    assert_equal 6, t.latest_tick(since + 5.5).sec
+    assert_equal 8, t.next_time(since + 6).sec
+  end
+
+  test "config/recurring.yml: the environment's section becomes tasks; another environment's is ignored" do
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "recurring.yml")
+      File.write(path, <<~YAML)
+        production:
+          nightly: { class: TickJob, args: [ n ], schedule: every day at 3am, queue: reports, priority: 5 }
+        development:
+          purge: { command: "1 + 1", schedule: every minute }
+      YAML
+      tasks = Bobbin::Recurring.load_file(path, env: "production")
+      assert_equal [ [ "nightly", "reports", 5 ] ], tasks.map { |t| [ t.key, t.queue, t.priority ] }
+      assert_equal tasks.first, Bobbin.config.recurring_tasks["nightly"]
+    ensure
+      Bobbin.config.recurring_tasks.clear
+    end
+  end
+end
