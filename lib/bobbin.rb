@@ -38,6 +38,8 @@ module Bobbin
   autoload :Retention, "bobbin/retention"
   autoload :Maintenance, "bobbin/maintenance"
   autoload :ConnectionBudget, "bobbin/connection_budget"
+  autoload :LogSubscriber, "bobbin/log_subscriber"
+  autoload :CLI, "bobbin/cli"
 
   class << self
     # The process-wide Configuration.
@@ -122,3 +124,6 @@ else
     include Bobbin::Concurrency::Controls
   end
 end
+
+# In a Rails app (Bundler.require runs after `require "rails"`): config.bobbin, config/bobbin.yml, rake tasks.
+require_relative "bobbin/railtie" if defined?(Rails::Railtie)

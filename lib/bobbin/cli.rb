@@ -14,6 +14,7 @@ module Bobbin
         pause Q  stop workers from claiming jobs of queue Q;  resume Q  let them again
         migrate  create or upgrade Bobbin's tables
         counts   print job counts by state
+        recurring  list recurring tasks with their last and next runs
     TEXT
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
@@ -31,6 +32,7 @@ module Bobbin
       when "pause", "resume" then toggle(command, argv)
       when "migrate" then boot({}, tables: false).then { Bobbin.migrate! }.then { 0 }
       when "counts" then boot({}).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
+      when "recurring" then boot({}).then { list_recurring }.then { 0 }
       else
         warn(USAGE)
         command.nil? || %w[-h --help help].include?(command) ? 0 : 64
@@ -65,6 +67,15 @@ module Bobbin
         0
       end
 
+      def list_recurring
+        tasks = RecurringTask.order(:key).to_a
+        return puts("no recurring tasks (a supervisor records them when it starts)") if tasks.empty?
+
+        tasks.each do |task|
+          puts(format("%-30s %-24s last %-25s next %s", task.key, task.schedule, task.last_run_at&.utc&.iso8601 || "never", task.next_run_at.utc.iso8601))
+        end
+      end
+
       def supervisor_parser(options)
         worker_parser(options).tap do |o|
           o.banner = "Usage: bobbin start|doctor [options]"
@@ -75,11 +86,19 @@ module Bobbin
       end
 
       def load_pools(options)
-        config = options[:config] || ("config/bobbin.yml" if File.exist?("config/bobbin.yml"))
+        config = options[:config] || ("config/bobbin.yml" if File.exist?("config/bobbin.yml") && !ConfigFile.loaded?("config/bobbin.yml"))
         ConfigFile.load(config) if config
+        load_recurring
         pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval).transform_keys(&:to_s)
         Bobbin.config.shutdown_timeout = options[:shutdown_timeout] if options[:shutdown_timeout]
         Bobbin.config.workers = [ pool ] if (pool.keys & %w[fibers threads]).any?
+      end
+
+      # config/recurring.yml, unless the Rails app loaded it: the supervisor schedules its tasks, workers run
+      # its commands.
+      def load_recurring
+        path = "config/recurring.yml"
+        Recurring.load_file(path) if File.exist?(path) && !defined?(Bobbin::Railtie)
       end
 
       def work(argv)
@@ -87,6 +106,7 @@ module Bobbin
         parse(worker_parser(options), argv, options)
         options[:queues] ||= [ "*" ]
         boot(options)
+        load_recurring
         worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :shutdown_timeout))
         options[:drain] ? worker.run_until_empty : worker.start
         0

@@ -10,10 +10,11 @@ class ZeitwerkTest < Bobbin::TestCase
     require "zeitwerk"
     require "active_record"
     require "async"
+    require "rails"
     lib = File.expand_path("lib")
     loader = Zeitwerk::Loader.new
     loader.push_dir(lib)
-    loader.ignore("\#{lib}/active_job")
+    loader.ignore("\#{lib}/active_job", "\#{lib}/generators", "\#{lib}/puma", "\#{lib}/tasks") # loaded by path: Rails, Puma, Rake
     loader.inflector.inflect("cli" => "CLI", "postgresql" => "PostgreSQL", "sqlite" => "SQLite", "version" => "VERSION")
     %w[errors records config].each { |dir| loader.collapse("\#{lib}/bobbin/\#{dir}") }
     loader.setup

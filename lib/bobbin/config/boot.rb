@@ -29,13 +29,21 @@ module Bobbin
 
     # Boots the Rails app or connects to the URL given or in DATABASE_URL.
     def connect(database)
-      return require(File.expand_path("config/environment.rb")) if File.exist?("config/environment.rb") && database.nil?
+      return boot_rails if File.exist?("config/environment.rb") && database.nil?
 
       url = database || ENV["DATABASE_URL"]
       raise ConfigurationError, "no database: DATABASE_URL is unset or empty; set it (postgres://… or sqlite3:path) or pass -d URL" if url.to_s.strip.empty?
 
       check_sqlite_directory(url)
       Bobbin.connect(url)
+    end
+
+    # Boots the Rails app in the current directory, with Bobbin's Railtie registered first (Bobbin may have been
+    # required before Rails, as `bobbin` and bin/bobbin do), so config.bobbin and config/bobbin.yml apply.
+    def boot_rails
+      require "rails"
+      require_relative "../railtie"
+      require File.expand_path("config/environment.rb")
     end
 
     # Active Record would create a missing directory (or fail without FileUtils); a typo should not make a new database.

@@ -14,14 +14,25 @@ module Bobbin
   module ConfigFile
     KEYS = ([ "workers" ] + Configuration::SETTINGS.map(&:to_s)).freeze
 
+    @loaded = []
+
     module_function
+
+    # True once `path` was loaded in this process (the Rails app loads config/bobbin.yml at boot; `bobbin start`
+    # then does not load it again over config.bobbin's settings).
+    def loaded?(path) = @loaded.include?(File.expand_path(path))
 
     # The environment whose section applies: BOBBIN_ENV, RAILS_ENV, RACK_ENV, else development.
     def environment = ENV["BOBBIN_ENV"] || ENV["RAILS_ENV"] || ENV["RACK_ENV"] || "development"
 
-    # Loads `path` into Bobbin.config (settings and pools); returns the pools.
-    def load(path, env: environment)
-      section = section(parse(path), path, env)
+    # Loads `path` into Bobbin.config (settings and pools); returns the pools. `optional`: a file without a section
+    # for `env` changes nothing (a Rails app boots in every environment; only some run workers).
+    def load(path, env: environment, optional: false)
+      document = parse(path)
+      return if optional && document.is_a?(Hash) && !document.key?("workers") && !document.key?(env)
+
+      @loaded << File.expand_path(path)
+      section = section(document, path, env)
       where = "#{path}: #{env}"
       unknown = section.keys - KEYS
       raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?

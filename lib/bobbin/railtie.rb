@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+require "rails/railtie"
+
+module Bobbin
+  # Bobbin in a Rails app: config/bobbin.yml and config/recurring.yml are loaded at boot, then `config.bobbin`
+  # (the same settings as Bobbin.configure: shutdown_timeout, workers, connects_to, logger, …); Bobbin logs to
+  # Rails.logger with Rails-style lines; `bin/rails bobbin:start` and friends; the Puma plugin (`plugin :bobbin`).
+  #
+  #   config.bobbin.connects_to = { database: { writing: :queue } }   # Bobbin's tables in their own database
+  class Railtie < ::Rails::Railtie
+    config.bobbin = ActiveSupport::OrderedOptions.new
+    # Files read at boot (paths from the app's root); config.bobbin.config_file / recurring_file change them.
+    FILES = { config_file: "config/bobbin.yml", recurring_file: "config/recurring.yml" }.freeze
+
+    rake_tasks { load File.expand_path("../tasks/bobbin.rake", __dir__) }
+
+    initializer "bobbin.configure", before: :load_config_initializers do |app|
+      options = app.config.bobbin
+      path = app.root.join(options.fetch(:config_file, FILES[:config_file])).to_s
+      ConfigFile.load(path, env: Rails.env, optional: true) if File.exist?(path)
+      recurring = app.root.join(options.fetch(:recurring_file, FILES[:recurring_file])).to_s
+      Recurring.load_file(recurring, env: Rails.env) if File.exist?(recurring)
+      Railtie.apply(options.except(*FILES.keys))
+    end
+
+    initializer "bobbin.logger", after: :initialize_logger do |app|
+      Bobbin.config.logger = ::Rails.logger unless app.config.bobbin.key?(:logger)
+      LogSubscriber.attach_to(:bobbin)
+    end
+
+    config.after_initialize do |app|
+      Railtie.connect(app)
+    end
+
+    class << self
+      # Applies `config.bobbin` settings to Bobbin.config, naming any it does not know.
+      def apply(options)
+        options.each do |name, value|
+          raise ConfigurationError, "config.bobbin.#{name}: unknown setting" unless Bobbin.config.respond_to?(:"#{name}=")
+
+          Bobbin.config.public_send(:"#{name}=", value)
+        end
+      end
+
+      # Points Bobbin's models at their own database (connects_to). With the jobs in another database than the
+      # app's records, perform_later inside a transaction cannot commit with it, so Active Job defers it to after
+      # the commit (dropped on rollback) unless the app chose otherwise.
+      def connect(app)
+        return unless (target = Bobbin.config.connects_to)
+
+        Record.connects_to(**target)
+        return if app.config.active_job.key?(:enqueue_after_transaction_commit)
+
+        ActiveSupport.on_load(:active_job) { self.enqueue_after_transaction_commit = true }
+      end
+    end
+  end
+end

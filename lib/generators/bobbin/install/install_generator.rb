@@ -1,0 +1,140 @@
+# frozen_string_literal: true
+
+require "rails/generators"
+require "rails/generators/active_record/migration"
+require_relative "database_config"
+
+module Bobbin
+  module Generators
+    # `bin/rails generate bobbin:install [--database queue|primary] [--environments production|all]`: config/bobbin.yml,
+    # config/recurring.yml, bin/bobbin, Bobbin's schema (db/queue_schema.rb for its own database, or a migration),
+    # the Active Job adapter, the fiber isolation level, the Puma plugin line. Running it again changes nothing.
+    class InstallGenerator < ::Rails::Generators::Base
+      include ::ActiveRecord::Generators::Migration
+
+      source_root File.expand_path("templates", __dir__)
+
+      class_option :database, type: :string, default: "queue",
+                              desc: "queue: Bobbin's tables in their own database (config.bobbin.connects_to); primary: in the app's"
+      class_option :environments, type: :string, default: "production", enum: %w[production all],
+                                  desc: "where Active Job uses Bobbin: production (config/environments/production.rb) or all"
+
+      ADAPTER = "config.active_job.queue_adapter = :bobbin"
+      # A line setting (or, commented out, suggesting) Active Job's adapter, as `rails new` and Solid Queue write it.
+      ADAPTER_LINE = /^([ \t]*)#?[ \t]*config\.active_job\.queue_adapter[ \t]*=.*$/
+
+      def create_config_files
+        template "config/bobbin.yml", skip: true
+        template "config/recurring.yml", skip: true
+        template "bin/bobbin", skip: true
+        chmod "bin/bobbin", 0o755 & ~File.umask, verbose: false
+      end
+
+      def create_schema
+        return separate_database if separate?
+
+        if Dir[File.join(destination_root, "db/migrate/*_create_bobbin_tables.rb")].any?
+          say_status :identical, "db/migrate/*_create_bobbin_tables.rb", :blue
+        else
+          migration_template "db/create_bobbin_tables.rb", "db/migrate/create_bobbin_tables.rb"
+        end
+      end
+
+      def set_adapter
+        production_adapter
+        application_settings if all?
+      end
+
+      def set_isolation_level
+        return unless fibers?
+
+        setting = "config.active_support.isolation_level = :fiber"
+        return if read("config/application.rb").include?(setting)
+
+        inject_into_file "config/application.rb", "\n    # Bobbin's fiber pools run each job in a fiber: Active Record's connections and\n" \
+                                                  "    # Active Support's state follow the fiber, not the thread.\n    #{setting}\n",
+                         after: /^\s*config\.load_defaults.*\n/
+      end
+
+      def add_puma_plugin
+        return unless exist?("config/puma.rb")
+
+        line = 'plugin :bobbin if ENV["BOBBIN_IN_PUMA"]'
+        return if read("config/puma.rb").include?(line)
+
+        append_to_file "config/puma.rb", "\n# Run Bobbin's supervisor and workers beside Puma (single-server deployments, development).\n#{line}\n"
+      end
+
+      def summary
+        say "\nBobbin is installed.", :green
+        say <<~TEXT
+          Active Job uses Bobbin in #{all? ? 'every environment (config/application.rb)' : 'production (config/environments/production.rb)'}.
+          Bobbin's tables live in #{separate? ? "the #{database} database (config.bobbin.connects_to; db/queue_schema.rb)" : 'the primary database (a migration in db/migrate)'}.
+          Next:
+            bin/rails db:prepare            create the database and Bobbin's tables
+            bin/bobbin start                run the workers of config/bobbin.yml (bin/bobbin doctor checks them first)
+            BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev
+          Recurring jobs go in config/recurring.yml.
+        TEXT
+        return unless exist?("config/environments/production.rb") && read("config/environments/production.rb").include?("config.solid_queue")
+
+        say "Solid Queue no longer runs your jobs: its config.solid_queue lines, config/queue.yml and gem can go when nothing else uses them."
+      end
+
+      private
+        def separate? = database != "primary"
+
+        def database = options[:database]
+
+        def all? = options[:environments] == "all"
+
+        def connects_to = "config.bobbin.connects_to = { database: { writing: :#{database} } }"
+
+        def separate_database
+          template "db/queue_schema.rb", "db/#{database}_schema.rb", skip: true
+          path = "config/database.yml"
+          return unless exist?(path)
+
+          environments = all? ? %w[development test production] : %w[production]
+          write(path, environments.reduce(DatabaseConfig.new(read(path))) { |yml, env| yml.add_queue(env) }.text)
+        end
+
+        # production.rb: the adapter line `rails new` wrote (`:solid_queue`, or a commented example) says :bobbin;
+        # with --environments all, only a line naming another adapter changes (it would override application.rb).
+        def production_adapter
+          path = "config/environments/production.rb"
+          return unless exist?(path)
+
+          text = read(path)
+          match = text.match(ADAPTER_LINE)
+          if match.nil?
+            text = text.sub(/configure do\n/) { "#{::Regexp.last_match(0)}  #{ADAPTER}\n" } unless all?
+          elsif !(all? && match[0].lstrip.start_with?("#"))
+            text = text.sub(ADAPTER_LINE) { "#{match[1]}#{ADAPTER}" }
+          end
+          text = text.sub(/^([ \t]*)#{Regexp.escape(ADAPTER)}\n/) { "#{::Regexp.last_match(0)}#{::Regexp.last_match(1)}#{connects_to}\n" } if separate? && !all? && !text.include?(connects_to)
+          write(path, text)
+        end
+
+        def application_settings
+          settings = [ ADAPTER, (connects_to if separate?) ].compact
+          missing = settings.reject { |setting| read("config/application.rb").include?(setting) }
+          return if missing.empty?
+
+          inject_into_file "config/application.rb", "\n    # Jobs run on Bobbin (config/bobbin.yml).\n#{missing.map { |s| "    #{s}\n" }.join}",
+                           after: /^\s*config\.load_defaults.*\n/
+        end
+
+        # Writes `text` to `path` unless it is already there (a second run changes nothing).
+        def write(path, text)
+          create_file(path, text, force: true) unless text == read(path)
+        end
+
+        def fibers? = read("config/bobbin.yml").match?(/^\s*-?\s*fibers:/)
+
+        def read(path) = File.read(File.join(destination_root, path))
+
+        def exist?(path) = File.exist?(File.join(destination_root, path))
+    end
+  end
+end
