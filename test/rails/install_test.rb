@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "generated_app"
+
+# A real Rails 8 app (`rails new`, `bundle add bobbin`, `bin/rails generate bobbin:install`, `bin/rails db:prepare`)
+# with Bobbin's tables in a separate queue database, run in real processes: bin/bobbin, Puma with the plugin.
+class RailsInstallTest < Bobbin::TestCase
+  def app = GeneratedApp.installed
+
+  def wait_for_file(name, timeout: 90) = wait_for("tmp/#{name}", timeout: timeout) { File.exist?(app.path("tmp/#{name}")) && app.read("tmp/#{name}") }
+
+  test "bobbin:install sets the adapter in production (over Solid Queue's), a queue database, bin/bobbin; again it changes nothing" do
+    production = app.snapshots[:installed]
+    changed = production.keys.select { |file| production[file] != app.snapshots[:before][file] }.sort
+    assert_equal %w[bin/bobbin config/application.rb config/bobbin.yml config/database.yml config/environments/production.rb
+                    config/puma.rb config/recurring.yml db/queue_schema.rb], changed
+    assert_equal app.snapshots[:installed], app.snapshots[:again], "a second run changes nothing"
+    assert_equal app.snapshots[:all], app.snapshots[:all_again], "a second run with --environments all changes nothing"
+    assert_match(/Bobbin is installed.*bin\/rails db:prepare.*Solid Queue no longer runs your jobs/m, app.outputs[:install])
+
+    production_rb = app.read("config/environments/production.rb")
+    assert_includes production_rb, "  config.active_job.queue_adapter = :bobbin\n  config.bobbin.connects_to = { database: { writing: :queue } }\n"
+    assert_not_includes production_rb, ":solid_queue"
+    assert_includes app.read("config/application.rb"), "config.active_support.isolation_level = :fiber"
+    assert_includes app.read("config/puma.rb"), 'plugin :bobbin if ENV["BOBBIN_IN_PUMA"]'
+    assert File.executable?(app.path("bin/bobbin"))
+    database_yml = YAML.safe_load(app.read("config/database.yml").gsub(/<%=.*?%>/, "5"), aliases: true)
+    assert_equal "db/queue_migrate", database_yml.dig("production", "queue", "migrations_paths")
+    assert_equal "db/queue_migrate", database_yml.dig("development", "queue", "migrations_paths"), "--environments all adds every environment's"
+  end
+
+  test "db:prepare puts Bobbin's tables in the queue database only; perform_later in a rolled-back transaction enqueues nothing" do
+    output = app.run!("bin/rails", "runner", <<~RUBY)
+      ActiveRecord::Base.transaction { FileJob.perform_later("rolled-back"); raise ActiveRecord::Rollback }
+      job = FileJob.perform_later("committed")
+      puts "queue_db=\#{Bobbin::JobRecord.connection_db_config.name} primary_has_jobs=\#{ActiveRecord::Base.connection.table_exists?(:bobbin_jobs)}"
+      puts "jobs=\#{Bobbin::JobRecord.pluck(:class_name, :arguments).map { |c, a| [ c, JSON.parse(a)["arguments"] ] }.inspect} id=\#{job.provider_job_id}"
+    RUBY
+    assert_match(/queue_db=queue primary_has_jobs=false/, output)
+    id = output[/id=(\d+)/, 1]
+    assert_match(/jobs=\[\["FileJob", \["committed"\]\]\]/, output, "the rolled-back job was never enqueued")
+
+    pid = app.spawn("bin/bobbin", "start", log: app.path("log/bobbin-start.log"))
+    ensure_killed(pid) do
+      assert_equal "#{id} bobbin", wait_for_file("committed")[/\A\d+ \w+/]
+      Process.kill(:TERM, pid)
+      assert wait_exit(pid, timeout: 60)&.success?, File.read(app.path("log/bobbin-start.log"))
+    end
+    assert_not File.exist?(app.path("tmp/rolled-back"))
+  end
+
+  test "the Puma plugin runs the supervisor beside Puma, and stops it with Puma" do
+    app.run!("bin/rails", "runner", 'FileJob.perform_later("from-puma")')
+    log = app.path("log/puma.log")
+    pid = app.spawn("bin/rails", "server", "-b", "127.0.0.1", "-p", "0", "-P", app.path("tmp/pids/puma-test.pid"), log: log, env: { "BOBBIN_IN_PUMA" => "1" })
+    ensure_killed(pid) do
+      ran_in = wait_for_file("from-puma").split.last.to_i
+      assert_not_equal pid, ran_in, "a worker process forked beside Puma ran it"
+      Process.kill(:TERM, pid)
+      assert wait_exit(pid, timeout: 60), File.read(log)
+      assert_match(/Stopping Bobbin/, File.read(log))
+      assert_raises(Errno::ESRCH) { Process.kill(0, ran_in) }
+    end
+  end
+end
