@@ -41,3 +41,20 @@ class LimitedActiveJob < ActiveJob::Base
 
   def perform(account, number) = LedgerEntry.create!(key: "#{account}/#{number}", pid: Process.pid)
 end
+
+# The job of Rails' own Active Job integration suite, in spirit: writes what it ran with (locale, time zone, when)
+# to a file named by its argument, as JSON (the test reads it back).
+I18n.available_locales = %i[en de] # as the Rails suite's dummy app allows
+class IntegrationTestJob < ActiveJob::Base
+  queue_as :integration_tests
+
+  # The directory the jobs write to (shared by the test and the worker processes it starts).
+  def self.dir = File.expand_path("../../tmp/aj-integration", __dir__)
+
+  def perform(id)
+    FileUtils.mkdir_p(self.class.dir)
+    record = { "locale" => I18n.locale.to_s, "timezone" => Time.zone&.name || "UTC", "executed_at" => Time.now.to_f }
+    File.write(File.join(self.class.dir, "#{id}.new"), JSON.generate(record))
+    File.rename(File.join(self.class.dir, "#{id}.new"), File.join(self.class.dir, id))
+  end
+end
