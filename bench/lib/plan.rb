@@ -14,8 +14,16 @@ module Plan
     { name: "good_job", script: "good_job", mode: "threads", database: "bench_good_job", pool: :threads },
     { name: "sidekiq", script: "sidekiq", mode: "threads", database: "bench_app", pool: :threads },
     { name: "sidekiq-fiber", script: "sidekiq", mode: "fibers", database: "bench_app", pool: :threads },
-    { name: "async_job", script: "async_job", mode: "fibers", database: "bench_app", pool: 5 }
+    { name: "async_job", script: "async_job", mode: "fibers", database: "bench_app", pool: 5 },
+    # The Active Job mode: the systems with their own API measured again through perform_later / perform_all_later
+    # and their Active Job adapter, in the Rails app of bench/app (Solid Queue and GoodJob are always measured so).
+    { name: "bobbin-fibers-aj", script: "bobbin_active_job", mode: "fibers", database: "bench_bobbin", pool: 5, active_job: true },
+    { name: "sidekiq-aj", script: "sidekiq_active_job", mode: "threads", database: "bench_app", pool: :threads, active_job: true },
+    { name: "async_job-aj", script: "async_job_active_job", mode: "fibers", database: "bench_app", pool: 5, active_job: true }
   ].freeze
+
+  # The systems compared in the "through Active Job" table: the Active Job mode's, and the peers that only have it.
+  ACTIVE_JOB = %w[bobbin-fibers-aj sidekiq-aj async_job-aj solid_queue-fibers solid_queue-threads good_job].freeze
 
   # steady: in full runs the measured rounds' job count comes from the warm-up's throughput (Plan.steady_jobs);
   # the others are scenarios with a fixed count. latency: seconds each job waits (nil for CPU-bound); threads: the thread systems' concurrency where it

@@ -27,7 +27,7 @@ class Results
   end
 
   def to_s
-    [ header, ratios, throughput, sweep, enqueue, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
+    [ header, ratios, active_job, throughput, sweep, enqueue, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
   end
 
   private
@@ -82,6 +82,24 @@ class Results
         "| #{workload} | " + peers.map { |p| (m = systems.dig(p, "median")) && mine ? "#{fmt(mine.fdiv(m), 2)}×" : "—" }.join(" | ") + " |"
       end
       "## Bobbin (fibers) ÷ each peer, median jobs/s\n\n| workload | #{peers.join(' | ')} |\n|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n"
+    end
+
+    # Bobbin through Active Job against every system's Active Job path, in the same run: jobs/s and the ratio.
+    def active_job
+      peers = Plan::ACTIVE_JOB.drop(1).select { |p| @summary.values.any? { |s| s.key?(p) } || @enqueue.key?(p) }
+      return if peers.empty? || (@summary.values.none? { |s| s.key?("bobbin-fibers-aj") } && !@enqueue.key?("bobbin-fibers-aj"))
+
+      rows = @summary.filter_map do |workload, systems|
+        mine = systems.dig("bobbin-fibers-aj", "median") or next
+        "| #{workload} | #{fmt(mine)} | " + peers.map { |p| (m = systems.dig(p, "median")) ? "#{fmt(m)} (#{fmt(mine.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
+      end
+      if (one = @enqueue.dig("bobbin-fibers-aj", "median"))
+        rows << "| perform_later, one at a time | #{fmt(one)} | " + peers.map { |p| (m = @enqueue.dig(p, "median")) ? "#{fmt(m)} (#{fmt(one.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
+      end
+      "## Through Active Job\n\nEvery system through `perform_later`/`perform_all_later` and its Active Job adapter, in the " \
+        "production Rails app of `bench/app`, one worker process; jobs/s median (Bobbin ÷ that system). Targets: noop ≥ 2× " \
+        "sidekiq-aj; one-at-a-time perform_later ≥ sidekiq-aj.\n\n| workload | bobbin-fibers-aj | #{peers.join(' | ')} |\n" \
+        "|---|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n"
     end
 
     def throughput

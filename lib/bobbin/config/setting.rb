@@ -9,12 +9,15 @@ module Bobbin
     # Settings that are whole numbers ≥ 1 (max_argument_bytes may be nil: no limit).
     COUNTS = %i[max_argument_bytes fiber_db_concurrency crash_retries].freeze
     NILABLE = %i[retention max_argument_bytes].freeze
+    # Settings that are true or false.
+    FLAGS = %i[durable_enqueue].freeze
 
     module_function
 
     # The value, if `name` accepts it; else ConfigurationError saying "`where`: must be …, got …".
     def check(name, value, where)
       return value if value.nil? && NILABLE.include?(name)
+      return flag(value, where) if FLAGS.include?(name)
       return count(value, where) if COUNTS.include?(name)
       return seconds(value, where, above: 0) if name == :retention
 
@@ -36,6 +39,13 @@ module Bobbin
                                        "got %g", where, interval, 2 * interval, threshold) + ": a process is presumed dead after that long without a " \
                                 "heartbeat, so one late beat would get a live worker's running jobs run again elsewhere " \
                                 "(Bobbin.config.set(heartbeat_interval:, process_alive_threshold:) changes both at once)"
+    end
+
+    # true or false.
+    def flag(value, where)
+      return value if [ true, false ].include?(value)
+
+      raise ConfigurationError, "#{where}: must be true or false, got #{value.inspect}"
     end
 
     # A whole number ≥ 1.

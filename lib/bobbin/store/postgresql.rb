@@ -86,12 +86,48 @@ module Bobbin
           ) AS waiting))
       SQL
 
+      # One job (perform_later, Job.enqueue): a prepared statement, so the server plans it once per connection.
+      INSERT_ONE = <<~SQL
+        INSERT INTO bobbin_jobs (queue, class_name, arguments, priority, run_at, max_attempts, active_job_id,
+                                 state, attempts, enqueued_at)
+        VALUES ($1, $2, $3, $4, COALESCE($5::timestamp, now() AT TIME ZONE 'UTC'), $6, $7, 'ready', 0, now() AT TIME ZONE 'UTC')
+        RETURNING id
+      SQL
+      INSERT_ONE_NAME = "bobbin_insert_one_v5"
+      # The same, committing without waiting for the WAL flush (Configuration#durable_enqueue false): set_config's
+      # local setting lasts for this statement's own transaction only, so it is used outside the app's transactions.
+      INSERT_ONE_ASYNC = INSERT_ONE.sub("VALUES (", "SELECT ").sub(/\)\s*RETURNING id/, " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async\nRETURNING id")
+      INSERT_ONE_ASYNC_NAME = "bobbin_insert_one_async_v5"
+
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
       # so an enqueue inside a transaction commits or rolls back with it. Returns the ids in order.
       def self.insert(connection, rows)
+        return [ insert_one(connection, rows.first) ] if rows.size == 1 && prepared?(connection)
+
         array = PG::TextEncoder::Array.new
         binds = NEW_JOB.map { |column| array.encode(rows.map { |row| row[column] }) }
         connection.select_rows(INSERT, "Bobbin Enqueue", binds).map { |(id)| id.to_i }
+      end
+
+      # Whether one-job inserts may use a prepared statement: the app allows them (not behind PgBouncer in transaction
+      # mode, `prepared_statements: false`), and Active Record still offers the raw connection the way it does itself.
+      def self.prepared?(connection)
+        connection.prepared_statements? && connection.respond_to?(:with_raw_connection, true)
+      end
+
+      # Inserts one row through the prepared INSERT_ONE on Active Record's raw connection. with_raw_connection (as
+      # Active Record's own statements do) first opens the app's pending transaction, so the row still joins it, and
+      # turns driver errors into Active Record's. Prepared once per server session (the backend pid tells a new one).
+      def self.insert_one(connection, row)
+        name = Bobbin.config.durable_enqueue || connection.transaction_open? ? INSERT_ONE_NAME : INSERT_ONE_ASYNC_NAME
+        connection.send(:with_raw_connection) do |raw|
+          unless raw.instance_variable_get(:@bobbin_prepared) == raw.backend_pid
+            raw.prepare(INSERT_ONE_NAME, INSERT_ONE)
+            raw.prepare(INSERT_ONE_ASYNC_NAME, INSERT_ONE_ASYNC)
+            raw.instance_variable_set(:@bobbin_prepared, raw.backend_pid)
+          end
+          raw.exec_prepared(name, row.values_at(*NEW_JOB)).getvalue(0, 0).to_i
+        end
       end
 
       # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked and promoted

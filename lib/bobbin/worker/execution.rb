@@ -13,7 +13,9 @@ module Bobbin
       # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
       def initialize(interrupted: ->(_id) { false }, hooks: Bobbin.config.perform_hooks, logger: Bobbin.logger)
         @interrupted = interrupted
-        @hooks = (AppExecutor.rails? ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
+        @hooks = hooks
+        # Active Job's own execute callbacks wrap its jobs in the Rails app's reloader; Bobbin's jobs get it first here.
+        @job_hooks = (AppExecutor.rails? ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
         @logger = logger
         @classes = {}
       end
@@ -29,9 +31,10 @@ module Bobbin
       private
         def outcome(job)
           job_class = nil
-          around(job) do
-            job_class = resolve(job) unless job.active_job_id
-            perform(job_class, job)
+          if job.active_job_id
+            perform_active_job(job)
+          else
+            around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
           end
           Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now)).tap { |done| done.concurrency_key = job.concurrency_key }
         rescue UnrunnableJob => error
@@ -44,19 +47,20 @@ module Bobbin
         end
 
         # Runs the block inside every hook, the first outermost.
-        def around(job, index = 0, &block)
-          hook = @hooks[index] or return yield
-          hook.call(job) { around(job, index + 1, &block) }
+        def around(job, hooks, index = 0, &block)
+          hook = hooks[index] or return yield
+          hook.call(job) { around(job, hooks, index + 1, &block) }
         end
 
-        def perform(job_class, job)
-          return job_class.new.perform(*Client::Arguments.load(job.arguments)) unless job.active_job_id
-
+        # Inside Active Job's execute callbacks (in a Rails app: the reloader, once, as every adapter's worker does).
+        def perform_active_job(job)
           base = ActiveJob::Base # loads ActiveJob::Callbacks too, in apps that do not eager-load (development)
           ActiveJob::Callbacks.run_callbacks(:execute) do
-            active_job = base.deserialize(active_job_payload(job.arguments))
-            active_job.provider_job_id = job.id
-            active_job.perform_now
+            around(job, @hooks) do
+              active_job = base.deserialize(active_job_payload(job.arguments))
+              active_job.provider_job_id = job.id
+              active_job.perform_now
+            end
           end
         end
 
