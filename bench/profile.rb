@@ -6,6 +6,8 @@
 #   2. 10,000 × sleep 2 s on fibers: 10_000 — first start → last finish, peak PostgreSQL sessions, peak RSS.
 #   3. CPU-bound jobs (the cpu workload) at C = 10, fibers and threads alternated: jobs/s, the share of the wall
 #      time some job was running (a fiber pool's gaps between jobs), minor GCs and GC time per job.
+#   4. Concurrency limits: 1,000 noop jobs on fibers: 100, without a limit and over 10 keys with limit 1 (then at
+#      most 10 run at once): jobs/s, and the promote statements that let waiting jobs through.
 # Prints a markdown section that bench/analysis.md quotes.
 require "bobbin"
 require "pg"
@@ -37,23 +39,31 @@ end
 module StatementClock
   STATS = Hash.new { |h, k| h[k] = [ 0, 0.0, 0 ] }
 
-  %i[claim finish].each do |name|
-    define_method(name) do |*args|
+  %i[claim finish promote].each do |name|
+    define_method(name) do |*args, **options|
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      result = super(*args)
+      result = super(*args, **options)
       stat = STATS[name]
       stat[0] += 1
       stat[1] += Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-      stat[2] += name == :claim ? result.size : args[1].size
+      stat[2] += { claim: -> { result.size }, finish: -> { args[1].size }, promote: -> { result } }.fetch(name).call
       result
     end
   end
 end
 Bobbin::Store::Guarded.prepend(StatementClock)
 
-def reset(jobs, seconds, work = "sleep")
+# ProfiledJob with a limit of one running job per key (its third argument).
+class LimitedProfiledJob < ProfiledJob
+  bobbin_options concurrency: { to: 1, key: ->(_seconds, _work, key) { key } }
+
+  def perform(seconds, work, _key) = super(seconds, work)
+end
+
+def reset(jobs, seconds, work = "sleep", keys: nil)
   ActiveRecord::Base.connection_pool.with_connection { |c| c.execute("TRUNCATE bobbin_jobs, bobbin_processes") }
-  jobs.times.each_slice(5_000) { |slice| Bobbin.enqueue_all(slice.map { [ ProfiledJob, [ seconds, work ] ] }) }
+  rows = Array.new(jobs) { |i| keys ? [ LimitedProfiledJob, [ seconds, work, "k#{i % keys}" ] ] : [ ProfiledJob, [ seconds, work ] ] }
+  rows.each_slice(5_000) { |slice| Bobbin.enqueue_all(slice) }
   ProfiledJob::TIMES.clear
   StatementClock::STATS.clear
 end
@@ -113,4 +123,14 @@ puts "|---|---|---|---|---|"
   m = measure(mode => 10)
   puts format("| %s: 10 | %.1f | %.1f %% | %.1f | %.1f |", mode, m[:jobs] / m[:span], m[:covered] * 100,
               m[:minor_gcs].fdiv(m[:jobs]), m[:gc_ms].fdiv(m[:jobs]))
+end
+
+puts "\n| 1,000 noop jobs, fibers: 100 | jobs/s | promote: calls, ms/call, jobs let through per call |"
+puts "|---|---|---|"
+[ [ "no limit", nil ], [ "10 keys, limit 1", 10 ], [ "no limit", nil ], [ "10 keys, limit 1", 10 ] ].each do |label, keys|
+  reset(1_000, 0.0, keys: keys)
+  m = measure(fibers: 100)
+  calls, total, rows = StatementClock::STATS[:promote]
+  promote = calls.zero? ? "—" : format("%d, %.2f, %.1f", calls, total / calls * 1000, rows.to_f / calls)
+  puts format("| %s | %.0f | %s |", label, m[:jobs] / m[:span], promote)
 end

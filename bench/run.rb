@@ -28,8 +28,10 @@ parser = OptionParser.new do |o|
   end
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
-  o.on("--profile", "profile Bobbin alone: per-statement costs, 10,000 in-flight 2 s jobs (bench/profile.rb)") do
-    exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile.rb"))
+  o.on("--profile", "profile Bobbin alone: per-statement costs, 10,000 in-flight 2 s jobs, concurrency limits (bench/profile.rb), " \
+                    "an Active Job job's pieces (bench/profile_active_job.rb)") do
+    system({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile.rb")) or exit(1)
+    exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile_active_job.rb"))
   end
   o.on("--report JSON[,JSON]", Array, "re-render RESULTS.md, CSV and charts from saved runs, then exit") { |v| exit(Report.rerender(v) || 0) }
 end

@@ -32,9 +32,17 @@ module Bobbin
     def self.insert(rows)
       Record.with_connection do |connection|
         sql = for_adapter(connection.adapter_name)
-        ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? sql.insert_limited(connection, rows) : sql.insert(connection, rows) }
+        ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) }
         connection.clear_query_cache
         ids
+      end
+    end
+
+    # Rows of which some carry a concurrency limit: inserted (those blocked) and let through to their keys' free
+    # slots in one transaction (a savepoint inside the app's).
+    def self.insert_limited(connection, sql, rows)
+      connection.transaction(requires_new: true) do
+        sql.insert_limited(connection, rows).tap { sql.promote(connection, rows.filter_map { |row| row[:concurrency_key] }) }
       end
     end
 

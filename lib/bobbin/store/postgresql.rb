@@ -60,10 +60,8 @@ module Bobbin
         RETURNING id
       SQL
 
-      LOCK_KEYS = <<~SQL
-        SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended('bobbin-concurrency/' || k, 0))
-                              FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS keys) AS locks
-      SQL
+      # The keys come sorted and distinct (locks taken in one order never deadlock); unnest keeps their order.
+      LOCK_KEYS = "SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended('bobbin-concurrency/' || k, 0)) FROM unnest($1::text[]) AS k) AS locks"
 
       # Slot holders: jobs of the key that are ready (promoted, about to be claimed) or running for less than
       # their duration (a holder whose process hangs or vanished frees its slot then).
@@ -130,23 +128,19 @@ module Bobbin
         end
       end
 
-      # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked and promoted
-      # at once if their key has room, in one transaction (a savepoint inside the app's).
+      # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked (Store.insert
+      # promotes them in the same transaction).
       def self.insert_limited(connection, rows)
         array = PG::TextEncoder::Array.new
         binds = LIMITED_JOB.map { |column| array.encode(rows.map { |row| row[column] }) }
-        connection.transaction(requires_new: true) do
-          ids = connection.select_rows(INSERT_LIMITED, "Bobbin Enqueue", binds).map { |(id)| id.to_i }
-          promote(connection, rows.filter_map { |row| row[:concurrency_key] })
-          ids
-        end
+        connection.select_rows(INSERT_LIMITED, "Bobbin Enqueue", binds).map { |(id)| id.to_i }
       end
 
       # Turns blocked jobs of `keys` ready while their key has a free slot; returns how many (see PROMOTE).
       def self.promote(connection, keys)
         return 0 if keys.empty?
 
-        binds = [ PG::TextEncoder::Array.new.encode(keys.uniq) ]
+        binds = [ PG::TextEncoder::Array.new.encode(keys.uniq.sort) ]
         connection.transaction(requires_new: true) do
           connection.select_rows(LOCK_KEYS, "Bobbin Promote", binds)
           connection.exec_update(PROMOTE, "Bobbin Promote", binds)
@@ -218,9 +212,10 @@ module Bobbin
       private
         # This session runs only Bobbin's own statements. Without statistics (a new or freshly emptied table)
         # the planner would seq-scan and sort the whole ready set for every claim; the ordered partial index
-        # is always right for ORDER BY … LIMIT n, so sorting is taken off the table.
+        # is always right for ORDER BY … LIMIT n, so sorting is taken off the table. A plan that must still
+        # sort then costs over JIT's threshold, and compiling it took ~100 ms a statement: JIT is off too.
         def configure
-          @adapter.raw_connection.exec("SET enable_sort = off")
+          @adapter.raw_connection.exec("SET enable_sort = off; SET jit = off")
         end
 
         def exec(sql, binds)

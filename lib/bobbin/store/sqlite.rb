@@ -77,15 +77,11 @@ module Bobbin
         connection.select_rows(INSERT, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
       end
 
-      # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked and promoted
-      # at once if their key has room, in one transaction (a savepoint inside the app's).
+      # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked (Store.insert
+      # promotes them in the same transaction).
       def self.insert_limited(connection, rows)
         json = JSON.generate(rows.map { |row| row.values_at(*LIMITED_JOB) })
-        connection.transaction(requires_new: true) do
-          ids = connection.select_rows(INSERT_LIMITED, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
-          promote(connection, rows.filter_map { |row| row[:concurrency_key] })
-          ids
-        end
+        connection.select_rows(INSERT_LIMITED, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
       end
 
       # Turns blocked jobs of `keys` ready while their key has a free slot; returns how many (see PROMOTE).
