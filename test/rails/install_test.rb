@@ -30,14 +30,17 @@ class RailsInstallTest < Bobbin::TestCase
     assert_equal "db/queue_migrate", database_yml.dig("development", "queue", "migrations_paths"), "--environments all adds every environment's"
   end
 
-  test "db:prepare puts Bobbin's tables in the queue database only; perform_later in a rolled-back transaction enqueues nothing" do
+  test "db:prepare puts Bobbin's tables in the queue database only; config/bobbin.yml is loaded at boot; " \
+       "perform_later in a rolled-back transaction enqueues nothing; bin/bobbin start runs the job" do
     output = app.run!("bin/rails", "runner", <<~RUBY)
       ActiveRecord::Base.transaction { FileJob.perform_later("rolled-back"); raise ActiveRecord::Rollback }
       job = FileJob.perform_later("committed")
       puts "queue_db=\#{Bobbin::JobRecord.connection_db_config.name} primary_has_jobs=\#{ActiveRecord::Base.connection.table_exists?(:bobbin_jobs)}"
+      puts "pools=\#{Bobbin.config.pools.map(&:to_s).inspect} rails_logger=\#{Bobbin.logger.equal?(Rails.logger)}"
       puts "jobs=\#{Bobbin::JobRecord.pluck(:class_name, :arguments).map { |c, a| [ c, JSON.parse(a)["arguments"] ] }.inspect} id=\#{job.provider_job_id}"
     RUBY
     assert_match(/queue_db=queue primary_has_jobs=false/, output)
+    assert_match(/pools=\["fibers: 50 × 1 process, queues \*"\] rails_logger=true/, output, "config/bobbin.yml's development section, Rails.logger")
     id = output[/id=(\d+)/, 1]
     assert_match(/jobs=\[\["FileJob", \["committed"\]\]\]/, output, "the rolled-back job was never enqueued")
 

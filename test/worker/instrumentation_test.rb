@@ -63,4 +63,25 @@ class InstrumentationTest < Bobbin::TestCase
   test "a hook that is not callable is a configuration error" do
     assert_raises(Bobbin::ConfigurationError) { Bobbin::Configuration.new.around_perform(42) }
   end
+
+  test "perform_start comes before the job runs; the log subscriber writes Rails-style lines for Bobbin's events" do
+    log = StringIO.new
+    Bobbin.config.logger = Logger.new(log, level: Logger::DEBUG)
+    Bobbin::LogSubscriber.attach_to(:bobbin)
+    seen = events do
+      LedgerJob.enqueue("logged")
+      drain(threads: 1)
+      Bobbin.recurring("nightly", schedule: "every day at 3am", class: "LedgerJob", args: [ "n" ])
+      Bobbin::RecurringRun.claim("nightly", Time.utc(2026, 11, 24, 3), Bobbin.config.recurring_tasks["nightly"].job_row)
+    end
+    assert_equal seen["perform"].first.slice(:id, :class_name, :queue, :attempts), seen["perform_start"].first
+    assert_match(/Bobbin Enqueued 1 job \(LedgerJob\) to default \([\d.]+ms\) ids: \d+/, log.string)
+    assert_match(/Bobbin Performing LedgerJob \d+ from default \(attempt 1\)/, log.string)
+    assert_match(/Bobbin Performed LedgerJob \d+ from default in [\d.]+ms: succeeded/, log.string)
+    assert_match(/Bobbin Enqueued recurring nightly tick 2026-11-24T03:00:00Z as job \d+/, log.string)
+  ensure
+    Bobbin::LogSubscriber.detach_from(:bobbin)
+    Bobbin.config.recurring_tasks.clear
+    Bobbin.config.logger = Logger.new(File::NULL)
+  end
 end

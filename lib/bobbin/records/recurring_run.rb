@@ -13,13 +13,15 @@ module Bobbin
     # job are written in one transaction, so the tick and its job exist together or not at all. Returns the
     # job's id, or nil when the tick was taken.
     def self.claim(key, run_at, row)
-      transaction do
+      job_id = transaction do
         taken = insert_all([ { task_key: key, run_at: run_at, created_at: Time.now.utc } ],
                            unique_by: :bobbin_recurring_runs_tick, returning: [ :id ])
         next if taken.rows.empty?
 
-        Client::Enqueuer.insert([ row ]).first.tap { |job_id| where(id: taken.rows.first.first).update_all(job_id: job_id) }
+        Client::Enqueuer.insert([ row ]).first.tap { |id| where(id: taken.rows.first.first).update_all(job_id: id) }
       end
+      Instrumentation.instrument(:recurring, key: key, run_at: run_at, job_id: job_id) if job_id
+      job_id
     end
 
     # Deletes runs older than KEEP seconds, keeping the latest of each task; returns how many.

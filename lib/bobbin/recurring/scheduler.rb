@@ -76,10 +76,7 @@ module Bobbin
           [ latest ]
         end
 
-        def enqueue(task, tick)
-          id = RecurringRun.claim(task.key, tick, task.job_row)
-          Instrumentation.instrument(:recurring, key: task.key, run_at: tick, job_id: id) if id
-        end
+        def enqueue(task, tick) = RecurringRun.claim(task.key, tick, task.job_row)
     end
   end
 end
