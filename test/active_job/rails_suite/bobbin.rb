@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+
+# Rails' own Active Job integration suite (activejob/test/integration in a rails/rails checkout) against Bobbin:
+# `bin/rake test:active_job:rails RAILS_SOURCE=path/to/rails` copies this file to
+# activejob/test/support/integration/adapters/bobbin.rb and runs the suite with AJ_ADAPTER=bobbin. The suite's
+# dummy app (SQLite) holds Bobbin's tables; a forked worker runs its integration_tests queue. The suite ships only
+# in the repository (no gem has it), so CI runs Bobbin's own equivalent, test/active_job/integration_test.rb.
+module BobbinJobsManager
+  def setup
+    require "bobbin"
+    ActiveJob::Base.queue_adapter = :bobbin
+  end
+
+  def clear_jobs
+    Bobbin::JobRecord.delete_all if Bobbin::Record.connection.table_exists?(:bobbin_jobs)
+  end
+
+  def start_workers
+    Bobbin.migrate!
+    Bobbin.config.logger = Logger.new(File::NULL)
+    @pid = fork do
+      Bobbin::Worker.new(queues: [ "integration_tests" ], threads: 2, polling_interval: 0.1).start
+      exit!(0)
+    end
+  end
+
+  def stop_workers
+    Process.kill(:TERM, @pid)
+    Process.wait(@pid)
+  end
+end
