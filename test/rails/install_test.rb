@@ -33,6 +33,7 @@ class RailsInstallTest < Bobbin::TestCase
   test "db:prepare puts Bobbin's tables in the queue database only; config/bobbin.yml is loaded at boot; " \
        "perform_later in a rolled-back transaction enqueues nothing; bin/bobbin start runs the job" do
     output = app.run!("bin/rails", "runner", <<~RUBY)
+      Bobbin::JobRecord.delete_all # the app is shared with this file's other tests (the Puma test leaves its job)
       ActiveRecord::Base.transaction { FileJob.perform_later("rolled-back"); raise ActiveRecord::Rollback }
       job = FileJob.perform_later("committed")
       puts "queue_db=\#{Bobbin::JobRecord.connection_db_config.name} primary_has_jobs=\#{ActiveRecord::Base.connection.table_exists?(:bobbin_jobs)}"
