@@ -26,6 +26,7 @@ require_relative "bobbin/records/process_record"
 require_relative "bobbin/records/queue_pause"
 require_relative "bobbin/records/recurring_task"
 require_relative "bobbin/records/recurring_run"
+require_relative "bobbin/wakeups"
 require_relative "bobbin/store"
 %w[unavailable guarded claimed_job outcome queue_selection postgresql sqlite].each { |part| require_relative "bobbin/store/#{part}" }
 

@@ -17,8 +17,14 @@ module Bobbin
     attr_reader :heartbeat_interval
     # Seconds (> 2 × heartbeat_interval) after which a silent process is presumed dead and its jobs recovered.
     attr_reader :process_alive_threshold
-    # Seconds (≥ 0.01) an idle worker waits before polling again.
+    # Seconds (≥ 0.01) an idle worker waits before polling again while notifications do not reach it.
     attr_reader :polling_interval
+    # Seconds (≥ 0.01) between an idle worker's safety-net polls while notifications reach it (PostgreSQL's
+    # listener is connected); polling_interval when that is longer.
+    attr_reader :notified_polling_interval
+    # Whether enqueues and other changes wake idle workers at once (LISTEN/NOTIFY on PostgreSQL, an in-process
+    # signal and a file watch on SQLite); false leaves workers to polling (e.g. behind PgBouncer in transaction mode).
+    attr_reader :notifications
     # Database connections a fiber pool's jobs share (Active Record >= 7.2 releases between queries).
     attr_reader :fiber_db_concurrency
     # Extra runs a job gets when its process dies under it, beyond its own retries; then it fails.
@@ -51,6 +57,8 @@ module Bobbin
       @heartbeat_interval = 10
       @process_alive_threshold = 60
       @polling_interval = 1.0
+      @notified_polling_interval = 10.0
+      @notifications = true
       @fiber_db_concurrency = 3
       @crash_retries = 2
       @durable_enqueue = true

@@ -8,6 +8,8 @@ module Bobbin
     # The supervisor's one connection: its heartbeat and the host's maintenance. (A worker running without a
     # supervisor does its maintenance on its Active Record pool, between its jobs' queries.)
     SUPERVISOR_CONNECTIONS = 1
+    # The connection each worker process listens on for new work (PostgreSQL, notifications on; see Wakeups).
+    LISTENER_CONNECTIONS = 1
 
     module_function
 
@@ -16,7 +18,14 @@ module Bobbin
     def total(pools, mode)
       own = pools.sum { |pool| pool.processes * OWN_CONNECTIONS }
       jobs = pools.sum { |pool| pool.processes * job_connections(pool.mode, pool.size) }
-      own + (mode == :async ? [ jobs, per_process(pools, mode) ].min : jobs) + SUPERVISOR_CONNECTIONS
+      own + listeners(pools, mode) + (mode == :async ? [ jobs, per_process(pools, mode) ].min : jobs) + SUPERVISOR_CONNECTIONS
+    end
+
+    # Listening connections: one per worker process (all pools share one in async mode), on PostgreSQL.
+    def listeners(pools, mode)
+      return 0 unless Bobbin.config.notifications && Store.for_adapter(Record.connection_db_config.adapter) == Store::PostgreSQL
+
+      (mode == :async ? 1 : pools.sum(&:processes)) * LISTENER_CONNECTIONS
     end
 
     # Active Record pool connections one process needs: the largest pool's (fork mode), or all pools' (async).

@@ -28,6 +28,7 @@ module Bobbin
       report_pool_size
       report_server
       report_fibers
+      report_notifications
       report_active_job
       report_adapter_settings
       @out.puts(@problems.empty? ? "OK: this configuration fits." : "#{@problems.size} problem(s):")
@@ -39,8 +40,9 @@ module Bobbin
       def report_pools
         @out.puts("Pools (#{@mode} mode):")
         @pools.each_with_index do |pool, index|
-          @out.puts(format("  workers[%d] %-40s jobs' DB connections %d + Bobbin's own %d per process",
-                           index, pool.to_s, ConnectionBudget.job_connections(pool.mode, pool.size), ConnectionBudget::OWN_CONNECTIONS))
+          @out.puts(format("  workers[%d] %-40s jobs' DB connections %d + Bobbin's own %d per process%s", index, pool.to_s,
+                           ConnectionBudget.job_connections(pool.mode, pool.size), ConnectionBudget::OWN_CONNECTIONS,
+                           ConnectionBudget.listeners([ pool ], :async).positive? ? " + 1 listening" : ""))
         end
         @out.puts("  total: #{processes} worker processes, #{@pools.sum { |p| p.size * p.processes }} concurrent jobs, " \
                   "#{total_connections} database connections at most (including the supervisor's)")
@@ -75,6 +77,21 @@ module Bobbin
         (BLOCKING.keys & Gem.loaded_specs.keys).each do |gem|
           @out.puts("  ! #{gem} blocks the event loop of fiber pools: use #{BLOCKING[gem]}")
         end
+      end
+
+      # Whether new jobs wake idle workers at once: a NOTIFY from one session reaching a LISTEN on another, end to end.
+      def report_notifications
+        return @out.puts("Notifications: off (idle workers poll every polling_interval)") unless Bobbin.config.notifications
+
+        db_config = Record.connection_db_config
+        unless Store.for_adapter(db_config.adapter) == Store::PostgreSQL
+          return @out.puts("Notifications: SQLite — workers in the enqueuing process wake at once, other processes within " \
+                           "#{(Wakeups::Watcher::INTERVAL * 1000).round} ms (they watch the database file)")
+        end
+        return @out.puts("Notifications: LISTEN/NOTIFY round trip OK (idle workers start new jobs within milliseconds)") if Wakeups::Listener.round_trip?(db_config)
+
+        @problems << "a NOTIFY did not reach a LISTEN within #{Wakeups::Listener::PROBE_TIMEOUT}s (PgBouncer in transaction mode " \
+                     "between Bobbin and PostgreSQL?): point workers at PostgreSQL directly, or set notifications: false to poll"
       end
 
       # The adapter Active Job uses in this booted process, when the app uses Active Job.

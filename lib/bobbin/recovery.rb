@@ -52,6 +52,7 @@ module Bobbin
       ready = running.where(id: blamed).update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil))
       spared = spare(running.where.not(id: blamed), error, suspects: blamed.empty?)
       log(reason, ready + spared, failed, blamed)
+      Wakeups.announce(nil) if ready + spared > 0
       if ready + failed + spared > 0
         Instrumentation.instrument(:recover, process_id: process_id, reason: reason, ready: ready + spared, failed: failed, blamed: blamed)
       end

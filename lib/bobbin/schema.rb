@@ -5,9 +5,9 @@ module Bobbin
   # share it: `up` brings any older install to VERSION, step by step, each step safe to run again.
   module Schema
     # The schema this code needs; workers refuse to start on an older one.
-    VERSION = 5
+    VERSION = 6
     # What each version adds, after the tables of version 1.
-    STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency }.freeze
+    STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency, 6 => :add_due_index }.freeze
 
     module_function
 
@@ -63,6 +63,11 @@ module Bobbin
       add_concurrency_columns(connection)
       create_recurring_tasks(connection)
       create_recurring_runs(connection)
+    end
+
+    # Version 6: ready jobs by run_at, so an idle worker finds when the next scheduled job of its queues is due.
+    def add_due_index(connection)
+      add_index(connection, :bobbin_jobs, %i[run_at], "bobbin_jobs_due", "state = 'ready'")
     end
 
     def record_version(connection)

@@ -34,9 +34,20 @@ module Bobbin
         sql = for_adapter(connection.adapter_name)
         ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) }
         connection.clear_query_cache
+        Wakeups.announce(rows.map { |row| row[:queue] }, at: due_at(rows), connection: connection)
         ids
       end
     end
+
+    # When new rows first become due, in epoch seconds: nil when one of them is due now.
+    def self.due_at(rows)
+      now = timestamp(Time.now)
+      first = rows.map { |row| row[:run_at] || now }.min
+      first > now ? epoch(first) : nil
+    end
+
+    # A `timestamp` string as epoch seconds.
+    def self.epoch(timestamp) = Time.utc(*timestamp.scan(/\d+/).map(&:to_i)).to_f
 
     # Rows of which some carry a concurrency limit: inserted (those blocked) and let through to their keys' free
     # slots in one transaction (a savepoint inside the app's).
@@ -51,7 +62,9 @@ module Bobbin
     def self.promote_due
       Record.with_connection do |connection|
         keys = JobRecord.where(state: "blocked").where(JobRecord.arel_table[:run_at].lteq(Time.now.utc)).distinct.pluck(:concurrency_key)
-        keys.empty? ? 0 : for_adapter(connection.adapter_name).promote(connection, keys)
+        promoted = keys.empty? ? 0 : for_adapter(connection.adapter_name).promote(connection, keys)
+        Wakeups.announce(nil, connection: connection) if promoted.positive?
+        promoted
       end
     end
 

@@ -10,6 +10,7 @@ require_relative "worker/fiber_executor"
 require_relative "worker/thread_executor"
 require_relative "worker/heartbeat"
 require_relative "worker/claimer"
+require_relative "worker/pacer"
 
 module Bobbin
   # One worker pool in one process: claims jobs in batches as its slots free up (plus the few it will start
@@ -35,11 +36,12 @@ module Bobbin
       def mark_stopping(worker, stopping) = stopping ? @stopping[worker] = true : @stopping.delete(worker)
     end
 
-    attr_reader :selection, :executor, :process_id, :name
+    attr_reader :selection, :executor, :process_id, :name, :claimer
 
-    def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, shutdown_timeout: nil, name: nil,
-                   supervisor: nil)
-      Setting.given("Bobbin::Worker.new", polling_interval: polling_interval, shutdown_timeout: shutdown_timeout)
+    def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, notified_polling_interval: nil,
+                   shutdown_timeout: nil, name: nil, supervisor: nil)
+      Setting.given("Bobbin::Worker.new", polling_interval: polling_interval, notified_polling_interval: notified_polling_interval,
+                                          shutdown_timeout: shutdown_timeout)
       raise ConfigurationError, "a worker needs exactly one of fibers: N or threads: N" unless fibers.nil? ^ threads.nil?
 
       size = Integer(fibers || threads)
@@ -48,7 +50,8 @@ module Bobbin
       @selection = Store::QueueSelection.new(queues)
       @waker = Waker.new
       @executor = (fibers ? FiberExecutor : ThreadExecutor).new(size, on_done: @waker.method(:wake))
-      @polling_interval = polling_interval || Bobbin.config.polling_interval
+      @pacer = Pacer.new(polling_interval || Bobbin.config.polling_interval,
+                         notified_polling_interval || Bobbin.config.notified_polling_interval)
       @shutdown_timeout = shutdown_timeout || Bobbin.config.shutdown_timeout
       @name = name || "#{@executor.mode}-#{size}"
       @supervisor = supervisor
@@ -84,6 +87,20 @@ module Bobbin
       { mode: @executor.mode, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name }
     end
 
+    # Hears that jobs are ready in `queues` (nil: any) or become due at `at` (epoch seconds); called by Wakeups from
+    # any thread. Wakes the claim loop when they concern this worker's queues and it has room (or must sleep less).
+    def notice(queues, at)
+      return unless queues.nil? || queues.any? { |queue| @selection.match?(queue) }
+
+      if at
+        sooner = @pacer.sooner?(at)
+        @pacer.note(at)
+        @waker.wake if sooner
+      elsif room?
+        @waker.wake
+      end
+    end
+
     # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
     def held_ids = @executor.held_ids + @outcomes.pending_ids
 
@@ -112,8 +129,9 @@ module Bobbin
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
         Instrumentation.instrument(:start_process, process_event)
         @claimer = Claimer.new(self, Store.open(@selection), @executor)
+        Wakeups.subscribe(self)
         @writer = Store.open(@selection)
-        @outcomes = OutcomeBuffer.new(@writer, @process_id, on_promote: @waker.method(:wake))
+        @outcomes = OutcomeBuffer.new(@writer, @process_id)
         @execution = Execution.new(interrupted: @executor.method(:interrupted?))
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
                                                   maintain: @supervisor.nil?)
@@ -127,9 +145,17 @@ module Bobbin
           next if @claimer.backlog?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
-          wait(@polling_interval) unless drain && @executor.busy.zero?
+          idle unless drain && @executor.busy.zero?
         end
       end
+
+      # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.
+      def idle
+        @pacer.refresh { @claimer.next_run_at }
+        wait(@pacer.idle_wait)
+      end
+
+      def room? = @executor.busy < @executor.capacity
 
       # True once everything is written and nothing was written since the last empty claim (a retry may be due).
       def drained?
@@ -179,6 +205,7 @@ module Bobbin
 
         @finished = true
         Worker.mark_stopping(self, false)
+        Wakeups.unsubscribe(self)
         @claimer&.release_all(keep: @stuck)
         deregister if @process_id
         [ @claimer, @writer ].compact.each(&:close)

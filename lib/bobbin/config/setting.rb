@@ -5,12 +5,12 @@ module Bobbin
   # config/bobbin.yml, CLI flags and Worker.new.
   module Setting
     # The smallest value each setting in seconds accepts (retention must also be above 0, or nil to keep forever).
-    SECONDS = { polling_interval: 0.01, heartbeat_interval: 0.1, shutdown_timeout: 0, process_alive_threshold: 0, retention: 0 }.freeze
+    SECONDS = { polling_interval: 0.01, notified_polling_interval: 0.01, heartbeat_interval: 0.1, shutdown_timeout: 0, process_alive_threshold: 0, retention: 0 }.freeze
     # Settings that are whole numbers ≥ 1 (max_argument_bytes may be nil: no limit).
     COUNTS = %i[max_argument_bytes fiber_db_concurrency crash_retries].freeze
     NILABLE = %i[retention max_argument_bytes].freeze
     # Settings that are true or false.
-    FLAGS = %i[durable_enqueue].freeze
+    FLAGS = %i[durable_enqueue notifications].freeze
 
     module_function
 

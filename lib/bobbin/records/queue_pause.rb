@@ -10,9 +10,9 @@ module Bobbin
       insert_all([ { queue: queue.to_s, created_at: Time.now.utc } ], unique_by: :bobbin_pauses_queue)
     end
 
-    # Resumes `queue` (idempotent).
+    # Resumes `queue` (idempotent) and wakes the workers that take it.
     def self.resume(queue)
-      where(queue: queue.to_s).delete_all
+      where(queue: queue.to_s).delete_all.tap { |resumed| Wakeups.announce([ queue.to_s ]) if resumed.positive? }
     end
   end
 end

@@ -3,8 +3,9 @@
 module Bobbin
   module Store
     # What became of a job: state "succeeded", "failed", or "ready" (or "blocked", for a job with a concurrency
-    # limit) again: a retry at run_at. `concurrency_key` is not written: finishing frees the key's slot.
-    Outcome = Struct.new(:id, :state, :finished_at, :run_at, :error_class, :error_message, :backtrace, :concurrency_key) do
+    # limit) again: a retry at run_at. `concurrency_key` and `queue` are not written: finishing frees the key's
+    # slot, and a retry is announced to the workers of its queue.
+    Outcome = Struct.new(:id, :state, :finished_at, :run_at, :error_class, :error_message, :backtrace, :concurrency_key, :queue) do
       # The members the finish statements write, in their order.
       const_set(:WRITTEN, %i[id state finished_at run_at error_class error_message backtrace].freeze)
     end

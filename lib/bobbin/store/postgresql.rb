@@ -47,6 +47,10 @@ module Bobbin
         WHERE state IN ('ready', 'blocked') AND claimed_by = $1 AND claimed_at IS NULL AND id = ANY($2::bigint[])
       SQL
 
+      # An announcement (Wakeups) to every listening process. Its own transaction commits without waiting for the WAL
+      # flush: a notification is not data, and NOTIFY's cluster-wide commit lock is then held for microseconds.
+      NOTIFY = "SELECT pg_notify('#{Wakeups::Listener::CHANNEL}', $1) FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async"
+
       # Jobs with a concurrency limit (Concurrency::Limit) are inserted blocked; `promote` lets them through while
       # their key has a free slot. The advisory locks make promotions of one key take turns (the count of slot
       # holders must be read after the last promotion of that key committed), so no two sessions fill one slot.
@@ -147,11 +151,17 @@ module Bobbin
         end
       end
 
+      # Sends `payload` to every listening process, on `connection` (Active Record's), outside any transaction.
+      def self.notify(connection, payload)
+        connection.select_value(NOTIFY, "Bobbin Notify", [ payload ])
+      end
+
       # `adapter` is an Active Record adapter this store owns; `selection` is a QueueSelection.
       def initialize(adapter, selection)
         @adapter = adapter
         @selection = selection
         @claim_sql = claim_sql
+        @next_run_at_sql = next_run_at_sql
         @array = PG::TextEncoder::Array.new
         configure
       end
@@ -197,6 +207,17 @@ module Bobbin
         exec(HEARTBEAT, [ process_id, metadata_json ]).cmd_tuples.positive?
       end
 
+      # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.
+      def next_run_at
+        result = exec(@next_run_at_sql, queue_binds)
+        result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f
+      end
+
+      # Announces `notice` (a Wakeups::Notice) to every listening process.
+      def announce(notice)
+        exec(NOTIFY, [ notice.to_json ])
+      end
+
       # Lets blocked jobs of `keys` through to their free slots (after their holders finished); returns how many.
       def promote(keys) = self.class.promote(@adapter, keys)
 
@@ -228,19 +249,30 @@ module Bobbin
               claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
             WHERE id = ANY(ARRAY(
               SELECT id FROM bobbin_jobs
-              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition}
+              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition(4)}
                 AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
               ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
             RETURNING #{RETURNED}
           SQL
         end
 
-        def queue_condition
+        # Walks the partial index bobbin_jobs_due (run_at) and stops at the first row of a selected queue.
+        def next_run_at_sql
+          <<~SQL
+            SELECT EXTRACT(EPOCH FROM run_at)::float8 FROM bobbin_jobs
+            WHERE state = 'ready' AND run_at > now() AT TIME ZONE 'UTC' #{queue_condition(1)}
+            ORDER BY run_at LIMIT 1
+          SQL
+        end
+
+        # The queue filter, its parameters numbered from `first`.
+        def queue_condition(first)
           return "" if @selection.all?
 
           terms = []
-          terms << "queue = ANY($4::text[])" if @selection.names.any?
-          @selection.like_patterns.each_index { |i| terms << "queue LIKE $#{i + 4 + (@selection.names.any? ? 1 : 0)}" }
+          terms << "queue = ANY($#{first}::text[])" if @selection.names.any?
+          offset = first + (@selection.names.any? ? 1 : 0)
+          @selection.like_patterns.each_index { |i| terms << "queue LIKE $#{i + offset}" }
           "AND (#{terms.join(' OR ')})"
         end
 

@@ -19,6 +19,9 @@ module Bobbin
       # True when the pool takes every queue.
       def all? = @all
 
+      # True when the pool takes jobs of `queue`.
+      def match?(queue) = @all || @names.include?(queue) || @prefixes.any? { |prefix| queue.start_with?(prefix) }
+
       # Escapes a prefix for SQL LIKE so `_` and `%` in queue names match literally.
       def like_patterns
         prefixes.map { |prefix| prefix.gsub(/[\\%_]/) { |char| "\\#{char}" } + "%" }

@@ -98,6 +98,7 @@ module Bobbin
         @adapter = adapter
         @selection = selection
         @claim_sql = claim_sql
+        @next_run_at_sql = next_run_at_sql
       end
 
       # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
@@ -151,6 +152,12 @@ module Bobbin
         transaction { execute(HEARTBEAT, [ Store.timestamp(Time.now), metadata_json, process_id ]) && db.changes.positive? }
       end
 
+      # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.
+      def next_run_at = db.get_first_value(@next_run_at_sql, [ Store.timestamp(Time.now), *queue_binds ])
+
+      # Announces `notice` to this process's workers (other processes' Wakeups::Watcher sees inserts for itself).
+      def announce(notice) = Wakeups.deliver(notice.queues, notice.at)
+
       # Lets blocked jobs of `keys` through to their free slots (after their holders finished); returns how many.
       def promote(keys) = self.class.promote(@adapter, keys)
 
@@ -186,6 +193,14 @@ module Bobbin
                 AND queue NOT IN (SELECT queue FROM bobbin_pauses)
               ORDER BY priority, run_at, id LIMIT ?)
             RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key
+          SQL
+        end
+
+        def next_run_at_sql
+          <<~SQL
+            SELECT (julianday(run_at) - 2440587.5) * 86400.0 FROM bobbin_jobs
+            WHERE state = 'ready' AND run_at > ? #{queue_condition}
+            ORDER BY run_at LIMIT 1
           SQL
         end
 

@@ -19,7 +19,11 @@ module Bobbin
         @rate_done = executor.completed
         @backlog = false
         @suspect = nil
+        @claims = 0
       end
+
+      # Claim statements sent so far (an idle worker should send one per poll, and one per announcement it wakes for).
+      attr_reader :claims
 
       # Claims what this worker has room for now (waiting up to GATHER for a wave of slots while work is
       # waiting); returns the claimed jobs, [] when there is no room, no work, or no database.
@@ -34,11 +38,22 @@ module Bobbin
       # True when the last claim filled every free slot (more work is probably waiting).
       def backlog? = @backlog
 
-      # Returns this worker's running rows to ready, except `keep`; returns how many.
+      # Returns this worker's running rows to ready, except `keep`, and announces them; returns how many.
       def release_all(keep: [])
         @store.release(@worker.process_id, keep).tap do |count|
-          Instrumentation.instrument(:release, process_id: @worker.process_id, count: count) if count.positive?
+          next unless count.positive?
+
+          Instrumentation.instrument(:release, process_id: @worker.process_id, count: count)
+          announce
         end
+      end
+
+      # The earliest time a job of this worker's queues that is not due yet becomes due (epoch seconds); nil when
+      # none is waiting or the database is unavailable.
+      def next_run_at
+        @store.next_run_at
+      rescue Store::Unavailable
+        nil
       end
 
       # Closes the claiming connection.
@@ -70,6 +85,7 @@ module Bobbin
         end
 
         def claim(limit, wait)
+          @claims += 1
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
           @failures = reconcile(jobs) if @failures
           Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any?
@@ -88,7 +104,7 @@ module Bobbin
 
           @suspect = suspects.first.id
           extra = suspects.drop(1).map(&:id)
-          @store.hand_back(@worker.process_id, extra) if extra.any?
+          announce if extra.any? && @store.hand_back(@worker.process_id, extra).positive?
           jobs.reject { |job| extra.include?(job.id) }
         end
 
@@ -101,9 +117,16 @@ module Bobbin
         # those handed to the executor, those with an unwritten outcome and `claimed`, the ones the first
         # claim after it returned.
         def reconcile(claimed)
-          @store.release(@worker.process_id, @worker.held_ids + claimed.map(&:id))
+          announce if @store.release(@worker.process_id, @worker.held_ids + claimed.map(&:id)).positive?
           Bobbin.logger.info("bobbin worker #{@worker.process_id}: database reachable again")
           nil
+        end
+
+        # Jobs handed back are ready for any worker (their queues are not known here: every worker with room looks).
+        def announce
+          @store.announce(Wakeups::Notice.new(nil, nil))
+        rescue Store::Unavailable
+          nil # polling finds them
         end
 
         def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)

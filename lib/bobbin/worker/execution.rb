@@ -124,7 +124,7 @@ module Bobbin
 
         def error_outcome(job, state, error, finished_at: nil, run_at: nil)
           Store::Outcome.new(job.id, state, finished_at, run_at, error.class.name, error.message.to_s[0, 10_000],
-                             Array(error.backtrace).first(BACKTRACE_LINES).join("\n"), job.concurrency_key)
+                             Array(error.backtrace).first(BACKTRACE_LINES).join("\n"), job.concurrency_key, job.queue)
         end
     end
   end

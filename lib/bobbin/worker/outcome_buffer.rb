@@ -4,9 +4,7 @@ module Bobbin
   class Worker
     # Collects job outcomes and writes them in batches: after `interval` seconds or `batch` outcomes, whichever first.
     class OutcomeBuffer
-      # `on_promote` is called when finishing jobs with a concurrency limit let waiting jobs of their keys through.
-      def initialize(store, process_id, interval: 0.005, batch: 500, logger: Bobbin.logger, on_promote: nil)
-        @on_promote = on_promote
+      def initialize(store, process_id, interval: 0.005, batch: 500, logger: Bobbin.logger)
         @store = store
         @process_id = process_id
         @interval = interval
@@ -55,6 +53,7 @@ module Bobbin
           @store.finish(@process_id, outcomes)
           @written += outcomes.size
           promote(outcomes.filter_map(&:concurrency_key))
+          announce_retries(outcomes)
           outcomes.size
         rescue Store::Unavailable => error
           @lock.synchronize { @pending.unshift(*outcomes) }
@@ -66,9 +65,19 @@ module Bobbin
         def promote(keys)
           return if keys.empty?
 
-          @on_promote&.call if @store.promote(keys).positive?
+          @store.announce(Wakeups::Notice.new(nil, nil)) if @store.promote(keys).positive?
         rescue Store::Unavailable => error
           @logger.warn("bobbin: could not let waiting jobs of #{keys.uniq.size} concurrency keys through yet: #{error.message}")
+        end
+
+        # Retries written are announced with the time the first one falls due, so an idle worker wakes for it.
+        def announce_retries(outcomes)
+          retries = outcomes.select(&:run_at)
+          return if retries.empty?
+
+          @store.announce(Wakeups::Notice.new(retries.map(&:queue).uniq, Store.epoch(retries.map(&:run_at).min)))
+        rescue Store::Unavailable
+          nil # written; polling finds them
         end
 
         def flush_with_retry

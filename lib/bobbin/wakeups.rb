@@ -1,0 +1,96 @@
+# frozen_string_literal: true
+
+require_relative "wakeups/notice"
+require_relative "wakeups/listener"
+require_relative "wakeups/watcher"
+
+module Bobbin
+  # How an idle worker hears of new work without polling. Whatever makes jobs ready (an enqueue, a retry written,
+  # a release, a recovery, a resumed queue, a concurrency slot freed) announces the queues after its commit; every
+  # worker of every process whose queues match and who has room wakes at once.
+  #
+  # PostgreSQL: the announcement is a NOTIFY on its own (sent after the job's commit, not inside it: a NOTIFY holds
+  # a cluster-wide lock through its transaction's commit, which would serialise every producer's durable commit);
+  # each process listens on one connection (Listener). SQLite: the announcing process wakes its own workers, and
+  # each worker process watches the database file for commits of new jobs (Watcher). Either way polling stays as
+  # the safety net, slower while notifications work (notified_polling_interval) than while they do not.
+  module Wakeups
+    @lock = Mutex.new
+    @workers = []
+    @source = nil
+
+    module_function
+
+    # Adds a worker (anything answering `notice(queues, at)`) to this process's listeners; starts the process's
+    # listening thread with the first one.
+    def subscribe(worker)
+      @lock.synchronize do
+        forked! if @pid != ::Process.pid
+        @workers |= [ worker ]
+        @source ||= start_source
+      end
+    end
+
+    # Removes a worker; stops the listening thread with the last one.
+    def unsubscribe(worker)
+      source = @lock.synchronize do
+        @workers.delete(worker)
+        next unless @workers.empty?
+
+        @source.tap { @source = nil }
+      end
+      source&.stop
+    end
+
+    # True while every announcement reaches this process (PostgreSQL's listener is connected), so idle workers
+    # may poll at notified_polling_interval. (SQLite's watcher sees only inserts from other processes.)
+    def listening? = @source.is_a?(Listener) && @pid == ::Process.pid && @source.healthy?
+
+    # Tells this process's workers that jobs are ready in `queues` (nil: any queue), or become due at `at`
+    # (epoch seconds; nil: now).
+    def deliver(queues, at = nil)
+      @lock.synchronize { @workers.dup }.each { |worker| worker.notice(queues, at) }
+    end
+
+    # Announces jobs made ready in `queues` (nil: any), the earliest due at `at` (epoch seconds; nil: now), once the
+    # transaction open on `connection` (Active Record's; default Bobbin's) commits — at once without one, never on
+    # rollback: to this process's workers on SQLite, to every process through a NOTIFY on PostgreSQL.
+    def announce(queues, at: nil, connection: nil)
+      return unless Bobbin.config.notifications
+
+      notice = Notice.new(queues&.uniq, at)
+      return after_commit(connection, notice) if connection
+
+      Record.with_connection { |own| after_commit(own, notice) }
+    end
+
+    def after_commit(connection, notice)
+      connection.current_transaction.after_commit { send_notice(connection, notice) }
+    end
+
+    # A forked child inherits the parent's registry but not its listening thread.
+    def forked!
+      @workers = []
+      @source = nil
+      @pid = ::Process.pid
+    end
+
+    # Never raises: the jobs are committed, and polling finds them if the announcement is lost.
+    def send_notice(connection, notice)
+      adapter = Store.for_adapter(connection.adapter_name)
+      adapter == Store::PostgreSQL ? adapter.notify(connection, notice.to_json) : deliver(notice.queues, notice.at)
+    rescue ActiveRecord::ActiveRecordError, SystemCallError => error
+      Bobbin.logger.warn("bobbin: could not announce new jobs (#{error.message.lines.first&.strip}); workers will find them by polling")
+    end
+
+    def start_source
+      return unless Bobbin.config.notifications
+
+      db_config = Record.connection_db_config
+      source = Store.for_adapter(db_config.adapter) == Store::PostgreSQL ? Listener.new(db_config) : Watcher.new(db_config)
+      source.start
+    end
+
+    private_class_method :after_commit, :forked!, :send_notice, :start_source
+  end
+end

@@ -1,0 +1,77 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Wakeups
+    # SQLite has no NOTIFY. A worker process watches the database instead, on a thread and a read-only connection
+    # of its own: every INTERVAL it reads `PRAGMA data_version`, which changes only when another connection has
+    # committed (a read of shared memory, no disk I/O, so a quiet database costs nothing more); after a change it
+    # looks for jobs inserted since its last look and announces their queues to this process's workers. Jobs
+    # that become ready without an insert in another process (a release, a recovery, a resumed queue) are found
+    # by polling; the process that made them ready wakes its own workers at once.
+    class Watcher
+      INTERVAL = 0.005
+
+      NEW_JOBS = <<~SQL
+        SELECT queue, (julianday(MIN(run_at)) - 2440587.5) * 86400.0, MAX(id) FROM bobbin_jobs WHERE id > ? GROUP BY queue
+      SQL
+
+      def initialize(db_config, logger: Bobbin.logger, interval: INTERVAL)
+        @db_config = db_config
+        @logger = logger
+        @interval = interval
+        @healthy = false
+        @stop = Thread::Queue.new
+      end
+
+      # Starts watching on a thread; returns self.
+      def start
+        @thread = Thread.new { run }
+        @thread.name = "bobbin-watcher"
+        self
+      end
+
+      # True while the watcher reads the database.
+      def healthy? = @healthy
+
+      # Stops watching and closes the connection.
+      def stop
+        @stop << :stop
+        @thread&.join(1)
+      end
+
+      private
+        def run
+          @adapter = @db_config.new_connection
+          @db = @adapter.raw_connection
+          @version = version
+          @last_id = @db.get_first_value("SELECT COALESCE(MAX(id), 0) FROM bobbin_jobs").to_i
+          @healthy = true
+          look until @stop.pop(timeout: @interval) == :stop
+        rescue StandardError => error
+          @logger.warn("bobbin: cannot watch the SQLite database for new jobs (#{error.class}: #{error.message}); idle workers poll")
+        ensure
+          @healthy = false
+          @adapter&.disconnect!
+        end
+
+        def look
+          current = version
+          return if current == @version
+
+          @version = current
+          rows = @db.execute(NEW_JOBS, [ @last_id ])
+          return if rows.empty?
+
+          @last_id = rows.map(&:last).max
+          now = Time.now.to_f
+          due, later = rows.partition { |_queue, at, _id| at <= now }
+          Wakeups.deliver(due.map(&:first)) if due.any?
+          Wakeups.deliver(later.map(&:first), later.map { |row| row[1] }.min) if later.any?
+        rescue SQLite3::BusyException
+          nil # a writer holds the file for a moment; the next look sees the same change
+        end
+
+        def version = @db.get_first_value("PRAGMA data_version")
+    end
+  end
+end

@@ -1,0 +1,54 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Worker
+    # How long an idle claim loop sleeps: until the earliest time a known job of its queues becomes due (so
+    # `set(wait: 5.seconds)` starts at 5.00 s), or the next safety poll — every polling_interval, or every
+    # notified_polling_interval (if longer) while notifications reach this process. Due times come from
+    # announcements (any thread) and from the database: at boot, once the known one has passed, and at each poll.
+    class Pacer
+      # Wakes this much after a due time, so the database's clock has passed it too.
+      SLACK = 0.001
+
+      def initialize(polling_interval, notified_polling_interval)
+        @polling_interval = polling_interval
+        @notified_polling_interval = [ notified_polling_interval, polling_interval ].max
+        @lock = Mutex.new
+        @due = nil
+        @refreshed_at = nil
+      end
+
+      # Notes that a job of this worker's queues becomes due at `at` (epoch seconds).
+      def note(at)
+        @lock.synchronize { @due = at if @due.nil? || at < @due }
+      end
+
+      # True when `at` comes before the due time this pacer waits for (a sleeping loop should recompute its wait).
+      def sooner?(at) = @lock.synchronize { @due.nil? || at < @due }
+
+      # Asks the block for the earliest due time in the database when the one known has passed or a poll
+      # interval went by since the last look.
+      def refresh(now = Time.now.to_f)
+        due, refreshed_at = @lock.synchronize { [ @due, @refreshed_at ] }
+        return unless refreshed_at.nil? || (due && due <= now) || now - refreshed_at >= poll_interval
+
+        found = yield
+        @lock.synchronize do
+          @due = nil if @due && @due <= now
+          @due = found if found && (@due.nil? || found < @due)
+          @refreshed_at = now
+        end
+      end
+
+      # Seconds to sleep with nothing to claim.
+      def idle_wait(now = Time.now.to_f)
+        poll = poll_interval
+        due = @lock.synchronize { @due }
+        due ? (due - now + SLACK).clamp(0.0, poll) : poll
+      end
+
+      # The safety poll's interval now.
+      def poll_interval = Wakeups.listening? ? @notified_polling_interval : @polling_interval
+    end
+  end
+end

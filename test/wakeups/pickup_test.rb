@@ -1,0 +1,91 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "notice_probe"
+
+# An idle worker polling only every 60 s starts new work as soon as it is announced (enqueue, scheduled time,
+# resume), and only work of its own queues wakes it.
+class PickupTest < Bobbin::TestCase
+  include NoticeProbe
+
+  POLL = 60
+
+  def ran?(key) = Recorder.calls.include?(key)
+
+  def run_soon(key, timeout: 20) = assert(wait_for("job #{key} to run (the worker polls only every #{POLL}s)", timeout: timeout) { ran?(key) })
+
+  test "a job enqueued to an idle worker whose polling interval is 60 s starts without waiting for a poll" do
+    with_idle_worker do
+      SleepJob.enqueue(0, "now")
+      run_soon("now")
+      SleepJob.enqueue(0, "again")
+      run_soon("again")
+    end
+  end
+
+  test "a job scheduled 2 s ahead runs at its time on a worker polling every 60 s, not before" do
+    with_idle_worker do
+      id = SleepJob.enqueue_in(2, 0, "later")
+      run_soon("later")
+      job = Bobbin::JobRecord.find(id)
+      assert_operator job.started_at, :>=, job.run_at, "started at or after its run_at"
+    end
+  end
+
+  test "a job scheduled before the worker started is found at boot and runs at its time" do
+    SleepJob.enqueue_in(3, 0, "booked")
+    with_idle_worker { run_soon("booked") }
+  end
+
+  test "a worker selecting llm_* is not woken by jobs for mail, and is by jobs for llm_chat" do
+    with_idle_worker(queues: [ "llm_*" ]) do |worker|
+      claims = worker.claimer.claims
+      5.times { |i| enqueue_to("mail", "mail-#{i}") }
+      assert_heard(5) # the announcements went out; the worker heard them too
+      assert_equal claims, worker.claimer.claims, "no claim for jobs of another queue"
+      enqueue_to("llm_chat", "chat")
+      run_soon("chat")
+      assert_not ran?("mail-0")
+    end
+  end
+
+  test "a paused queue's jobs wait; resuming the queue wakes the worker at once" do
+    with_idle_worker do
+      Bobbin.pause("llm")
+      enqueue_to("llm", "paused")
+      assert_heard(1)
+      sleep(0.5)
+      assert_not ran?("paused"), "not claimed while paused"
+      Bobbin.resume("llm")
+      run_soon("paused")
+    end
+  end
+
+  test "an enqueue in a transaction that rolls back announces nothing and runs nothing; a commit announces once" do
+    with_idle_worker do
+      Bobbin::Record.transaction do
+        SleepJob.enqueue(0, "rolled-back")
+        raise ActiveRecord::Rollback
+      end
+      assert_heard(0)
+      Bobbin::Record.transaction do
+        SleepJob.enqueue(0, "committed")
+        assert_heard(0, "nothing before the commit")
+      end
+      run_soon("committed")
+      assert_heard(1)
+      assert_not ran?("rolled-back")
+      assert_equal 0, Bobbin::JobRecord.where(class_name: "SleepJob").where("arguments LIKE '%rolled-back%'").count
+    end
+  end
+
+  test "enqueue_all of 10,000 jobs sends one announcement" do
+    with_idle_worker do
+      Bobbin.enqueue_all(Array.new(10_000) { |i| [ SleepJob, [ 0 ], { queue: "bulk#{i % 3}" } ] })
+      notices = assert_heard(1)
+      assert_equal %w[bulk0 bulk1 bulk2], notices.first.queues.sort
+      wait_for("10,000 jobs to run", timeout: 120) { Bobbin::JobRecord.where(state: "ready").none? && Bobbin::JobRecord.where(state: "running").none? }
+      assert_equal 10_000, Bobbin::JobRecord.where(state: "succeeded").where("queue LIKE 'bulk%'").count
+    end
+  end
+end
