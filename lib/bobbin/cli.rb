@@ -18,7 +18,8 @@ module Bobbin
     TEXT
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
-    FLAGS = { polling_interval: "--polling-interval", shutdown_timeout: "--shutdown-timeout" }.freeze
+    FLAGS = { polling_interval: "--polling-interval", notified_polling_interval: "--notified-polling-interval",
+              shutdown_timeout: "--shutdown-timeout" }.freeze
 
     # Runs the command in `argv`; returns the process exit status.
     def self.start(argv) = new.start(argv)
@@ -90,7 +91,7 @@ module Bobbin
         ConfigFile.load(config) if config
         load_recurring
         pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval).transform_keys(&:to_s)
-        Bobbin.config.shutdown_timeout = options[:shutdown_timeout] if options[:shutdown_timeout]
+        Bobbin.config.set(**options.slice(:shutdown_timeout, :notified_polling_interval))
         Bobbin.config.workers = [ pool ] if (pool.keys & %w[fibers threads]).any?
       end
 
@@ -107,7 +108,7 @@ module Bobbin
         options[:queues] ||= [ "*" ]
         boot(options)
         load_recurring
-        worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :shutdown_timeout))
+        worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :notified_polling_interval, :shutdown_timeout))
         options[:drain] ? worker.run_until_empty : worker.start
         0
       end
@@ -118,7 +119,8 @@ module Bobbin
           o.on("-q", "--queues LIST", Array, "queues, in order; * and prefix* wildcards (default *)") { |v| options[:queues] = v }
           o.on("--fibers N", Integer, "run up to N jobs as fibers on one event loop") { |v| options[:fibers] = v }
           o.on("--threads N", Integer, "run up to N jobs on a pool of N threads") { |v| options[:threads] = v }
-          o.on("--polling-interval SECONDS", Float, "idle wait between claims") { |v| options[:polling_interval] = v }
+          o.on("--polling-interval SECONDS", Float, "idle wait between claims without notifications (default 1)") { |v| options[:polling_interval] = v }
+          o.on("--notified-polling-interval SECONDS", Float, "the same while notifications work (default 10)") { |v| options[:notified_polling_interval] = v }
           o.on("--shutdown-timeout SECONDS", Float, "wait this long for jobs on TERM") { |v| options[:shutdown_timeout] = v }
           o.on("-r", "--require FILE", "load job classes from FILE (repeatable)") { |v| (options[:require] ||= []) << v }
           o.on("-d", "--database URL", "database URL (default DATABASE_URL or the Rails app's)") { |v| options[:database] = v }

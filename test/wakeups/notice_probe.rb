@@ -14,12 +14,13 @@ module NoticeProbe
     def take = @lock.synchronize { @notices.slice!(0, @notices.size) }
   end
 
-  # Runs a fiber worker that polls every `poll` seconds, whether notifications work or not, until the block ends.
-  # A first job has run and the worker has gone back to sleep before the block starts.
-  def with_idle_worker(queues: [ "*" ], poll: PickupTest::POLL)
+  # Runs a fiber worker that polls every `poll` seconds (every `fallback` seconds while notifications do not
+  # reach it, `poll` by default) until the block ends. A first job has run and the worker has gone back to sleep
+  # before the block starts.
+  def with_idle_worker(queues: [ "*" ], poll: 60, fallback: poll)
     @probe = Probe.new
     Bobbin::Wakeups.subscribe(@probe)
-    worker = Bobbin::Worker.new(queues: queues, fibers: 5, polling_interval: poll, notified_polling_interval: poll)
+    worker = Bobbin::Worker.new(queues: queues, fibers: 5, polling_interval: fallback, notified_polling_interval: poll)
     thread = Thread.new { worker.run }
     wait_for("the worker to listen", timeout: 30) { Bobbin::Wakeups.listening? } if postgres?
     warm_up(queues)

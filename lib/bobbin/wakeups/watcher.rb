@@ -59,7 +59,7 @@ module Bobbin
           return if current == @version
 
           @version = current
-          rows = @db.execute(NEW_JOBS, [ @last_id ])
+          rows = @db.execute(NEW_JOBS, [ @last_id ]).map { |row| row.is_a?(Hash) ? row.values : row } # Active Record sets results_as_hash
           return if rows.empty?
 
           @last_id = rows.map(&:last).max

@@ -1,0 +1,70 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "notice_probe"
+
+# The listening connection (PostgreSQL): one per process, and when it is lost, polling carries on and
+# notifications come back.
+class ListenerTest < Bobbin::TestCase
+  include NoticeProbe
+
+  # The backend pids of this process's listening sessions.
+  def listeners
+    Bobbin::Record.connection.select_values(<<~SQL, "listeners", [ TestDatabase.application_name ]).map(&:to_i)
+      SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN %' AND pid <> pg_backend_pid()
+    SQL
+  end
+
+  def local_cluster
+    port = TestDatabase.url[/port=(\d+)/, 1] || "5432"
+    line = `pg_lsclusters -h 2>/dev/null`.lines.map(&:split).find { |fields| fields[2] == port }
+    line && Process.uid.zero? ? line.first(2) : nil
+  end
+
+  def ran?(key) = Recorder.calls.include?(key)
+
+  # Notifications are back when a job enqueued to a worker sleeping its 60 s notified poll runs within seconds.
+  def assert_notifications_resume(key)
+    wait_for("the listener to reconnect", timeout: 60) { Bobbin::Wakeups.listening? }
+    sleep(1.5) # any short wait taken while the listener was down is over: the worker now sleeps its 60 s
+    query { enqueue_to("default", key) }
+    assert wait_for("#{key} to run on notification", timeout: 20) { ran?(key) }
+  end
+
+  setup { skip_unless_postgres }
+
+  test "two pools in one process share one listening connection" do
+    other = Bobbin::Worker.new(queues: [ "mail" ], threads: 2, polling_interval: 60)
+    thread = Thread.new { other.run }
+    with_idle_worker(poll: 60) do
+      assert_equal 1, listeners.size, "one LISTEN session for the process"
+      enqueue_to("mail", "mail")
+      assert wait_for("the thread pool's job", timeout: 20) { ran?("mail") }
+    end
+  ensure
+    other&.stop
+    thread&.join(30)
+  end
+
+  test "after pg_terminate_backend of the listener, jobs still run and notifications resume" do
+    with_idle_worker(poll: 60, fallback: 0.5) do
+      old = listeners
+      assert_equal 1, old.size
+      Bobbin::Record.connection.select_value("SELECT pg_terminate_backend(#{old.first})")
+      enqueue_to("default", "while-deaf")
+      assert wait_for("the job enqueued while the listener was gone", timeout: 20) { ran?("while-deaf") }
+      assert_notifications_resume("after")
+      assert_not_equal old, listeners, "a new listening session"
+    end
+  end
+
+  test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume" do
+    cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
+    with_idle_worker(poll: 60, fallback: 0.5) do
+      assert system("pg_ctlcluster", *cluster, "restart", "-m", "fast", out: File::NULL, err: File::NULL), "PostgreSQL restarted"
+      query { enqueue_to("default", "after-restart") }
+      assert wait_for("the job enqueued after the restart", timeout: 60) { ran?("after-restart") }
+      assert_notifications_resume("notified")
+    end
+  end
+end
