@@ -34,6 +34,7 @@ module Bobbin
         sql = for_adapter(connection.adapter_name)
         ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) }
         connection.clear_query_cache
+        Wakeups.inserted_here(ids) if sql == SQLite
         Wakeups.announce(rows.map { |row| row[:queue] }, at: due_at(rows), connection: connection)
         ids
       end

@@ -18,6 +18,7 @@ module Bobbin
     @lock = Mutex.new
     @workers = []
     @source = nil
+    @inserted_here = []
 
     module_function
 
@@ -51,6 +52,17 @@ module Bobbin
     def deliver(queues, at = nil)
       @lock.synchronize { @workers.dup }.each { |worker| worker.notice(queues, at) }
     end
+
+    # Notes job ids this process inserted (SQLite): it announces them itself, so its Watcher passes them over.
+    def inserted_here(ids)
+      @lock.synchronize { @inserted_here << (ids.min..ids.max) } if ids.any? && @source.is_a?(Watcher)
+    end
+
+    # True when job `id` was inserted by this process.
+    def inserted_here?(id) = @lock.synchronize { @inserted_here.any? { |range| range.cover?(id) } }
+
+    # Forgets the ids this process inserted up to `id` (the Watcher has looked past them).
+    def forget_inserted(id) = @lock.synchronize { @inserted_here.reject! { |range| range.max <= id } }
 
     # Announces jobs made ready in `queues` (nil: any), the earliest due at `at` (epoch seconds; nil: now), once the
     # transaction open on `connection` (Active Record's; default Bobbin's) commits — at once without one, never on

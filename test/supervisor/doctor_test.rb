@@ -34,7 +34,8 @@ class DoctorTest < Bobbin::TestCase
     status, report = doctor([ { "queues" => [ "chat" ], "fibers" => 100, "processes" => 2 }, { "threads" => 5 } ])
     assert_equal 0, status, report
     assert_match(/workers\[0\] fibers: 100 × 2 processes.*jobs' DB connections 3 \+ Bobbin's own 2/, report)
-    assert_match(/total: 3 worker processes, 205 concurrent jobs, 18 database connections/, report)
+    assert_match(/total: 3 worker processes, 205 concurrent jobs, #{postgres? ? 21 : 18} database connections/, report,
+                 "3 + 2 per fiber process, 5 + 2 for the thread one, 1 for the supervisor (and a listener per process on PostgreSQL)")
     assert_match(/Active Record pool: 25 configured, 5 needed per process/, report)
     assert_match(/OK: this configuration fits/, report)
   end
@@ -50,7 +51,7 @@ class DoctorTest < Bobbin::TestCase
     status, report = doctor([ { "threads" => 20, "processes" => 6 } ])
     assert_equal 1, status
     assert_match(/PostgreSQL: max_connections \d+/, report)
-    assert_match(/Bobbin needs 133 connections but PostgreSQL allows \d+/, report)
+    assert_match(/Bobbin needs 139 connections but PostgreSQL allows \d+/, report, "6 × (20 + 2 + 1 listening) + 1")
   end
 
   test "fiber pools without fiber isolation fail the check" do

@@ -12,14 +12,14 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_operator Recorder.max_in_flight, :<=, 500, "never more than the pool's capacity"
   end
 
-  test "200 fibers writing to the database share a pool of 3; the process holds at most 3 + 2 connections" do
+  test "200 fibers writing to the database share a pool of 3; the process holds at most 3 + 2 connections and a listener" do
     with_pool(3) do
       Bobbin.enqueue_all(Array.new(200) { |i| [ SessionCountingJob, [ "job-#{i}" ] ] })
       drain(fibers: 200)
       assert_equal 200, LedgerEntry.count, "every job got a connection in turn; none timed out"
       assert_operator Recorder.max_in_flight, :>=, 150, "the jobs really overlapped"
       assert_operator ActiveRecord::Base.connection_pool.connections.size, :<=, 3
-      assert_operator SessionCountingJob.peak, :<=, 5, "server-side sessions seen from inside the jobs" if postgres?
+      assert_operator SessionCountingJob.peak, :<=, 6, "server-side sessions seen from inside the jobs" if postgres?
     end
   end
 

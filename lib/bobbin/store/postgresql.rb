@@ -49,7 +49,7 @@ module Bobbin
 
       # An announcement (Wakeups) to every listening process. Its own transaction commits without waiting for the WAL
       # flush: a notification is not data, and NOTIFY's cluster-wide commit lock is then held for microseconds.
-      NOTIFY = "SELECT pg_notify('#{Wakeups::Listener::CHANNEL}', $1) FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async"
+      NOTIFY = "SELECT 1 FROM pg_notify('#{Wakeups::Listener::CHANNEL}', $1), set_config('synchronous_commit', 'off', true)"
 
       # Jobs with a concurrency limit (Concurrency::Limit) are inserted blocked; `promote` lets them through while
       # their key has a free slot. The advisory locks make promotions of one key take turns (the count of slot

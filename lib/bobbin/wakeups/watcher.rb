@@ -5,15 +5,14 @@ module Bobbin
     # SQLite has no NOTIFY. A worker process watches the database instead, on a thread and a read-only connection
     # of its own: every INTERVAL it reads `PRAGMA data_version`, which changes only when another connection has
     # committed (a read of shared memory, no disk I/O, so a quiet database costs nothing more); after a change it
-    # looks for jobs inserted since its last look and announces their queues to this process's workers. Jobs
+    # looks for jobs inserted since its last look by other processes (this one announces its own at once) and
+    # announces their queues to this process's workers. Jobs
     # that become ready without an insert in another process (a release, a recovery, a resumed queue) are found
     # by polling; the process that made them ready wakes its own workers at once.
     class Watcher
       INTERVAL = 0.005
 
-      NEW_JOBS = <<~SQL
-        SELECT queue, (julianday(MIN(run_at)) - 2440587.5) * 86400.0, MAX(id) FROM bobbin_jobs WHERE id > ? GROUP BY queue
-      SQL
+      NEW_JOBS = "SELECT id, queue, (julianday(run_at) - 2440587.5) * 86400.0 FROM bobbin_jobs WHERE id > ? ORDER BY id"
 
       def initialize(db_config, logger: Bobbin.logger, interval: INTERVAL)
         @db_config = db_config
@@ -62,13 +61,21 @@ module Bobbin
           rows = @db.execute(NEW_JOBS, [ @last_id ]).map { |row| row.is_a?(Hash) ? row.values : row } # Active Record sets results_as_hash
           return if rows.empty?
 
-          @last_id = rows.map(&:last).max
-          now = Time.now.to_f
-          due, later = rows.partition { |_queue, at, _id| at <= now }
-          Wakeups.deliver(due.map(&:first)) if due.any?
-          Wakeups.deliver(later.map(&:first), later.map { |row| row[1] }.min) if later.any?
+          @last_id = rows.last.first
+          announce(rows.reject { |id, _queue, _at| Wakeups.inserted_here?(id) })
+          Wakeups.forget_inserted(@last_id)
         rescue SQLite3::BusyException
           nil # a writer holds the file for a moment; the next look sees the same change
+        end
+
+        # Jobs inserted by other processes: their queues, now or (none due yet) at the first one's run_at.
+        def announce(rows)
+          return if rows.empty?
+
+          now = Time.now.to_f
+          due, later = rows.partition { |_id, _queue, at| at <= now }
+          Wakeups.deliver(due.map { |row| row[1] }.uniq) if due.any?
+          Wakeups.deliver(later.map { |row| row[1] }.uniq, later.map(&:last).min) if later.any?
         end
 
         def version = @db.get_first_value("PRAGMA data_version")
