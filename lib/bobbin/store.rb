@@ -27,17 +27,43 @@ module Bobbin
       Guarded.new(for_adapter(db_config.adapter).new(db_config.new_connection, selection))
     end
 
-    # Inserts new job rows with one statement on the app's connection; returns their ids. The statement goes
-    # around Active Record's query cache (two identical enqueues are two jobs) and clears it (later reads see them).
+    # Inserts new job rows and returns their ids; announces them once committed. Inside a transaction on Bobbin's
+    # connection the rows join it (one statement, committed or rolled back with it); outside one, concurrent
+    # callers of this process share a statement and a commit (Client::GroupCommit) and each returns once its rows
+    # are durable.
     def self.insert(rows)
-      Record.with_connection do |connection|
-        sql = for_adapter(connection.adapter_name)
-        ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) }
-        connection.clear_query_cache
-        Wakeups.inserted_here(ids) if sql == SQLite
-        Wakeups.announce(rows.map { |row| row[:queue] }, at: due_at(rows), connection: connection)
-        ids
-      end
+      own = Record.connection_pool.active_connection?
+      return Record.with_connection { |connection| write(connection, rows) } if own&.transaction_open? || rows.any? { |row| row[:concurrency_key] }
+
+      group_commit.insert(rows).tap { own&.clear_query_cache }
+    end
+
+    # One statement on `connection`, around Active Record's query cache (two identical enqueues are two jobs) and
+    # clearing it (later reads see them); announced after the commit.
+    def self.write(connection, rows)
+      sql = for_adapter(connection.adapter_name)
+      notice = Wakeups::Notice.new(rows.map { |row| row[:queue] }.uniq, due_at(rows))
+      return write_announcing(connection, sql, rows, notice) if sql == PostgreSQL && Bobbin.config.notifications && sql.pipelined?(connection) &&
+                                                                rows.none? { |row| row[:concurrency_key] }
+
+      ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) }
+      connection.clear_query_cache
+      Wakeups.inserted_here(ids) if sql == SQLite
+      Wakeups.announce(notice.queues, at: notice.at, connection: connection)
+      ids
+    end
+
+    # PostgreSQL outside a transaction: the INSERT and its NOTIFY in one round trip.
+    def self.write_announcing(connection, sql, rows, notice)
+      sql.insert_announcing(connection, rows, notice.to_json).tap { connection.clear_query_cache }
+    end
+
+    # This process's GroupCommit (a forked child gets its own: a parent's writer may have been mid-write).
+    def self.group_commit
+      return @group_commit if @group_commit_pid == ::Process.pid
+
+      @group_commit_pid = ::Process.pid
+      @group_commit = Client::GroupCommit.new { |rows| Record.with_connection { |connection| write(connection, rows) } }
     end
 
     # When new rows first become due, in epoch seconds: nil when one of them is due now.

@@ -106,9 +106,13 @@ module Bobbin
       def self.insert(connection, rows)
         return [ insert_one(connection, rows.first) ] if rows.size == 1 && prepared?(connection)
 
+        connection.select_rows(INSERT, "Bobbin Enqueue", binds(rows)).map { |(id)| id.to_i }
+      end
+
+      # INSERT's parameters: one array per column of Store::NEW_JOB.
+      def self.binds(rows)
         array = PG::TextEncoder::Array.new
-        binds = NEW_JOB.map { |column| array.encode(rows.map { |row| row[column] }) }
-        connection.select_rows(INSERT, "Bobbin Enqueue", binds).map { |(id)| id.to_i }
+        NEW_JOB.map { |column| array.encode(rows.map { |row| row[column] }) }
       end
 
       # Whether one-job inserts may use a prepared statement: the app allows them (not behind PgBouncer in transaction
@@ -121,15 +125,59 @@ module Bobbin
       # Active Record's own statements do) first opens the app's pending transaction, so the row still joins it, and
       # turns driver errors into Active Record's. Prepared once per server session (the backend pid tells a new one).
       def self.insert_one(connection, row)
-        name = Bobbin.config.durable_enqueue || connection.transaction_open? ? INSERT_ONE_NAME : INSERT_ONE_ASYNC_NAME
         connection.send(:with_raw_connection) do |raw|
-          unless raw.instance_variable_get(:@bobbin_prepared) == raw.backend_pid
-            raw.prepare(INSERT_ONE_NAME, INSERT_ONE)
-            raw.prepare(INSERT_ONE_ASYNC_NAME, INSERT_ONE_ASYNC)
-            raw.instance_variable_set(:@bobbin_prepared, raw.backend_pid)
-          end
-          raw.exec_prepared(name, row.values_at(*NEW_JOB)).getvalue(0, 0).to_i
+          prepare(raw)
+          raw.exec_prepared(one_name(connection), row.values_at(*NEW_JOB)).getvalue(0, 0).to_i
         end
+      end
+
+      # The prepared one-row INSERT to use: durable, or (durable_enqueue false, outside a transaction) not waiting for the flush.
+      def self.one_name(connection)
+        Bobbin.config.durable_enqueue || connection.transaction_open? ? INSERT_ONE_NAME : INSERT_ONE_ASYNC_NAME
+      end
+
+      # Prepares the one-row INSERTs on `raw` once per server session (the backend pid tells a new one).
+      def self.prepare(raw)
+        return if raw.instance_variable_get(:@bobbin_prepared) == raw.backend_pid
+
+        raw.prepare(INSERT_ONE_NAME, INSERT_ONE)
+        raw.prepare(INSERT_ONE_ASYNC_NAME, INSERT_ONE_ASYNC)
+        raw.instance_variable_set(:@bobbin_prepared, raw.backend_pid)
+      end
+
+      # Like `insert` outside a transaction, and announces the rows with NOTIFY `payload` in the same round trip:
+      # libpq's pipeline sends both statements at once, each its own transaction, so the INSERT's durable commit
+      # never holds NOTIFY's cluster-wide lock. Returns the ids; raises the INSERT's error, if any, as Active Record would.
+      def self.insert_announcing(connection, rows, payload)
+        connection.send(:with_raw_connection) do |raw|
+          prepare(raw) if (one = rows.size == 1 && prepared?(connection))
+          raw.enter_pipeline_mode
+          begin
+            one ? raw.send_query_prepared(one_name(connection), rows.first.values_at(*NEW_JOB)) : raw.send_query_params(INSERT, binds(rows))
+            raw.pipeline_sync
+            raw.send_query_params(NOTIFY, [ payload ])
+            raw.pipeline_sync
+            inserted = segment(raw)
+            segment(raw)
+          ensure
+            raw.exit_pipeline_mode
+          end
+          inserted.check.column_values(0).map(&:to_i)
+        end
+      end
+
+      # True when `insert_announcing` can run on `connection`: no transaction open there, and a raw connection.
+      def self.pipelined?(connection)
+        !connection.transaction_open? && connection.respond_to?(:with_raw_connection, true)
+      end
+
+      # The first result of a pipeline segment, read through to its sync point.
+      def self.segment(raw)
+        first = nil
+        until (result = raw.get_result)&.result_status == PG::PGRES_PIPELINE_SYNC
+          first ||= result
+        end
+        first
       end
 
       # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked (Store.insert

@@ -1,0 +1,121 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Client
+    # Enqueues made at the same time outside a transaction, by the threads or fibers of one process, share one
+    # INSERT, one commit and one announcement. A caller that finds no insert under way writes its rows at once (so
+    # a lone producer waits for nothing); callers arriving meanwhile wait, and the first of them then writes all of
+    # their rows in one statement. Every caller returns only once the commit holding its rows is done, so the
+    # guarantee stands: when enqueue returns, the job is durable. PostgreSQL's commit (a WAL flush) is paid once
+    # per batch instead of once per job. A writer whose last batch came from several callers waits up to GATHER for
+    # them to come back (threads return through the GVL one by one), so batches stay whole rather than
+    # alternating between one caller and the rest.
+    class GroupCommit
+      # At most this many rows in one statement; the rest wait for the next.
+      MAX_ROWS = 5_000
+      # Seconds a writer waits for the callers of the last batch to come back (only when it had several).
+      GATHER = 0.0005
+
+      # One caller's rows and the answer it waits for.
+      Request = Struct.new(:rows, :answers) do
+        def answer(kind, value) = answers << [ kind, value ]
+      end
+
+      # `write` takes rows and returns their ids in order (it inserts, commits and announces).
+      def initialize(&write)
+        @write = write
+        @lock = Mutex.new
+        @waiting = []
+        @writing = false
+        @last_size = 1
+      end
+
+      # Writes `rows` (with whatever other callers bring meanwhile); returns their ids. Raises what the write
+      # raised for them.
+      def insert(rows)
+        request = Request.new(rows, Thread::Queue.new)
+        lead = @lock.synchronize do
+          @waiting << request
+          !@writing && (@writing = true)
+        end
+        lead ? write_batches(request) : await(request)
+      end
+
+      private
+        # Waits for the batch holding `request` to be written, or to be handed the pen.
+        def await(request)
+          kind, value = request.answers.pop
+          case kind
+          when :ids then value
+          when :error then raise value
+          else write_batches(request)
+          end
+        end
+
+        # Writes the waiting requests until `own` is written, then hands the pen to the next waiter, if any. A
+        # writer interrupted mid-write (a timeout in its thread) tells the callers of that batch the outcome is unknown.
+        def write_batches(own)
+          loop do
+            gather
+            @batch = take
+            write(@batch)
+            break if @batch.include?(own)
+          end
+          @batch = nil
+          answer_of(own)
+        ensure
+          @batch&.each { |request| request.answer(:error, EnqueueError.new("interrupted while writing this job; it may or may not be stored")) }
+          @batch = nil
+          hand_over
+        end
+
+        # When the last batch came from several callers, wait a moment (at most GATHER) for as many again: they
+        # are on their way back from the last commit, and one statement for all of them beats one each.
+        def gather
+          deadline = monotonic + GATHER
+          sleep(GATHER / 8) while @lock.synchronize { @waiting.size } < @last_size && monotonic < deadline
+        end
+
+        def take
+          @lock.synchronize do
+            rows = 0
+            @waiting.take_while { |request| (rows += request.rows.size) <= MAX_ROWS || request.equal?(@waiting.first) }
+                    .tap { |batch| @waiting.shift(batch.size) }
+                    .tap { |batch| @last_size = batch.size }
+          end
+        end
+
+        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+
+        def hand_over
+          following = @lock.synchronize do
+            next @waiting.first if @waiting.any?
+
+            @writing = false
+            nil
+          end
+          following&.answer(:lead, nil)
+        end
+
+        # One statement for the batch; if the database refuses it (not a lost connection), each request alone,
+        # so one request's bad row cannot fail the others.
+        def write(batch)
+          ids = @write.call(batch.flat_map(&:rows))
+          batch.each { |request| request.answer(:ids, ids.shift(request.rows.size)) }
+        rescue ActiveRecord::StatementInvalid => error
+          return refuse(batch, error) if batch.size == 1 || error.is_a?(ActiveRecord::ConnectionFailed)
+
+          batch.each { |request| write([ request ]) }
+        rescue Exception => error # rubocop:disable Lint/RescueException -- every caller hears the error (its own raises it)
+          refuse(batch, error)
+        end
+
+        def refuse(batch, error) = batch.each { |request| request.answer(:error, error) }
+
+        def answer_of(request)
+          kind, value = request.answers.pop
+          kind == :error ? raise(value) : value
+        end
+    end
+  end
+end

@@ -1,0 +1,88 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "../wakeups/notice_probe"
+
+# Concurrent enqueues of one process share a statement and a commit; each caller gets its own ids, only once its
+# rows are committed, and only its own errors.
+class GroupCommitTest < Bobbin::TestCase
+  include NoticeProbe
+
+  # Holds the database's write lock on another connection until the block returns (the first writer waits on it).
+  def holding_write_lock
+    db_config = Bobbin::Record.connection_db_config
+    other = db_config.new_connection
+    postgres? ? other.execute("BEGIN; LOCK TABLE bobbin_jobs IN EXCLUSIVE MODE") : other.raw_connection.execute("BEGIN IMMEDIATE")
+    yield
+  ensure
+    other&.execute("ROLLBACK") rescue nil # rubocop:disable Style/RescueModifier -- the lock goes with the connection anyway
+    other&.disconnect!
+  end
+
+  def arguments_of(id) = JSON.parse(Bobbin::JobRecord.find(id).arguments)
+
+  test "callers arriving while a write waits share the next statement; each gets the ids of its own rows" do
+    @probe = Probe.new
+    Bobbin::Wakeups.subscribe(@probe)
+    results = Queue.new
+    holding_write_lock do
+      first = Thread.new { results << [ "first", SleepJob.enqueue(0, "first") ] }
+      sleep(0.3) # the first caller is writing, blocked on the lock
+      followers = Array.new(10) { |i| Thread.new { results << [ "follower-#{i}", SleepJob.enqueue(0, "follower-#{i}") ] } }
+      sleep(0.3)
+      assert_equal 0, Bobbin::JobRecord.count, "nothing committed while the lock is held"
+      @threads = [ first, *followers ]
+    end
+    @threads.each(&:join)
+    ids = Array.new(11) { results.pop }.to_h
+    ids.each { |key, id| assert_equal [ 0, key ], arguments_of(id), "job #{id} holds the arguments its caller enqueued" }
+    follower_ids = ids.except("first").values.sort
+    assert_equal (follower_ids.first..follower_ids.last).to_a, follower_ids, "the ten followers were inserted by one statement"
+    assert_heard(2) # one announcement per statement: the first write, then the followers' (11 without grouping)
+  ensure
+    Bobbin::Wakeups.unsubscribe(@probe)
+  end
+
+  test "a row the database refuses fails its own caller only; the others in its batch are stored" do
+    skip_unless_postgres # a CHECK constraint stands in for any row-level refusal
+    Bobbin::Record.connection.execute("ALTER TABLE bobbin_jobs ADD CONSTRAINT test_no_poison CHECK (arguments NOT LIKE '%poison%')")
+    outcomes = Queue.new
+    holding_write_lock do
+      Thread.new { SleepJob.enqueue(0, "blocker") }.tap { sleep(0.3) }
+      @threads = %w[good-1 poison good-2].map do |key|
+        Thread.new { outcomes << [ key, SleepJob.enqueue(0, key) ] rescue outcomes << [ key, $! ] } # rubocop:disable Style/RescueModifier
+      end
+      sleep(0.3)
+    end
+    @threads.each(&:join)
+    results = Array.new(3) { outcomes.pop }.to_h
+    assert_kind_of ActiveRecord::StatementInvalid, results["poison"]
+    %w[good-1 good-2].each { |key| assert_equal [ 0, key ], arguments_of(results[key]) }
+  ensure
+    Bobbin::Record.connection.execute("ALTER TABLE bobbin_jobs DROP CONSTRAINT IF EXISTS test_no_poison") if postgres?
+  end
+
+  test "fibers enqueuing at once under Async each get their job stored and committed before enqueue returns" do
+    require "async"
+    seen = Queue.new
+    Sync do
+      Array.new(20) do |i|
+        Async do
+          id = SleepJob.enqueue(0, "fiber-#{i}")
+          seen << Bobbin::Record.connection_db_config.new_connection.then { |c| c.select_value("SELECT id FROM bobbin_jobs WHERE id = #{id}").tap { c.disconnect! } }
+        end
+      end.each(&:wait)
+    end
+    found = Array.new(20) { seen.pop }
+    assert found.all?, "each job is visible to another connection as soon as its enqueue returned"
+    assert_equal 20, Bobbin::JobRecord.count
+  end
+
+  test "inside a transaction the rows join it: rolled back, nothing is stored" do
+    Bobbin::Record.transaction do
+      SleepJob.enqueue(0, "inside")
+      raise ActiveRecord::Rollback
+    end
+    assert_equal 0, Bobbin::JobRecord.count
+  end
+end
