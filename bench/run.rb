@@ -75,10 +75,10 @@ begin
         jobs = options[:quick] || (round.zero? && spec[:steady]) ? spec[:quick] : steady.fetch([ workload, system[:name] ], spec[:jobs])
         bar.title = "#{workload} r#{round} #{system[:name]}".ljust(34)
         env = Servers.env(system, pool, ledger.path, http.url)
-        timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10 + (spec[:rate] ? jobs / spec[:rate] : 0) +
+        timeout = 60 + jobs * (spec[:latency] || 0.05) / [ concurrency, 1 ].max * 10 + (spec[:rate] ? jobs / spec[:rate] : 0) + spec.fetch(:ahead, 0) +
                   jobs * spec.fetch(:children, 0) * 0.02
         result = Cell.new(system.merge(pool: pool), workload, jobs: jobs, concurrency: concurrency, env: env,
-                          ledger: ledger, round: round, rate: spec[:rate], children: spec.fetch(:children, 0)).run(timeout: timeout)
+                          ledger: ledger, round: round, rate: spec[:rate], ahead: spec[:ahead], children: spec.fetch(:children, 0)).run(timeout: timeout)
         record.call(result.merge("round" => round, "warmup" => round.zero?))
         steady[[ workload, system[:name] ]] = Plan.steady_jobs(spec, concurrency, result["jobs_per_second"]) if round.zero? && spec[:steady]
         bar.log("  ! #{result['system']} #{workload}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)

@@ -38,7 +38,9 @@ end
 class BenchActiveJob < ActiveJob::Base
   # Enqueues `count` jobs of `workload` with perform_all_later (one INSERT per slice where the adapter can).
   def self.enqueue(workload, count, prefix)
-    Work.enqueue(count, prefix, workload) { |keys| ActiveJob.perform_all_later(keys.map { |key| new(workload, key) }) }
+    Work.enqueue(count, prefix, workload) do |keys|
+      ActiveJob.perform_all_later(keys.map { |key| Work.due(key).then { |at| at ? new(workload, key).set(wait_until: at) : new(workload, key) } })
+    end
   end
 
   def perform(workload, key) = Work.run(workload, key)

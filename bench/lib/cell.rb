@@ -10,8 +10,9 @@ require_relative "app_db"
 class Cell
   BENCH = File.expand_path("..", __dir__)
 
-  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:, rate: nil, children: 0, processes: 1)
+  def initialize(system, workload, jobs:, concurrency:, env:, ledger:, round:, rate: nil, ahead: nil, children: 0, processes: 1)
     @processes = processes
+    @ahead = ahead
     @system = system
     @workload = workload
     @rate = rate
@@ -84,11 +85,16 @@ class Cell
       JSON.parse(script(env, "enqueue", @workload, jobs.to_s, prefix).lines.last)["enqueue_seconds"]
     end
 
-    # Open loop: once the worker has run a first job, jobs arrive one at a time at @rate per second.
+    # Open loop: once the worker has run a first job, jobs arrive one at a time at @rate per second (scheduled
+    # @ahead seconds ahead, if given), from one enqueuing process per ARRIVALS_PER_PROCESS.
+    ARRIVALS_PER_PROCESS = 500
+
     def open_loop(pids)
       enqueue_seconds(@env, 1, "#{@prefix}-probe")
       wait_for_jobs(pids, 60, "#{@prefix}-probe", 1) or raise "#{@system[:name]} ran no job within #{STALL_SECONDS} s of starting"
-      enqueue_seconds(@env.merge("BENCH_RATE" => @rate.to_s))
+      producers = (@rate.to_f / ARRIVALS_PER_PROCESS).ceil
+      env = @env.merge("BENCH_RATE" => @rate.to_s, "BENCH_AHEAD" => @ahead&.to_s, "BENCH_STRIDE" => producers.to_s)
+      Array.new(producers) { |k| Thread.new { enqueue_seconds(env.merge("BENCH_OFFSET" => k.to_s)) } }.map(&:value).max
     end
 
     # No job of the cell has finished for this long (no job here takes more than a few seconds; boot fits in it):

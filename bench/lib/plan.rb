@@ -38,7 +38,10 @@ module Plan
     "db_mix" => { concurrency: 100, jobs: 5_000, quick: 1_000, latency: 0.05, steady: true },
     "burst" => { concurrency: 1_500, threads: 50, jobs: 1_500, quick: 600, latency: 1.25 },
     # Open loop: jobs arrive one at a time at `rate` per second while the worker runs; reports enqueue → start.
-    "latency" => { concurrency: 100, jobs: 3_000, quick: 1_000, latency: nil, rate: 200 }
+    "latency" => { concurrency: 100, jobs: 3_000, quick: 1_000, latency: nil, rate: 200 },
+    "latency_2k" => { concurrency: 100, jobs: 12_000, quick: 4_000, latency: nil, rate: 2_000 },
+    # Scheduled: jobs arrive at `rate`, each scheduled `ahead` seconds later; reports start − run_at (lateness).
+    "scheduled" => { concurrency: 100, jobs: 1_000, quick: 400, latency: nil, rate: 100, ahead: 2.0 }
   }.freeze
 
   # The stress matrix: several worker processes of each PostgreSQL system against PostgreSQL's default

@@ -23,22 +23,28 @@ module Work
   # and prints how long it took. With BENCH_ENQUEUE=one, through the system's single-job API (`enqueue_one`)
   # instead, one call per job as fast as they go. With BENCH_RATE set (open loop), one slice of one key at a
   # time at that many per second, each key ending in its enqueue time ("prefix:i:epoch"), so the harness can
-  # measure enqueue → start.
+  # measure enqueue → start; with BENCH_AHEAD, each job is scheduled that many seconds ahead and its key ends in
+  # that due time instead (start − due is its lateness). BENCH_STRIDE/BENCH_OFFSET split the keys between several
+  # enqueuing processes (process k of n takes i = k, k + n, …), for arrival rates one process cannot keep.
   def enqueue(count, prefix, workload, slice: 1_000)
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     if ENV["BENCH_ENQUEUE"] == "one"
       Integer(count).times { |i| enqueue_one.call(workload, "#{prefix}:#{i}") }
     elsif (rate = ENV["BENCH_RATE"]&.then { |r| Float(r) })
-      Integer(count).times do |i|
+      due_in = Float(ENV.fetch("BENCH_AHEAD", "0"))
+      (Integer(ENV.fetch("BENCH_OFFSET", "0"))...Integer(count)).step(Integer(ENV.fetch("BENCH_STRIDE", "1"))) do |i|
         ahead = started + i / rate - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         Kernel.sleep(ahead) if ahead.positive?
-        yield [ "#{prefix}:#{i}:#{Process.clock_gettime(Process::CLOCK_REALTIME).round(6)}" ]
+        yield [ "#{prefix}:#{i}:#{(Process.clock_gettime(Process::CLOCK_REALTIME) + due_in).round(6)}" ]
       end
     else
       Array.new(Integer(count)) { |i| "#{prefix}:#{i}" }.each_slice(slice) { |keys| yield keys }
     end
     puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
   end
+
+  # The time job `key` is scheduled for (BENCH_AHEAD), nil when it runs now.
+  def due(key) = ENV["BENCH_AHEAD"] && Time.at(key.split(":").last.to_f)
 
   # Runs `workload` for job `key` and reports it to the ledger.
   def run(workload, key)
@@ -51,6 +57,11 @@ module Work
 
   # The open-loop job: a short wait, so the worker is never the limit and enqueue → start is pickup alone.
   def latency(_key) = Kernel.sleep(0.01)
+
+  # The same job at 2,000 arrivals a second, and scheduled 2 s ahead.
+  def latency_2k(key) = latency(key)
+
+  def scheduled(key) = latency(key)
 
   def sleep(_key) = Kernel.sleep(0.05)
 

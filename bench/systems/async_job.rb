@@ -42,7 +42,9 @@ when "enqueue"
   Sync do
     server = Async::Job::Processor::Redis.new(BenchAsyncJob.new, endpoint: redis_endpoint, prefix: PREFIX)
     Work.enqueue_one = ->(job_workload, key) { server.call({ "workload" => job_workload, "key" => key }) }
-    Work.enqueue(count, prefix, workload) { |keys| keys.each { |key| Work.enqueue_one.call(workload, key) } }
+    Work.enqueue(count, prefix, workload) do |keys|
+      keys.each { |key| server.call({ "workload" => workload, "key" => key, "scheduled_at" => Work.due(key) }.compact) }
+    end
   end
 when "work"
   _mode, size = args

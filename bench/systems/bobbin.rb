@@ -22,7 +22,7 @@ when "reset"
 when "enqueue"
   workload, count, prefix = args
   Bobbin.connect
-  Work.enqueue(count, prefix, workload, slice: 5_000) { |keys| Bobbin.enqueue_all(keys.map { |key| [ BenchJob, [ workload, key ] ] }) }
+  Work.enqueue(count, prefix, workload, slice: 5_000) { |keys| Bobbin.enqueue_all(keys.map { |key| [ BenchJob, [ workload, key ], Work.due(key)&.then { |at| { run_at: at } } ] }) }
 when "work"
   mode, size = args
   Bobbin.connect

@@ -38,7 +38,10 @@ when "reset"
   Sidekiq.redis { |r| r.call("FLUSHDB") }
 when "enqueue"
   workload, count, prefix = args
-  Work.enqueue(count, prefix, workload) { |keys| Sidekiq::Client.push_bulk("class" => BenchSidekiqJob, "args" => keys.map { |key| [ workload, key ] }) }
+  Work.enqueue(count, prefix, workload) do |keys|
+    at = keys.filter_map { |key| Work.due(key)&.to_f }
+    Sidekiq::Client.push_bulk({ "class" => BenchSidekiqJob, "args" => keys.map { |key| [ workload, key ] }, "at" => (at if at.any?) }.compact)
+  end
 when "work"
   mode, size = args
   # In fiber mode the default capsule gets one thread on a queue nothing is sent to.

@@ -19,6 +19,8 @@ class GroupCommitTest < Bobbin::TestCase
     other&.disconnect!
   end
 
+  def group_commit = Bobbin::Store.group_commit
+
   def arguments_of(id) = JSON.parse(Bobbin::JobRecord.find(id).arguments)
 
   test "callers arriving while a write waits share the next statement; each gets the ids of its own rows" do
@@ -27,9 +29,9 @@ class GroupCommitTest < Bobbin::TestCase
     results = Queue.new
     holding_write_lock do
       first = Thread.new { results << [ "first", SleepJob.enqueue(0, "first") ] }
-      sleep(0.3) # the first caller is writing, blocked on the lock
+      wait_for("the first caller to write (blocked by the lock)") { group_commit.writing? && group_commit.queued.zero? }
       followers = Array.new(10) { |i| Thread.new { results << [ "follower-#{i}", SleepJob.enqueue(0, "follower-#{i}") ] } }
-      sleep(0.3)
+      wait_for("ten callers waiting for the next write") { group_commit.queued == 10 }
       assert_equal 0, Bobbin::JobRecord.count, "nothing committed while the lock is held"
       @threads = [ first, *followers ]
     end
@@ -48,11 +50,12 @@ class GroupCommitTest < Bobbin::TestCase
     Bobbin::Record.connection.execute("ALTER TABLE bobbin_jobs ADD CONSTRAINT test_no_poison CHECK (arguments NOT LIKE '%poison%')")
     outcomes = Queue.new
     holding_write_lock do
-      Thread.new { SleepJob.enqueue(0, "blocker") }.tap { sleep(0.3) }
+      Thread.new { SleepJob.enqueue(0, "blocker") }
+      wait_for("the first caller to write (blocked by the lock)") { group_commit.writing? && group_commit.queued.zero? }
       @threads = %w[good-1 poison good-2].map do |key|
         Thread.new { outcomes << [ key, SleepJob.enqueue(0, key) ] rescue outcomes << [ key, $! ] } # rubocop:disable Style/RescueModifier
       end
-      sleep(0.3)
+      wait_for("three callers waiting for the next write") { group_commit.queued == 3 }
     end
     @threads.each(&:join)
     results = Array.new(3) { outcomes.pop }.to_h

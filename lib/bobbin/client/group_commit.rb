@@ -41,6 +41,12 @@ module Bobbin
         lead ? write_batches(request) : await(request)
       end
 
+      # True while a caller is writing a batch.
+      def writing? = @lock.synchronize { @writing }
+
+      # How many callers wait for the next batch.
+      def queued = @lock.synchronize { @waiting.size }
+
       private
         # Waits for the batch holding `request` to be written, or to be handed the pen.
         def await(request)

@@ -125,10 +125,17 @@ module Bobbin
       # Active Record's own statements do) first opens the app's pending transaction, so the row still joins it, and
       # turns driver errors into Active Record's. Prepared once per server session (the backend pid tells a new one).
       def self.insert_one(connection, row)
-        connection.send(:with_raw_connection) do |raw|
+        raw_statement(connection, INSERT_ONE) do |raw|
           prepare(raw)
           raw.exec_prepared(one_name(connection), row.values_at(*NEW_JOB)).getvalue(0, 0).to_i
         end
+      end
+
+      # Runs the block with `connection`'s PG::Connection as Active Record runs its own statements: the app's pending
+      # transaction opened first, driver errors turned into Active Record's, and a `sql.active_record` event for
+      # `sql` (query logs, APMs and the app's own subscribers see Bobbin's enqueues like any other statement).
+      def self.raw_statement(connection, sql, &)
+        connection.send(:log, sql, "Bobbin Enqueue") { connection.send(:with_raw_connection, &) }
       end
 
       # The prepared one-row INSERT to use: durable, or (durable_enqueue false, outside a transaction) not waiting for the flush.
@@ -149,7 +156,7 @@ module Bobbin
       # libpq's pipeline sends both statements at once, each its own transaction, so the INSERT's durable commit
       # never holds NOTIFY's cluster-wide lock. Returns the ids; raises the INSERT's error, if any, as Active Record would.
       def self.insert_announcing(connection, rows, payload)
-        connection.send(:with_raw_connection) do |raw|
+        raw_statement(connection, rows.size == 1 ? INSERT_ONE : INSERT) do |raw|
           prepare(raw) if (one = rows.size == 1 && prepared?(connection))
           raw.enter_pipeline_mode
           begin
