@@ -13,12 +13,14 @@ require_relative "lib/cell"
 require_relative "lib/servers"
 require_relative "lib/report"
 
-options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, enqueue: true, stress: nil, sweep: nil }
+options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, enqueue: true, stress: nil, sweep: nil,
+            producers: nil, idle: nil }
+EXTRA = %w[enqueue stress sweep producers idle].freeze
 parser = OptionParser.new do |o|
   o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
-  o.on("--only LIST", Array, "workloads, and/or enqueue, stress, sweep") do |v|
-    options.merge!(workloads: v - %w[enqueue stress sweep], enqueue: v.include?("enqueue"), stress: v.include?("stress"),
-                   sweep: v.include?("sweep") && Plan::SWEEP[:concurrency])
+  o.on("--only LIST", Array, "workloads, and/or enqueue, stress, sweep, producers, idle") do |v|
+    options.merge!(workloads: v - EXTRA, enqueue: v.include?("enqueue"), stress: v.include?("stress"),
+                   sweep: v.include?("sweep") && Plan::SWEEP[:concurrency], producers: v.include?("producers"), idle: v.include?("idle"))
   end
   o.on("--[no-]stress", "the stress matrix (default: on in full runs without --only)") { |v| options[:stress] = v }
   o.on("--[no-]sweep [C,C,…]", Array, "throughput vs concurrency (default: on in full runs, at #{Plan::SWEEP[:concurrency].join(',')})") do |v|
@@ -41,6 +43,11 @@ rescue OptionParser::ParseError => error
   abort("bin/bench: #{error.message}")
 end
 options[:stress] = !options[:quick] if options[:stress].nil?
+options[:producers] = !options[:quick] if options[:producers].nil?
+options[:idle] = !options[:quick] if options[:idle].nil?
+producers = options[:producers] ? Plan::PRODUCERS[:systems].product(Plan::PRODUCERS[:modes], Plan::PRODUCERS[:counts]) : []
+producers = producers.select { |name, *| options[:systems].include?(name) }
+idle = options[:idle] ? Plan::IDLE[:systems].select { |name| options[:systems].include?(name) } : []
 options[:sweep] = !options[:quick] && Plan::SWEEP[:concurrency] if options[:sweep].nil?
 systems = Plan::SYSTEMS.select { |s| options[:systems].include?(s[:name]) }
 stress = options[:stress] ? Plan.stress_cells.select { |system, *| options[:systems].include?(system[:name]) } : []
@@ -63,7 +70,8 @@ record = lambda do |cell|
 end
 steady = {} # [workload, system] => jobs for the measured rounds, sized from the warm-up's throughput
 enqueue_rounds = options[:enqueue] ? (1..options[:rounds]).to_a : []
-total = (options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) + enqueue_rounds.size) * systems.size + stress.size + sweep.size
+total = (options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) + enqueue_rounds.size) * systems.size + stress.size + sweep.size +
+        producers.size + idle.size
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
   options[:workloads].each do |workload|
@@ -112,6 +120,26 @@ begin
                       env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: 1).run(timeout: 60 + jobs * 0.05)
     record.call(result.merge("sweep" => true))
     bar.log("  ! #{result['system']} sweep C=#{concurrency}: #{result['error'] || 'missing/duplicate/timeout'}") if Report.bad?(result)
+    bar.increment
+  end
+  # Producers: interleaved by producer count, then mode, so no system runs all of its cells in a row.
+  producers.sort_by { |name, mode, count| [ count, mode, Plan::PRODUCERS[:systems].index(name) ] }.each do |name, mode, count|
+    system = Plan::SYSTEMS.find { |s| s[:name] == name }
+    bar.title = "producers #{count} #{mode} #{name}".ljust(34)
+    pool = count + 5
+    result = Cell.new(system.merge(pool: pool), "noop", jobs: Plan::PRODUCERS[options[:quick] ? :quick : :jobs], concurrency: 0,
+                      env: Servers.env(system, pool, ledger.path, http.url), ledger: ledger, round: 1).produce(mode, count)
+    record.call(result.merge("producers_cell" => true))
+    bar.log("  ! #{name} #{count} #{mode} producers: #{result['error']}") if result["error"]
+    bar.increment
+  end
+  idle.each do |name|
+    system = Plan::SYSTEMS.find { |s| s[:name] == name }
+    bar.title = "idle #{name}".ljust(34)
+    concurrency, pool = Plan.sizing(system, "sleep")
+    result = Cell.new(system.merge(pool: pool), "sleep", jobs: 0, concurrency: concurrency, env: Servers.env(system, pool, ledger.path, http.url),
+                      ledger: ledger, round: 1).idle(Plan::IDLE[options[:quick] ? :quick : :seconds])
+    record.call(result.merge("idle" => true))
     bar.increment
   end
 ensure

@@ -58,7 +58,46 @@ class Cell
     failure(error)
   end
 
+  # Enqueues the cell's no-op jobs from `producers` threads or fibers of one process, one single-job call each, no
+  # worker running; returns jobs/s and the p50/p99 of a call.
+  def produce(mode, producers)
+    script(@env, "reset")
+    out = script(@env, "produce", mode, producers.to_s, @jobs.to_s, @prefix)
+    script(@env, "reset")
+    identity.merge(JSON.parse(out.lines.last)).merge("mode" => mode, "producers" => producers)
+  rescue StandardError => error
+    failure(error).merge("mode" => mode, "producers" => producers)
+  end
+
+  # Runs an idle worker for `seconds` (after a few to settle) and counts the transactions its database commits
+  # meanwhile, and (Bobbin) the claim statements it sends.
+  def idle(seconds)
+    script(@env, "reset")
+    pid = Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s, chdir: BENCH, out: log_path, err: log_path, pgroup: true)
+    sleep(5)
+    before = idle_counters
+    sleep(seconds)
+    after = idle_counters
+    per_minute = ->(key) { after[key] && before[key] && (after[key] - before[key]) * 60.0 / seconds }
+    identity.merge("idle_seconds" => seconds, "transactions_per_minute" => per_minute.call(:xacts), "claims_per_minute" => per_minute.call(:claims))
+  rescue StandardError => error
+    failure(error)
+  ensure
+    stop([ pid ]) if pid
+  end
+
   private
+    # Transactions committed in the system's database so far; Bobbin's claim statements from its process rows.
+    def idle_counters
+      db = PG.connect(dbname: @system[:database], port: ENV.fetch("BENCH_PG_PORT"))
+      db.exec("SELECT pg_stat_clear_snapshot()")
+      xacts = db.exec_params("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", [ @system[:database] ]).getvalue(0, 0).to_i
+      claims = (db.exec("SELECT metadata FROM bobbin_processes").values.sum { |(m)| JSON.parse(m)["claims"].to_i } if @system[:script].start_with?("bobbin"))
+      { xacts: xacts, claims: claims }
+    ensure
+      db&.close
+    end
+
     def failure(error) = identity.merge("error" => "#{error.class}: #{error.message}"[0, 800])
 
     # A system's script: bench/systems/<script>.rb, or an absolute path (the harness's own tests use a stand-in).

@@ -15,6 +15,7 @@ module Plan
     { name: "sidekiq", script: "sidekiq", mode: "threads", database: "bench_app", pool: :threads },
     { name: "sidekiq-fiber", script: "sidekiq", mode: "fibers", database: "bench_app", pool: :threads },
     { name: "async_job", script: "async_job", mode: "fibers", database: "bench_app", pool: 5 },
+    { name: "river", script: "river", mode: "threads", database: "bench_river", pool: :threads },
     # The Active Job mode: the systems with their own API measured again through perform_later / perform_all_later
     # and their Active Job adapter, in the Rails app of bench/app (Solid Queue and GoodJob are always measured so).
     { name: "bobbin-fibers-aj", script: "bobbin_active_job", mode: "fibers", database: "bench_bobbin", pool: 5, active_job: true },
@@ -52,6 +53,14 @@ module Plan
   # One-at-a-time enqueue: each system's single-job API (Bobbin `Job.enqueue`, `perform_later`, `perform_async`)
   # called in a loop by one process, no worker running; bulk enqueue is measured in every cell.
   ENQUEUE = { workload: "noop", jobs: 2_000, quick: 500 }.freeze
+
+  # Enqueue from many producers: 1–64 threads, or fibers under Async, in one process, one single-job call per job
+  # (`Job.enqueue`, `perform_later`, `perform_async`, …); one system per distinct enqueue path.
+  PRODUCERS = { counts: [ 1, 4, 16, 64 ], modes: %w[threads fibers], jobs: 4_000, quick: 800,
+                systems: %w[bobbin-fibers bobbin-fibers-aj sidekiq sidekiq-aj async_job async_job-aj solid_queue-threads good_job river] }.freeze
+
+  # An idle worker's load on its database: transactions committed per minute with no job to run.
+  IDLE = { seconds: 60, quick: 15, systems: %w[bobbin-fibers solid_queue-threads good_job river] }.freeze
 
   # Throughput vs concurrency: sleep 50 ms at each concurrency, one round per system, 40 jobs per slot (2 s at
   # the ideal C ÷ latency). Full runs sweep it by default; `--sweep 10,100` picks the concurrencies.

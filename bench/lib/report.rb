@@ -6,11 +6,12 @@ require "json"
 require "time"
 require_relative "charts"
 require_relative "facts"
+require_relative "pickup_sections"
 
 # Turns the cells of a run into bench/results/<date>-<name>.{json,csv}, SVG charts and bench/RESULTS.md.
 class Report
   DIR = File.expand_path("..", __dir__)
-  PEERS = %w[sidekiq sidekiq-fiber async_job solid_queue-fibers solid_queue-threads good_job bobbin-threads].freeze
+  PEERS = %w[sidekiq sidekiq-fiber async_job river solid_queue-fibers solid_queue-threads good_job bobbin-threads].freeze
 
   # True when a cell lost, repeated or failed jobs, or did not finish.
   def self.bad?(cell) = cell["error"] || cell["timed_out"] || cell["missing"].to_i.positive? || cell["duplicates"].to_i.positive?
@@ -33,7 +34,7 @@ class Report
   end
 
   # The parts of a run that are not a workload's tables; a cell of one is flagged with the part's name.
-  PARTS = %i[matrix sweep enqueue].freeze
+  PARTS = %i[matrix sweep enqueue producers_cell idle].freeze
 
   # Which part of a run a cell belongs to: the stress matrix, the sweep, one-at-a-time enqueue, or its workload's tables.
   def self.part(cell) = PARTS.find { |part| cell[part.to_s] } || cell["workload"]
@@ -58,7 +59,8 @@ class Report
     write_csv
     charts
     File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] },
-                                                           sweep: sweep, enqueue: enqueue, origins: origins).to_s)
+                                                           sweep: sweep, enqueue: enqueue, origins: origins,
+                                                           producers: @cells.select { |c| c["producers_cell"] }, idle: @cells.select { |c| c["idle"] }).to_s)
     puts "wrote #{[ (path('json') if json), path('csv') ].compact.join(', ')}, bench/results/charts/ and bench/RESULTS.md"
   end
 

@@ -3,6 +3,8 @@
 # Renders bench/RESULTS.md from a run's summary: ratios, efficiency, targets, resources, machine facts, and
 # the hand-written analysis in bench/analysis.md.
 class Results
+  include PickupSections
+
   TARGETS = [
     [ "noop, one worker process (jobs/s)", "noop", :median, ">=", 3_100 ],
     [ "sleep at C=100 (jobs/s)", "sleep", :median, ">=", 1_800 ],
@@ -12,10 +14,13 @@ class Results
   ].freeze
   IO_WORKLOADS = %w[sleep http burst llm_stream db_mix].freeze
 
-  PARTS = { matrix: "stress matrix", sweep: "throughput-vs-concurrency sweep", enqueue: "one-at-a-time enqueue" }.freeze
+  PARTS = { matrix: "stress matrix", sweep: "throughput-vs-concurrency sweep", enqueue: "one-at-a-time enqueue",
+            producers_cell: "enqueue from many producers", idle: "idle load" }.freeze
 
   # origins: { part => the run its cells come from } for the parts that are not workloads (PARTS).
-  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {})
+  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {}, producers: [], idle: [])
+    @producers = producers
+    @idle = idle
     @origins = origins
     @enqueue = enqueue
     @matrix = matrix
@@ -27,7 +32,7 @@ class Results
   end
 
   def to_s
-    [ header, ratios, active_job, throughput, sweep, enqueue, latency, stress, targets, resources, machine, analysis ].compact.join("\n")
+    [ header, ratios, active_job, throughput, sweep, enqueue, producers, latency, idle, stress, targets, resources, machine, analysis ].compact.join("\n")
   end
 
   private
@@ -69,7 +74,7 @@ class Results
       parts = []
       parts << "#{workloads.join(', ')}, " + (quick ? "1 round of reduced job counts, no warm-up" :
         "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s") if workloads.any?
-      once = %i[matrix sweep].filter_map { |part| PARTS[part] if @origins[part] == name }
+      once = %i[matrix sweep producers_cell idle].filter_map { |part| PARTS[part] if @origins[part] == name }
       parts << "#{once.join(' and ')}, one round per cell#{' of reduced job counts' if quick}" if once.any?
       parts << "#{PARTS[:enqueue]}, " + (quick ? "1 round of reduced job counts" : "#{options['rounds']} rounds") if @origins[:enqueue] == name
       "- Run `#{name}` (`bin/bench#{' --quick' if quick}`): #{parts.join('; ')}."
@@ -205,7 +210,8 @@ class Results
         ratio = cpu["bobbin-fibers"]["median"].fdiv(cpu["bobbin-threads"]["median"])
         rows << "| cpu: fibers within 5 % of threads | ≥ 0.95× | #{fmt(ratio, 2)}× | #{ratio >= 0.95 ? 'met' : 'missed'} |"
       end
-      "## Targets (issue 5), Bobbin fibers\n\n| target | goal | measured | |\n|---|---|---|---|\n#{rows.join("\n")}\n"
+      rows.concat(pickup_targets)
+      "## Targets (issues 5 and 15), Bobbin fibers\n\n| target | goal | measured | |\n|---|---|---|---|\n#{rows.join("\n")}\n"
     end
 
     def resources

@@ -43,6 +43,33 @@ module Work
     puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
   end
 
+  # `producers` threads (mode "threads") or fibers under Async ("fibers") enqueue `count` no-op jobs between them,
+  # one `enqueue_one` call per job, as fast as they go; prints jobs/s and the p50/p99 of a call in milliseconds.
+  def produce(mode, producers, count, prefix)
+    producers = Integer(producers)
+    each = Integer(count) / producers
+    calls = Array.new(producers) { [] }
+    enqueue = lambda do |p|
+      each.times do |i|
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        enqueue_one.call("noop", "#{prefix}:#{p * each + i}")
+        calls[p] << Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      end
+    end
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    mode == "fibers" ? in_fibers(producers, &enqueue) : Array.new(producers) { |p| Thread.new { enqueue.call(p) } }.each(&:join)
+    seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    times = calls.flatten.sort
+    puts JSON.generate(jobs_per_second: times.size / seconds, p50_ms: times[times.size / 2] * 1000, p99_ms: times[(times.size * 0.99).ceil - 1] * 1000)
+  end
+
+  # Runs the block for 0...count in as many fibers of one Async reactor (the current one, or a new one).
+  def in_fibers(count, &block)
+    require "async"
+    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber if defined?(ActiveSupport::IsolatedExecutionState)
+    Sync { |task| Array.new(count) { |p| task.async { block.call(p) } }.each(&:wait) }
+  end
+
   # The time job `key` is scheduled for (BENCH_AHEAD), nil when it runs now.
   def due(key) = ENV["BENCH_AHEAD"] && Time.at(key.split(":").last.to_f)
 

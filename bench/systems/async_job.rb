@@ -46,6 +46,14 @@ when "enqueue"
       keys.each { |key| server.call({ "workload" => workload, "key" => key, "scheduled_at" => Work.due(key) }.compact) }
     end
   end
+when "produce"
+  mode, *rest = args
+  abort("async_job: its client runs inside an Async reactor; threads cannot share it") if mode == "threads"
+  Sync do
+    server = Async::Job::Processor::Redis.new(BenchAsyncJob.new, endpoint: redis_endpoint, prefix: PREFIX)
+    Work.enqueue_one = ->(job_workload, key) { server.call({ "workload" => job_workload, "key" => key }) }
+    Work.produce(mode, *rest)
+  end
 when "work"
   _mode, size = args
   Sync do

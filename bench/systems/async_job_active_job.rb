@@ -17,6 +17,8 @@ when "reset"
   end
 when "enqueue"
   BenchActiveJob.enqueue(*args)
+when "produce"
+  Work.produce(*args)
 when "work"
   Signal.trap("TERM") { exit }
   Sync do

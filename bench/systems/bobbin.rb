@@ -23,6 +23,9 @@ when "enqueue"
   workload, count, prefix = args
   Bobbin.connect
   Work.enqueue(count, prefix, workload, slice: 5_000) { |keys| Bobbin.enqueue_all(keys.map { |key| [ BenchJob, [ workload, key ], Work.due(key)&.then { |at| { run_at: at } } ] }) }
+when "produce"
+  Bobbin.connect
+  Work.produce(*args)
 when "work"
   mode, size = args
   Bobbin.connect

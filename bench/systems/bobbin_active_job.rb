@@ -14,6 +14,8 @@ when "reset"
   ActiveRecord::Base.connection_pool.with_connection { |c| c.execute("TRUNCATE bobbin_jobs, bobbin_processes, bobbin_pauses") }
 when "enqueue"
   BenchActiveJob.enqueue(*args)
+when "produce"
+  Work.produce(*args)
 when "work"
   mode, size = args
   Bobbin::Worker.new(queues: [ "*" ], mode.to_sym => Integer(size), polling_interval: 0.1).start

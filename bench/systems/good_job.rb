@@ -20,6 +20,8 @@ when "reset"
   ActiveRecord::Base.connection.execute("TRUNCATE good_jobs, good_job_executions, good_job_processes, good_job_batches, good_job_settings")
 when "enqueue"
   BenchActiveJob.enqueue(*args)
+when "produce"
+  Work.produce(*args)
 when "work"
   _mode, size = args
   require "good_job/cli"

@@ -42,6 +42,8 @@ when "enqueue"
     at = keys.filter_map { |key| Work.due(key)&.to_f }
     Sidekiq::Client.push_bulk({ "class" => BenchSidekiqJob, "args" => keys.map { |key| [ workload, key ] }, "at" => (at if at.any?) }.compact)
   end
+when "produce"
+  Work.produce(*args)
 when "work"
   mode, size = args
   # In fiber mode the default capsule gets one thread on a queue nothing is sent to.

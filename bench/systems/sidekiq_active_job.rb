@@ -11,6 +11,8 @@ when "reset"
   Sidekiq.redis { |r| r.call("FLUSHDB") }
 when "enqueue"
   BenchActiveJob.enqueue(*args)
+when "produce"
+  Work.produce(*args)
 when "work"
   _mode, size = args
   exec("sidekiq", "-r", File.expand_path("../config/environment.rb", __dir__), "-c", size, "-q", "default", "-e", "production")

@@ -18,6 +18,8 @@ when "reset"
   ActiveRecord::Base.connection.execute("TRUNCATE #{tables.join(', ')} CASCADE")
 when "enqueue"
   BenchActiveJob.enqueue(*args)
+when "produce"
+  Work.produce(*args)
 when "work"
   mode, size = args
   config = { "production" => { "dispatchers" => [ { "polling_interval" => 1, "batch_size" => 500 } ],
