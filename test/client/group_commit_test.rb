@@ -8,6 +8,11 @@ require_relative "../wakeups/notice_probe"
 class GroupCommitTest < Bobbin::TestCase
   include NoticeProbe
 
+  # On SQLite a writer waits for the lock only as long as its connection's busy timeout (5 s by default), and a busy
+  # machine can take longer than that to line up the callers below; the tests here wait for callers, not timeouts.
+  setup { Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name) + "&timeout=120000") unless postgres? }
+  teardown { Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name)) unless postgres? }
+
   # Holds the database's write lock on another connection until the block returns (the first writer waits on it).
   def holding_write_lock
     db_config = Bobbin::Record.connection_db_config
