@@ -19,4 +19,6 @@ Gem::Specification.new do |spec|
   spec.add_dependency "activerecord", ">= 7.2"
   spec.add_dependency "async", ">= 2.20"
   spec.add_dependency "fugit", "~> 1.11"
+  spec.add_dependency "roda", "~> 3.100"   # the dashboard: routing, CSRF, escaping, rendering (Jeremy Evans; Sequel's author)
+  spec.add_dependency "tilt", "~> 2.4"     # templates for Roda's render plugin
 end

@@ -42,6 +42,7 @@ module Bobbin
   autoload :ConnectionBudget, "bobbin/connection_budget"
   autoload :LogSubscriber, "bobbin/log_subscriber"
   autoload :CLI, "bobbin/cli"
+  autoload :Operator, "bobbin/operator"
 
   class << self
     # The process-wide Configuration.

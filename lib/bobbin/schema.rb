@@ -5,9 +5,9 @@ module Bobbin
   # share it: `up` brings any older install to VERSION, step by step, each step safe to run again.
   module Schema
     # The schema this code needs; workers refuse to start on an older one.
-    VERSION = 6
+    VERSION = 7
     # What each version adds, after the tables of version 1.
-    STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency, 6 => :add_due_index }.freeze
+    STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency, 6 => :add_due_index, 7 => :add_operator_columns }.freeze
 
     module_function
 
@@ -68,6 +68,20 @@ module Bobbin
     # Version 6: ready jobs by run_at, so an idle worker finds when the next scheduled job of its queues is due.
     def add_due_index(connection)
       add_index(connection, :bobbin_jobs, %i[run_at], "bobbin_jobs_due", "state = 'ready'")
+    end
+
+    # Version 7: who last retried, discarded or released a job and when (operators' actions), and the indexes the
+    # operator layer's keyset pages and filters read: a state's jobs by finish time or by run time, then id; a
+    # queue's or class's jobs by state; the Active Job id.
+    def add_operator_columns(connection)
+      { operated_by: :string, operated_at: :datetime, operation: :string }.each do |column, type|
+        connection.add_column(:bobbin_jobs, column, type) unless connection.column_exists?(:bobbin_jobs, column)
+      end
+      add_index(connection, :bobbin_jobs, %i[state finished_at id], "bobbin_jobs_state_finished", nil)
+      add_index(connection, :bobbin_jobs, %i[state run_at id], "bobbin_jobs_state_run_at", nil)
+      add_index(connection, :bobbin_jobs, %i[state queue run_at], "bobbin_jobs_state_queue", nil)
+      add_index(connection, :bobbin_jobs, %i[state class_name], "bobbin_jobs_state_class", nil)
+      add_index(connection, :bobbin_jobs, %i[active_job_id], "bobbin_jobs_active_job_id", nil)
     end
 
     def record_version(connection)

@@ -23,6 +23,9 @@ module Bobbin
       # Jobs handed over and not done yet: running or waiting in line.
       def busy = @lock.synchronize { @busy }
 
+      # Jobs handed over that wait in line for a free runner (claimed ahead).
+      def queued = @queue.size
+
       # Jobs finished since start.
       def completed = @lock.synchronize { @completed }
 

@@ -1,0 +1,94 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Operator
+    # What operators do to jobs, one or a filter's worth at a time. Every UPDATE repeats the state it acts on in
+    # its WHERE, so a job a worker claimed between the read and the write is left to the worker: a running job
+    # is never retried, discarded or released under a live worker. Each changed row records who and when
+    # (operated_by, operated_at, operation).
+    module Actions
+      RETRYABLE = %w[failed discarded].freeze
+      DISCARDABLE = %w[failed ready blocked].freeze
+      FINISHED = %w[succeeded failed discarded].freeze
+      BATCH = 1_000
+
+      module_function
+
+      # Puts job `id` back to run now with a fresh attempt budget, if failed or discarded; true if it did.
+      def retry(id, by:) = retry_ids([ id ], by) == 1
+
+      # Gives up on job `id` if failed or waiting; true if it did. The row stays for inspection.
+      def discard(id, by:) = discard_ids([ id ], by) == 1
+
+      # Retries every failed or discarded job `filter` selects, BATCH rows per statement; returns how many.
+      def retry_all(filter, by:) = in_batches(filter, RETRYABLE) { |ids| retry_ids(ids, by) }
+
+      # Discards every failed or waiting job `filter` selects, BATCH rows per statement; returns how many.
+      def discard_all(filter, by:) = in_batches(filter, DISCARDABLE) { |ids| discard_ids(ids, by) }
+
+      # Returns running job `id` to its queue when the process that claimed it is gone or silent for longer than
+      # `process_alive_threshold` (a stuck job); its attempt is given back. A job whose process is alive is left
+      # running (false): releasing it would run it twice.
+      def release(id, by:)
+        live = ProcessRecord.where(ProcessRecord.arel_table[:last_heartbeat_at].gteq(Time.now.utc - Bobbin.config.process_alive_threshold)).select(:id)
+        running = JobRecord.where(id: id, state: "running")
+        released = running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
+                          .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_by: nil, claimed_at: nil, started_at: nil,
+                                      attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"), **stamp("released", by)) == 1
+        woken(released)
+      end
+
+      # Deletes finished jobs (`states`, default all finished) that finished before `before`, in batches; returns
+      # how many.
+      def delete_finished(before:, states: FINISHED)
+        states = Array(states).map(&:to_s)
+        raise ArgumentError, "only finished jobs can be deleted (#{FINISHED.join(', ')}), not #{(states - FINISHED).join(', ')}" if (states - FINISHED).any?
+
+        deleted = 0
+        loop do
+          ids = JobRecord.where(state: states).where(JobRecord.arel_table[:finished_at].lt(before)).limit(BATCH).pluck(:id)
+          break deleted if ids.empty?
+
+          deleted += JobRecord.where(id: ids, state: states).delete_all
+        end
+      end
+
+      def retry_ids(ids, by)
+        retried = JobRecord.where(id: ids, state: RETRYABLE)
+                           .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
+                                       claimed_by: nil, claimed_at: nil, **stamp("retried", by))
+        Store.promote_due if retried.positive? && JobRecord.where(id: ids, state: "blocked").exists?
+        woken(retried)
+      end
+
+      def discard_ids(ids, by)
+        JobRecord.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)).tap do |count|
+          Instrumentation.instrument(:discard, ids: ids, count: count, by: by) if count.positive?
+        end
+      end
+
+      # Walks the filter's jobs in `states` by id, one batch of ids per read and one guarded UPDATE per batch.
+      def in_batches(filter, states)
+        filter = Filter.from(filter)
+        relation = filter.scope.where(state: states)
+        done = 0
+        last = 0
+        loop do
+          ids = relation.where(JobRecord.arel_table[:id].gt(last)).order(:id).limit(BATCH).pluck(:id)
+          break done if ids.empty?
+
+          done += yield(ids)
+          last = ids.last
+        end
+      end
+
+      def stamp(operation, by) = { operation: operation, operated_by: by.to_s[0, 255], operated_at: Time.now.utc }
+
+      # Wakes idle workers for jobs put back in their queues; returns `count`.
+      def woken(count)
+        Wakeups.announce(nil) if count == true || (count.is_a?(Integer) && count.positive?)
+        count
+      end
+    end
+  end
+end

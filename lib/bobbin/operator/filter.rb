@@ -1,0 +1,90 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Operator
+    # Which jobs an operator means: every criterion optional, all of them ANDed. `state` is one of STATES
+    # ("scheduled" and "ready" split the stored ready state by run_at); `search` looks for a substring in the
+    # arguments and the last error's class and message. Built from a Hash of strings or symbols (CLI options,
+    # query parameters), so unknown keys and bad values are refused with a message naming them.
+    class Filter
+      STATES = %w[ready scheduled blocked running succeeded failed discarded].freeze
+      TIMES = %i[enqueued_after enqueued_before finished_after finished_before].freeze
+      KEYS = (%i[state queue class_name process_id active_job_id search] + TIMES).freeze
+
+      attr_reader(*KEYS)
+
+      # A Filter from `params` (a Filter is returned as it is); blank values are ignored.
+      def self.from(params)
+        return params if params.is_a?(Filter)
+
+        new(**(params || {}).to_h.transform_keys(&:to_sym).reject { |_, value| value.nil? || value.to_s.strip.empty? })
+      end
+
+      def initialize(**criteria)
+        unknown = criteria.keys - KEYS
+        raise ArgumentError, "unknown job filter #{unknown.join(', ')} (known: #{KEYS.join(', ')})" if unknown.any?
+
+        @state = criteria[:state]&.to_s
+        raise ArgumentError, "unknown state #{@state.inspect} (one of #{STATES.join(', ')})" if @state && !STATES.include?(@state)
+
+        @queue, @class_name, @active_job_id, @search = criteria.values_at(:queue, :class_name, :active_job_id, :search).map { |v| v&.to_s }
+        @process_id = number(:process_id, criteria[:process_id])
+        TIMES.each { |key| instance_variable_set(:"@#{key}", time(key, criteria[key])) }
+      end
+
+      # The criteria given, as a Hash of strings (for links and forms).
+      def to_h = KEYS.filter_map { |key| send(key)&.then { |value| [ key, value.respond_to?(:iso8601) ? value.iso8601 : value.to_s ] } }.to_h
+
+      # This filter with `changes` (keys as in KEYS).
+      def merge(changes) = Filter.new(**to_h.transform_keys(&:to_sym).merge(changes.transform_keys(&:to_sym)).compact)
+
+      # The jobs this filter selects, as an Active Record relation (at `now` for scheduled/ready).
+      def scope(now = Time.now.utc)
+        table = JobRecord.arel_table
+        relation = state_scope(now)
+        relation = relation.where(queue: queue) if queue
+        relation = relation.where(class_name: class_name) if class_name
+        relation = relation.where(claimed_by: process_id) if process_id
+        relation = relation.where(active_job_id: active_job_id) if active_job_id
+        relation = relation.where(table[:enqueued_at].gteq(enqueued_after)) if enqueued_after
+        relation = relation.where(table[:enqueued_at].lt(enqueued_before)) if enqueued_before
+        relation = relation.where(table[:finished_at].gteq(finished_after)) if finished_after
+        relation = relation.where(table[:finished_at].lt(finished_before)) if finished_before
+        search ? relation.where(search_condition) : relation
+      end
+
+      private
+        def state_scope(now)
+          due = JobRecord.arel_table[:run_at]
+          case state
+          when nil then JobRecord.all
+          when "scheduled" then JobRecord.where(state: "ready").where(due.gt(now))
+          when "ready" then JobRecord.where(state: "ready").where(due.lteq(now))
+          else JobRecord.where(state: state)
+          end
+        end
+
+        # A substring anywhere in the arguments' JSON or the last error (case-sensitive on PostgreSQL; SQLite's LIKE
+        # ignores ASCII case). A scan of the rows the other criteria leave: narrow by state or queue on big tables.
+        def search_condition
+          pattern = "%#{JobRecord.sanitize_sql_like(search)}%"
+          table = JobRecord.arel_table
+          %i[arguments last_error_message last_error_class].map { |column| table[column].matches(pattern, "\\", true) }.reduce(:or)
+        end
+
+        def number(key, value)
+          value.nil? ? nil : Integer(value.to_s, 10)
+        rescue ArgumentError
+          raise ArgumentError, "#{key} must be a number, not #{value.inspect}"
+        end
+
+        def time(key, value)
+          return value&.utc if value.nil? || value.is_a?(Time)
+
+          Time.iso8601(value.to_s).utc
+        rescue ArgumentError
+          raise ArgumentError, "#{key} must be an ISO 8601 time (2026-01-31T12:00:00Z), not #{value.inspect}"
+        end
+    end
+  end
+end

@@ -1,0 +1,60 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Operator
+    # One page of jobs in keyset order: the query starts after the last row of the page before (a `cursor`), never
+    # at an OFFSET, so page 500 costs what page 1 costs and rows inserted meanwhile neither repeat nor shift
+    # rows between pages. The order follows the state: waiting jobs by when they run, finished ones newest
+    # first, anything else by id, newest first. Each (column, id) order is an index (schema version 7).
+    class Page
+      ORDERS = { "ready" => [ :run_at, :asc ], "scheduled" => [ :run_at, :asc ], "blocked" => [ :run_at, :asc ],
+                 "succeeded" => [ :finished_at, :desc ], "failed" => [ :finished_at, :desc ], "discarded" => [ :finished_at, :desc ] }.freeze
+      # Columns a list shows; the arguments' text and backtrace stay for the job page.
+      LIST_COLUMNS = %i[id queue class_name state priority run_at attempts max_attempts claimed_by enqueued_at started_at finished_at
+                        last_error_class last_error_message active_job_id].freeze
+
+      attr_reader :jobs, :next_cursor, :filter
+
+      # The page of `filter`'s jobs after `cursor` (nil: the first page), at most `limit` rows.
+      def self.load(filter, cursor: nil, limit: 50, columns: LIST_COLUMNS)
+        filter = Filter.from(filter)
+        column, direction = ORDERS.fetch(filter.state, [ :id, :desc ])
+        relation = filter.scope.select(columns | [ column, :id ])
+        relation = relation.where(after(column, direction, parse(cursor, column))) if cursor
+        rows = relation.order(column => direction, id: direction).limit(limit + 1).to_a
+        new(filter, rows.first(limit), rows.size > limit ? encode(rows[limit - 1], column) : nil)
+      end
+
+      def initialize(filter, jobs, next_cursor)
+        @filter = filter
+        @jobs = jobs
+        @next_cursor = next_cursor
+      end
+
+      # Rows strictly after the cursor's (value, id) in the page's direction.
+      def self.after(column, direction, (value, id))
+        table = JobRecord.arel_table
+        beyond = direction == :asc ? :gt : :lt
+        return table[:id].public_send(beyond, id) if column == :id
+
+        table[column].public_send(beyond, value).or(table[column].eq(value).and(table[:id].public_send(beyond, id)))
+      end
+
+      # "value,id": the time with microseconds (the precision both databases keep), or the id alone.
+      def self.encode(row, column)
+        column == :id ? row.id.to_s : "#{row.public_send(column).utc.iso8601(6)},#{row.id}"
+      end
+
+      def self.parse(cursor, column)
+        return [ nil, Integer(cursor) ] if column == :id
+
+        time, id = cursor.to_s.split(",", 2)
+        [ Time.iso8601(time).utc, Integer(id) ]
+      rescue ArgumentError, TypeError
+        raise ArgumentError, "bad page cursor #{cursor.inspect}"
+      end
+
+      private_class_method :after, :encode, :parse
+    end
+  end
+end

@@ -1,0 +1,69 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Operator
+    # A process row as operators read it: its heartbeat's metadata (pool mode, capacity, busy, queued, RSS,
+    # connections) parsed, the jobs running under it counted in the table, and the fiber-health columns
+    # (loop lag, stalls) when the schema has them.
+    class ProcessView
+      HEALTH = %w[loop_lag_ms max_loop_lag_ms stalls].freeze
+
+      attr_reader :record, :metadata, :running
+
+      # Every registered process, workers first, with their running jobs counted in one grouped query.
+      def self.all(now = Time.now.utc)
+        records = ProcessRecord.order(:kind, :id).to_a
+        running = JobRecord.where(state: "running", claimed_by: records.map(&:id)).group(:claimed_by).count
+        records.map { |record| new(record, running.fetch(record.id, 0), now) }
+      end
+
+      # What a worker adds to its heartbeat about itself: resident memory and its Active Record pool's use. Cheap:
+      # one small /proc read and the pool's counters.
+      def self.resources
+        pool = Record.connection_pool
+        stat = pool.stat
+        { rss_kb: rss_kb, db_pool: stat[:size], db_in_use: stat[:busy] }
+      rescue ActiveRecord::ActiveRecordError
+        { rss_kb: rss_kb }
+      end
+
+      # This process's resident set in KiB (Linux /proc; nil elsewhere).
+      def self.rss_kb
+        pages = File.read("/proc/self/statm").split[1].to_i
+        pages * 4096 / 1024
+      rescue SystemCallError
+        nil
+      end
+
+      def initialize(record, running, now)
+        @record = record
+        @running = running
+        @now = now
+        @metadata = JSON.parse(record.metadata.to_s) rescue {} # a row from a newer or broken writer still lists
+      end
+
+      def id = record.id
+      def kind = record.kind
+      def name = record.name
+      def pid = record.pid
+      def hostname = record.hostname
+      def mode = metadata["mode"]
+      def capacity = metadata["capacity"]
+      def busy = metadata["busy"]
+      def queued = metadata["queued"]
+      def queues = metadata["queues"]
+      def rss_kb = metadata["rss_kb"]
+      def db_pool = metadata["db_pool"]
+      def db_in_use = metadata["db_in_use"]
+
+      # Seconds since its last heartbeat.
+      def heartbeat_age = (@now - record.last_heartbeat_at).round(1)
+
+      # Silent for longer than the threshold after which its jobs are recovered.
+      def stale? = heartbeat_age > Bobbin.config.process_alive_threshold
+
+      # Loop lag and stall figures, when the schema carries them (fiber-safety work): name => value.
+      def health = HEALTH.filter_map { |column| [ column, record[column] ] if record.has_attribute?(column) }.to_h
+    end
+  end
+end

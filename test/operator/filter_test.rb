@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+require_relative "operator_helper"
+
+# Every criterion of Operator::Filter selects exactly its jobs, on a table holding jobs it must leave out.
+class OperatorFilterTest < Bobbin::TestCase
+  include OperatorHelper
+
+  setup do
+    now = Time.now.utc
+    @ready = insert_jobs(2, run_at: now - 5)
+    @scheduled = insert_jobs(1, run_at: now + 3600)
+    @blocked = insert_jobs(1, state: "blocked", concurrency_key: "k", concurrency_limit: 1)
+    @running = insert_jobs(1, state: "running", claimed_by: 4242, claimed_at: now, started_at: now, attempts: 1)
+    @succeeded = insert_jobs(1, state: "succeeded", attempts: 1, finished_at: now - 7200)
+    @failed = insert_jobs(1, **failed_attributes(now - 60), last_error_message: "connection reset by <b>peer</b>")
+    @discarded = insert_jobs(1, state: "discarded", finished_at: now)
+    @mail = insert_jobs(1, queue: "mail", class_name: "MailJob", arguments: JSON.generate([ "ann@example.com" ]), active_job_id: "aj-1",
+                        enqueued_at: now - 86_400)
+  end
+
+  def ids(criteria) = Bobbin::Operator.jobs(criteria, limit: 100).jobs.map(&:id).sort
+
+  test "each state, with scheduled and ready split by run_at" do
+    assert_equal (@ready + @mail).sort, ids(state: "ready")
+    { scheduled: @scheduled, blocked: @blocked, running: @running, succeeded: @succeeded, failed: @failed, discarded: @discarded }.each do |state, expected|
+      assert_equal expected.sort, ids(state: state), state
+    end
+    assert_equal 9, ids({}).size
+  end
+
+  test "queue, class, process and Active Job id" do
+    assert_equal @mail, ids(queue: "mail")
+    assert_equal @mail, ids(class_name: "MailJob")
+    assert_equal @running, ids(process_id: "4242")
+    assert_equal @mail, ids(active_job_id: "aj-1")
+    assert_equal [], ids(queue: "mail", state: "failed")
+  end
+
+  test "enqueued and finished time windows" do
+    now = Time.now.utc
+    assert_equal @mail, ids(enqueued_before: (now - 3600).iso8601)
+    assert_equal 8, ids(enqueued_after: (now - 3600).iso8601).size
+    assert_equal @succeeded, ids(finished_before: (now - 3600).iso8601)
+    assert_equal (@failed + @discarded).sort, ids(finished_after: (now - 3600).iso8601)
+  end
+
+  test "search finds a substring of the arguments or of the error, taken literally" do
+    assert_equal @mail, ids(search: "ann@example")
+    assert_equal @failed, ids(search: "<b>peer")
+    assert_equal @failed, ids(search: "RuntimeError")
+    assert_equal [], ids(search: "%")
+    assert_equal @failed, ids(search: "reset", state: "failed")
+  end
+
+  test "bad criteria are refused with a message naming them" do
+    assert_match(/unknown state "lost"/, assert_raises(ArgumentError) { ids(state: "lost") }.message)
+    assert_match(/unknown job filter colour/, assert_raises(ArgumentError) { ids(colour: "red") }.message)
+    assert_match(/finished_after must be an ISO 8601 time/, assert_raises(ArgumentError) { ids(finished_after: "yesterday") }.message)
+    assert_match(/process_id must be a number/, assert_raises(ArgumentError) { ids(process_id: "x") }.message)
+    assert_match(/bad page cursor/, assert_raises(ArgumentError) { Bobbin::Operator.jobs({ state: "failed" }, cursor: "nope") }.message)
+  end
+
+  test "blank values are ignored, as an empty form field sends them" do
+    assert_equal 9, ids(state: "", queue: " ").size
+  end
+end

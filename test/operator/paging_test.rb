@@ -1,0 +1,56 @@
+# frozen_string_literal: true
+
+require_relative "operator_helper"
+
+# Keyset pages: every row exactly once across pages, however many rows are inserted between page reads.
+class OperatorPagingTest < Bobbin::TestCase
+  include OperatorHelper
+
+  # Reads every page of `criteria`, inserting `insert` rows (via the block) before each next page.
+  def walk(criteria, limit:)
+    seen = []
+    cursor = nil
+    loop do
+      page = Bobbin::Operator.jobs(criteria, cursor: cursor, limit: limit)
+      seen.concat(page.jobs.map(&:id))
+      cursor = page.next_cursor or break
+      yield if block_given?
+    end
+    seen
+  end
+
+  test "failed jobs newest first: pages hold each row once while new failures arrive at the front" do
+    base = Time.now.utc - 3600
+    # Ties on finished_at (ten rows per second) make the id part of the key carry the order.
+    original = insert_jobs(95, **failed_attributes, finished_at: ->(i) { base + i / 10 })
+    seen = walk({ state: "failed" }, limit: 10) { insert_jobs(3, **failed_attributes(Time.now.utc)) }
+    assert_equal original.sort, seen.sort, "every original row once, none of the newer ones"
+    assert_equal seen.uniq, seen
+    finished = Bobbin::JobRecord.where(id: seen).pluck(:id, :finished_at).to_h
+    assert_equal seen, seen.sort_by { |id| [ -finished[id].to_f, -id ] }, "newest first, then higher id"
+  end
+
+  test "ready jobs by run time: later inserts join at the end and nothing repeats" do
+    base = Time.now.utc - 600
+    original = insert_jobs(42, run_at: ->(i) { base + i / 5 })
+    seen = walk({ state: "ready" }, limit: 7) { insert_jobs(2, run_at: Time.now.utc) }
+    assert_equal seen.uniq, seen
+    assert_empty original - seen, "every original row seen"
+    assert_equal original, seen.first(42), "oldest run_at first, ties by id"
+  end
+
+  test "all jobs by id, newest first" do
+    original = insert_jobs(25)
+    seen = walk({}, limit: 4) { insert_jobs(1) }
+    assert_equal original.sort.reverse, seen
+  end
+
+  test "a page reads the rows after its cursor, not an offset" do
+    insert_jobs(5, **failed_attributes)
+    page = Bobbin::Operator.jobs({ state: "failed" }, limit: 2)
+    Bobbin::JobRecord.where(id: page.jobs.map(&:id)).delete_all
+    rest = Bobbin::Operator.jobs(page.filter, cursor: page.next_cursor, limit: 10).jobs
+    assert_equal 3, rest.size, "deleting the first page moves nothing"
+    assert_nil Bobbin::Operator.jobs(page.filter, cursor: page.next_cursor, limit: 10).next_cursor
+  end
+end
