@@ -1,0 +1,88 @@
+# frozen_string_literal: true
+
+require_relative "operator_helper"
+
+# Operator actions: guarded by state, recorded with who/when, safe beside running workers.
+class OperatorActionsTest < Bobbin::TestCase
+  include OperatorHelper
+
+  test "bulk retry of 10,000 failed jobs while workers run: each runs once, running jobs are untouched" do
+    log = ENV["BOBBIN_TEST_LOG"] || File::NULL
+    pids = []
+    ensure_killed(pids) do
+      2.times { pids << spawn_bobbin("work", "--fibers", "25", "--polling-interval", "0.05", log: log) }
+      slow = Array.new(4) { |i| SleepJob.enqueue(3, "slow-#{i}") }
+      wait_for("the slow jobs to run") { Bobbin::JobRecord.where(id: slow, state: "running").count == 4 }
+      running = Bobbin::JobRecord.where(id: slow).pluck(:id, :claimed_by, :attempts)
+
+      failed = insert_jobs(10_000, class_name: "CrashSafeJob", arguments: ->(i) { JSON.generate([ 0, "f-#{i}" ]) }, **failed_attributes)
+      # Two operators press "retry all" at once, over every job: each failed job is retried by one of them.
+      totals = Array.new(2) { |n| Thread.new { Bobbin::Operator.retry_all({}, by: "ops-#{n}") } }.map(&:value)
+      assert_equal 10_000, totals.sum, "each failed job retried once (#{totals.inspect})"
+      assert_equal 0, Bobbin::Operator.discard_all({ queue: "default", class_name: "SleepJob" }, by: "ops"), "running jobs are not discarded"
+      assert_equal running, Bobbin::JobRecord.where(id: slow).pluck(:id, :claimed_by, :attempts), "running jobs untouched"
+      assert_equal [ "running" ], Bobbin::JobRecord.where(id: slow).distinct.pluck(:state)
+
+      wait_for("every retried job to finish", timeout: 180, interval: 0.5) { LedgerEntry.where("key LIKE 'f-%'").count == 10_000 }
+      assert_equal 10_000, StartEntry.count, "no retried job started twice"
+      assert_equal({ "succeeded" => 10_000 }, Bobbin::JobRecord.where(id: failed).group(:state).count)
+      assert_equal %w[ops-0 ops-1].select { |by| totals[by[-1].to_i].positive? }, Bobbin::JobRecord.where(id: failed).distinct.pluck(:operated_by).sort
+      wait_for("the slow jobs to finish") { LedgerEntry.where("key LIKE 'slow-%'").count == 4 }
+    end
+  end
+
+  test "retry and discard one job, by state, recording who and when" do
+    failed = insert_jobs(1, **failed_attributes).first
+    ready = insert_jobs(1).first
+    running = insert_jobs(1, state: "running", claimed_by: 1, claimed_at: Time.now.utc).first
+    succeeded = insert_jobs(1, state: "succeeded", finished_at: Time.now.utc).first
+
+    refute Bobbin::Operator.retry(ready, by: "ann"), "a waiting job is not retried"
+    refute Bobbin::Operator.retry(running, by: "ann")
+    refute Bobbin::Operator.discard(running, by: "ann"), "a running job is left to its worker"
+    refute Bobbin::Operator.discard(succeeded, by: "ann")
+    assert Bobbin::Operator.retry(failed, by: "ann")
+    job = Bobbin::JobRecord.find(failed)
+    assert_equal [ "ready", 0, "retried", "ann" ], [ job.state, job.attempts, job.operation, job.operated_by ]
+    assert_in_delta Time.now.utc, job.operated_at, 60
+    assert Bobbin::Operator.discard(ready, by: "bob")
+    assert_equal [ "discarded", "discarded", "bob" ], Bobbin::JobRecord.find(ready).then { |j| [ j.state, j.operation, j.operated_by ] }
+    assert Bobbin::Operator.retry(ready, by: "bob"), "a discarded job can be retried"
+  end
+
+  test "bulk discard takes only the filtered waiting and failed jobs" do
+    mail_failed = insert_jobs(3, queue: "mail", **failed_attributes)
+    mail_ready = insert_jobs(2, queue: "mail")
+    insert_jobs(2, queue: "mail", state: "running", claimed_by: 1)
+    other = insert_jobs(2, **failed_attributes)
+    assert_equal 5, Bobbin::Operator.discard_all({ queue: "mail" }, by: "ops")
+    assert_equal (mail_failed + mail_ready).sort, Bobbin::JobRecord.where(state: "discarded").pluck(:id).sort
+    assert_equal [ "failed" ], Bobbin::JobRecord.where(id: other).distinct.pluck(:state)
+  end
+
+  test "release: a running job of a dead process goes back to its queue, one of a live process stays" do
+    live = Bobbin::ProcessRecord.register(kind: "worker", name: "live")
+    dead = Bobbin::ProcessRecord.register(kind: "worker", name: "dead")
+    dead.update_columns(last_heartbeat_at: Time.now.utc - Bobbin.config.process_alive_threshold - 60)
+    on_live = insert_jobs(1, state: "running", claimed_by: live.id, attempts: 1).first
+    on_dead = insert_jobs(1, state: "running", claimed_by: dead.id, attempts: 1).first
+    orphan = insert_jobs(1, state: "running", claimed_by: 999_999, attempts: 1).first
+
+    refute Bobbin::Operator.release(on_live, by: "ops"), "its worker is alive: releasing it would run it twice"
+    assert Bobbin::Operator.release(on_dead, by: "ops")
+    assert Bobbin::Operator.release(orphan, by: "ops")
+    assert_equal [ "running", "ready", "ready" ], [ on_live, on_dead, orphan ].map { |id| Bobbin::JobRecord.find(id).state }
+    assert_equal [ 0, nil, "released" ], Bobbin::JobRecord.find(on_dead).then { |j| [ j.attempts, j.claimed_by, j.operation ] }
+    refute Bobbin::Operator.release(on_dead, by: "ops"), "no longer running"
+  end
+
+  test "delete finished jobs older than a time, only finished ones" do
+    old = Time.now.utc - 86_400
+    gone = insert_jobs(3, state: "succeeded", finished_at: old) + insert_jobs(2, **failed_attributes(old))
+    kept = insert_jobs(2, state: "succeeded", finished_at: Time.now.utc) + insert_jobs(1)
+    assert_equal 5, Bobbin::Operator.delete_finished(before: Time.now.utc - 3600)
+    assert_equal kept.sort, Bobbin::JobRecord.pluck(:id).sort
+    refute Bobbin::JobRecord.where(id: gone).exists?
+    assert_raises(ArgumentError) { Bobbin::Operator.delete_finished(before: Time.now.utc, states: %w[running]) }
+  end
+end

@@ -1,0 +1,74 @@
+# frozen_string_literal: true
+
+require_relative "operator_helper"
+
+# Counts, queue sizes and latency, throughput per minute, and process views.
+class OperatorStatsTest < Bobbin::TestCase
+  include OperatorHelper
+
+  test "counts by state split ready from scheduled" do
+    insert_jobs(3, run_at: Time.now.utc - 1)
+    insert_jobs(2, run_at: Time.now.utc + 600)
+    insert_jobs(4, **failed_attributes)
+    counts = Bobbin::Operator.counts
+    assert_equal [ 3, 2, 4, 0 ], [ counts[:ready], counts[:scheduled], counts[:failed], counts[:succeeded] ]
+    assert_empty counts.estimated
+  end
+
+  test "counts above the exact limit are counted on SQLite and estimated from statistics on PostgreSQL" do
+    insert_jobs(Bobbin::Operator::Stats::EXACT_UP_TO + 500, state: "succeeded", finished_at: Time.now.utc)
+    Bobbin::JobRecord.connection.execute("ANALYZE bobbin_jobs") if postgres?
+    counts = Bobbin::Operator.counts
+    if postgres?
+      assert counts.estimated?(:succeeded)
+      assert_in_delta Bobbin::Operator::Stats::EXACT_UP_TO + 500, counts[:succeeded], 2_000
+    else
+      assert_equal Bobbin::Operator::Stats::EXACT_UP_TO + 500, counts[:succeeded]
+    end
+  end
+
+  test "queues: sizes by state, latency of the oldest due job, paused ones listed even when empty" do
+    insert_jobs(2, queue: "mail", run_at: Time.now.utc - 120)
+    insert_jobs(1, queue: "mail", run_at: Time.now.utc + 600)
+    insert_jobs(1, queue: "mail", **failed_attributes)
+    insert_jobs(5, queue: "llm")
+    Bobbin::Operator.pause("idle")
+    queues = Bobbin::Operator.queues.to_h { |queue| [ queue.name, queue ] }
+    assert_equal %w[llm mail idle], Bobbin::Operator.queues.map(&:name), "most due first"
+    mail = queues["mail"]
+    assert_equal [ 2, 1, 1, 3 ], [ mail.ready, mail.scheduled, mail.failed, mail.size ]
+    assert_operator mail.latency, :>=, 119
+    assert queues["idle"].paused
+    assert_operator Bobbin::Operator.latency([ "mail" ]), :>=, 119
+  end
+
+  test "throughput per minute counts succeeded and failed jobs by the minute they finished" do
+    now = Time.now.utc
+    insert_jobs(3, state: "succeeded", finished_at: now)
+    insert_jobs(2, **failed_attributes(now - 120))
+    insert_jobs(7, state: "succeeded", finished_at: now - 7200)
+    minutes = Bobbin::Operator.throughput(minutes: 5)
+    assert_equal 5, minutes.size
+    assert_equal [ 3, 0 ], minutes.last.drop(1)
+    assert_equal [ 0, 2 ], minutes[-3].drop(1)
+    assert_equal 5, minutes.sum { |_, succeeded, failed| succeeded + failed }
+  end
+
+  test "processes show a live worker's pool, busy jobs, memory and connections from its heartbeat" do
+    log = ENV["BOBBIN_TEST_LOG"] || File::NULL
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "7", "--queues", "slow", log: log)
+      SleepJob.enqueue(2, "s").then { nil }
+      Bobbin::JobRecord.update_all(queue: "slow")
+      view = wait_for("the worker to run the job and beat") do
+        Bobbin::Operator.processes.find { |process| process.running == 1 && process.metadata["rss_kb"] }
+      end
+      assert_equal [ "worker", "fibers", 7 ], [ view.kind, view.mode, view.capacity ]
+      assert_operator view.rss_kb, :>, 10_000
+      assert_operator view.db_pool, :>=, 1
+      assert_operator view.heartbeat_age, :<, Bobbin.config.process_alive_threshold
+      refute view.stale?
+    end
+  end
+end
