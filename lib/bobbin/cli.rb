@@ -2,6 +2,7 @@
 
 require "optparse"
 require_relative "config/boot"
+require_relative "cli/operator_commands"
 
 module Bobbin
   # `bobbin COMMAND [options]`: the command line for workers and operators.
@@ -15,6 +16,12 @@ module Bobbin
         migrate  create or upgrade Bobbin's tables
         counts   print job counts by state
         recurring  list recurring tasks with their last and next runs
+        jobs     list jobs, newest first (--state S --queue Q --class C --search TEXT --limit N --after CURSOR)
+        retry ID...|--failed [filters]    run failed/discarded jobs again (exit 1 if one could not be)
+        discard ID...|--failed [filters]  give up on failed/waiting jobs (never running ones)
+        queues   list queues: due, scheduled, running, failed, latency, paused
+        processes  list worker processes: mode, capacity, busy, heartbeat age, memory, connections
+        dashboard  serve the web dashboard (--port 9292 --host 127.0.0.1; RACK_ENV=development unless --auth-token)
     TEXT
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
@@ -34,6 +41,8 @@ module Bobbin
       when "migrate" then boot({}, tables: false).then { Bobbin.migrate! }.then { 0 }
       when "counts" then boot({}).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
       when "recurring" then boot({}).then { list_recurring }.then { 0 }
+      when "jobs", "retry", "discard", "queues", "processes" then OperatorCommands.new(self).run(command, argv)
+      when "dashboard" then OperatorCommands.new(self).dashboard(argv)
       else
         warn(USAGE)
         command.nil? || %w[-h --help help].include?(command) ? 0 : 64
@@ -41,6 +50,17 @@ module Bobbin
     rescue Bobbin::ConfigurationError, OptionParser::ParseError => error
       warn("bobbin: #{error.message}")
       78
+    rescue UsageError => error
+      warn("bobbin: #{error.message}")
+      64
+    end
+
+    # A command line that names something wrong (a bad filter, an id that is not a number): exit 64.
+    class UsageError < StandardError; end
+
+    # Boots from `--database URL` / `-r FILE` as the worker commands do (for the operator commands).
+    def boot(options, tables: true)
+      Boot.run(database: options[:database], requires: Array(options[:require]), tables: tables)
     end
 
     private
@@ -132,10 +152,6 @@ module Bobbin
       def parse(parser, argv, options)
         parser.parse!(argv)
         FLAGS.each { |key, flag| Setting.check(key, options[key], flag) if options.key?(key) }
-      end
-
-      def boot(options, tables: true)
-        Boot.run(database: options[:database], requires: Array(options[:require]), tables: tables)
       end
   end
 end

@@ -1,0 +1,144 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class CLI
+    # `bobbin jobs|retry|discard|queues|processes|dashboard`: the operator layer on the command line. Output is
+    # plain aligned text for people (and `cut`/`awk`); exit 0 when done, 1 when an action could not be done to a
+    # job it named (missing, or in a state the action leaves alone), 64 for a bad command line.
+    class OperatorCommands
+      def initialize(cli)
+        @cli = cli
+      end
+
+      def run(command, argv)
+        options = {}
+        filter = {}
+        parser(command, options, filter).parse!(argv)
+        @cli.boot(options)
+        case command
+        when "jobs" then list(filter, options)
+        when "queues" then queues
+        when "processes" then processes
+        else act(command, argv, filter, options)
+        end
+      rescue ArgumentError, OptionParser::ParseError => error
+        raise UsageError, error.message
+      end
+
+      # Serves Bobbin::Dashboard with Rack's own server (WEBrick or Puma when installed) until INT/TERM.
+      def dashboard(argv)
+        options = { port: 9292, host: "127.0.0.1" }
+        OptionParser.new do |o|
+          o.banner = "Usage: bobbin dashboard [options]"
+          common(o, options)
+          o.on("-p", "--port PORT", Integer, "port (default 9292)") { |v| options[:port] = v }
+          o.on("--host HOST", "address to bind (default 127.0.0.1)") { |v| options[:host] = v }
+          o.on("--auth-token TOKEN", "require this token (HTTP basic auth password) outside development") { |v| options[:token] = v }
+          o.on("--read-only", "show, never change") { options[:read_only] = true }
+        end.parse!(argv)
+        @cli.boot(options)
+        Dashboard::Server.new(**options.slice(:port, :host, :token, :read_only)).run
+        0
+      end
+
+      private
+        def parser(command, options, filter)
+          OptionParser.new do |o|
+            o.banner = "Usage: bobbin #{command} [options]"
+            common(o, options)
+            next if %w[queues processes].include?(command)
+
+            o.on("--state STATE", Operator::Filter::STATES, "one of #{Operator::Filter::STATES.join(', ')}") { |v| filter[:state] = v }
+            o.on("--queue QUEUE") { |v| filter[:queue] = v }
+            o.on("--class CLASS", "job class name") { |v| filter[:class_name] = v }
+            o.on("--search TEXT", "substring of the arguments or last error") { |v| filter[:search] = v }
+            o.on("--process ID", "jobs claimed by process ID") { |v| filter[:process_id] = v }
+            o.on("--finished-before TIME", "ISO 8601") { |v| filter[:finished_before] = v }
+            o.on("--finished-after TIME", "ISO 8601") { |v| filter[:finished_after] = v }
+            if command == "jobs"
+              o.on("--limit N", Integer, "rows per page (default 50)") { |v| options[:limit] = v }
+              o.on("--after CURSOR", "the page after CURSOR (printed under a full page)") { |v| options[:cursor] = v }
+            else
+              o.on("--failed", "every failed job the filters select") { filter[:state] ||= "failed"; options[:all] = true }
+              o.on("--all", "every job the filters select (retry: failed and discarded; discard: failed and waiting)") { options[:all] = true }
+              o.on("--by NAME", "who to record as doing it (default $USER)") { |v| options[:by] = v }
+            end
+          end
+        end
+
+        def common(parser, options)
+          parser.on("-d", "--database URL", "database URL (default DATABASE_URL or the Rails app's)") { |v| options[:database] = v }
+          parser.on("-r", "--require FILE", "load FILE first (repeatable)") { |v| (options[:require] ||= []) << v }
+        end
+
+        def list(filter, options)
+          page = Operator.jobs(filter, cursor: options[:cursor], limit: options.fetch(:limit, 50))
+          return puts("no jobs").then { 0 } if page.jobs.empty?
+
+          puts(format("%-10s %-10s %-16s %-28s %-8s %-20s %s", "ID", "STATE", "QUEUE", "CLASS", "ATTEMPTS", "AT", "ERROR"))
+          page.jobs.each do |job|
+            at = job.finished_at || job.started_at || job.run_at
+            error = job.state == "failed" ? "#{job.last_error_class}: #{job.last_error_message}".lines.first.to_s.strip[0, 60] : ""
+            puts(format("%-10d %-10s %-16s %-28s %-8s %-20s %s", job.id, shown_state(job), job.queue[0, 16], job.class_name[0, 28],
+                        "#{job.attempts}/#{job.max_attempts}", at&.utc&.strftime("%Y-%m-%d %H:%M:%S"), error))
+          end
+          puts("more: --after #{page.next_cursor}") if page.next_cursor
+          0
+        end
+
+        def shown_state(job) = job.state == "ready" && job.run_at > Time.now.utc ? "scheduled" : job.state
+
+        # retry/discard: the ids given, or (--failed/--all) every job the filters select. Exit 1 when an id given
+        # was not acted on, saying why.
+        def act(command, ids, filter, options)
+          by = options[:by] || ENV["USER"] || "cli"
+          if options[:all]
+            raise ArgumentError, "give job ids or --failed/--all, not both" if ids.any?
+
+            count = Operator.public_send(:"#{command}_all", filter, by: by)
+            puts("#{command == 'retry' ? 'retried' : 'discarded'} #{count} job#{'s' unless count == 1}")
+            return 0
+          end
+          raise ArgumentError, "#{command} needs job ids, or --failed" if ids.empty?
+
+          ids.map { |id| Integer(id, 10) rescue raise(ArgumentError, "#{id.inspect} is not a job id") }
+             .map { |id| act_one(command, id, by) }.all? ? 0 : 1
+        end
+
+        def act_one(command, id, by)
+          return true.tap { puts("#{command == 'retry' ? 'retried' : 'discarded'} #{id}") } if Operator.public_send(command, id, by: by)
+
+          job = JobRecord.find_by(id: id)
+          warn("bobbin: job #{id} #{job ? "is #{job.state}: #{command} acts on #{command == 'retry' ? 'failed or discarded' : 'failed or waiting'} jobs" : 'not found'}")
+          false
+        end
+
+        def queues
+          list = Operator.queues
+          return puts("no queues with waiting, running or failed jobs").then { 0 } if list.empty?
+
+          puts(format("%-24s %8s %10s %8s %8s %8s  %s", "QUEUE", "DUE", "SCHEDULED", "BLOCKED", "RUNNING", "FAILED", "LATENCY"))
+          list.each do |q|
+            puts(format("%-24s %8d %10d %8d %8d %8d  %s%s", q.name, q.ready, q.scheduled, q.blocked, q.running, q.failed, duration(q.latency),
+                        q.paused ? "  paused" : ""))
+          end
+          0
+        end
+
+        def processes
+          list = Operator.processes
+          return puts("no processes registered").then { 0 } if list.empty?
+
+          puts(format("%-6s %-10s %-24s %-8s %-8s %-9s %-9s %-8s %s", "ID", "KIND", "HOST:PID", "MODE", "BUSY", "RUNNING", "BEAT AGO", "RSS", "DB"))
+          list.each do |p|
+            puts(format("%-6d %-10s %-24s %-8s %-8s %-9d %-9s %-8s %s%s", p.id, p.kind, "#{p.hostname[0, 16]}:#{p.pid}", p.mode || "-",
+                        p.capacity ? "#{p.busy}/#{p.capacity}" : "-", p.running, duration(p.heartbeat_age), p.rss_kb ? "#{p.rss_kb / 1024}M" : "-",
+                        p.db_pool ? "#{p.db_in_use}/#{p.db_pool}" : "-", p.stale? ? "  STALE" : ""))
+          end
+          0
+        end
+
+        def duration(seconds) = seconds < 120 ? "#{seconds.round(1)}s" : "#{(seconds / 60).round}m"
+    end
+  end
+end

@@ -1,0 +1,68 @@
+# frozen_string_literal: true
+
+require_relative "cli_helper"
+require_relative "../operator/operator_helper"
+
+# `bobbin jobs|retry|discard|queues|processes`, run as a real subprocess against the test database.
+class OperatorCommandsTest < Bobbin::TestCase
+  include CLIHelper
+  include OperatorHelper
+
+  test "jobs lists with filters and pages with a printed cursor" do
+    failed = insert_jobs(3, queue: "mail", class_name: "MailJob", **failed_attributes, last_error_message: "smtp down")
+    insert_jobs(2)
+    status, out, err = run_bobbin("jobs", "--state", "failed", "--queue", "mail", "--limit", "2")
+    assert_equal 0, status.exitstatus, err
+    lines = out.lines
+    assert_match(/\AID\s+STATE\s+QUEUE\s+CLASS/, lines.first)
+    assert_equal 2, lines.grep(/failed\s+mail\s+MailJob .*RuntimeError: smtp down/).size
+    cursor = lines.last[/--after (\S+)/, 1] or flunk("no cursor printed:\n#{out}")
+    status, out, = run_bobbin("jobs", "--state", "failed", "--queue", "mail", "--limit", "2", "--after", cursor)
+    assert_equal 0, status.exitstatus
+    assert_equal [ failed.min.to_s ], out.lines.drop(1).map { |line| line.split.first }
+    assert_equal [ 0, "no jobs\n" ], run_bobbin("jobs", "--class", "Nope").then { |s, o, _| [ s.exitstatus, o ] }
+  end
+
+  test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
+    failed = insert_jobs(1, **failed_attributes).first
+    running = insert_jobs(1, state: "running", claimed_by: 1).first
+    status, out, err = run_bobbin("retry", failed.to_s, running.to_s)
+    assert_equal 1, status.exitstatus
+    assert_equal "retried #{failed}\n", out
+    assert_match(/job #{running} is running: retry acts on failed or discarded jobs/, err)
+    assert_equal "ready", Bobbin::JobRecord.find(failed).state
+    assert_equal "running", Bobbin::JobRecord.find(running).state
+
+    status, _, err = run_bobbin("discard", "abc")
+    assert_equal 64, status.exitstatus
+    assert_match(/"abc" is not a job id/, err)
+    status, _, err = run_bobbin("jobs", "--state", "lost")
+    assert_equal 64, status.exitstatus
+    assert_match(/invalid argument: --state lost/, err)
+    assert_equal 1, run_bobbin("discard", "987654321").first.exitstatus
+  end
+
+  test "retry --failed with filters retries only what they select and records who" do
+    mail = insert_jobs(3, queue: "mail", **failed_attributes)
+    other = insert_jobs(2, **failed_attributes)
+    status, out, err = run_bobbin("retry", "--failed", "--queue", "mail", "--by", "ann")
+    assert_equal 0, status.exitstatus, err
+    assert_equal "retried 3 jobs\n", out
+    assert_equal [ [ "ready", "ann" ] ], Bobbin::JobRecord.where(id: mail).distinct.pluck(:state, :operated_by)
+    assert_equal [ "failed" ], Bobbin::JobRecord.where(id: other).distinct.pluck(:state)
+    status, out, = run_bobbin("discard", "--failed")
+    assert_equal [ 0, "discarded 2 jobs\n" ], [ status.exitstatus, out ]
+  end
+
+  test "queues and processes print one aligned line each" do
+    insert_jobs(2, queue: "mail", run_at: Time.now.utc - 90)
+    Bobbin::Operator.pause("mail")
+    status, out, = run_bobbin("queues")
+    assert_equal 0, status.exitstatus
+    assert_match(/\Amail\s+2\s+0\s+0\s+0\s+0\s+\d+\.\ds\s+paused$/, out.lines[1])
+    Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 10, busy: 3, rss_kb: 204_800, db_pool: 3, db_in_use: 1 })
+    status, out, = run_bobbin("processes")
+    assert_equal 0, status.exitstatus
+    assert_match(/worker\s+\S+:\d+\s+fibers\s+3\/10\s+0\s+\S+s\s+200M\s+1\/3$/, out.lines[1])
+  end
+end
