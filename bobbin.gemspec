@@ -11,7 +11,7 @@ Gem::Specification.new do |spec|
                      "per thread as fibers, or in thread pools, with DB connections sized to DB work."
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.3"
-  spec.files = Dir["lib/**/*.rb", "lib/generators/**/*", "exe/*", "README.md"]
+  spec.files = Dir["lib/**/*.rb", "lib/bobbin/dashboard/views/*", "lib/bobbin/dashboard/assets/*", "lib/generators/**/*", "exe/*", "README.md"]
   spec.bindir = "exe"
   spec.executables = [ "bobbin" ]
   spec.require_paths = [ "lib" ]
@@ -21,4 +21,5 @@ Gem::Specification.new do |spec|
   spec.add_dependency "fugit", "~> 1.11"
   spec.add_dependency "roda", "~> 3.100"   # the dashboard: routing, CSRF, escaping, rendering (Jeremy Evans; Sequel's author)
   spec.add_dependency "tilt", "~> 2.4"     # templates for Roda's render plugin
+  spec.add_dependency "erubi", "~> 1.13"   # auto-escaping ERB for those templates (Rails' own ERB engine)
 end

@@ -43,6 +43,7 @@ module Bobbin
   autoload :LogSubscriber, "bobbin/log_subscriber"
   autoload :CLI, "bobbin/cli"
   autoload :Operator, "bobbin/operator"
+  autoload :Dashboard, "bobbin/dashboard"
 
   class << self
     # The process-wide Configuration.

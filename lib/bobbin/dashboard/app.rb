@@ -1,0 +1,106 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Dashboard
+    # The routes. Roda gives routing, the encrypted session that holds the CSRF key (sessions), request- and
+    # path-specific CSRF tokens (route_csrf), auto-escaping ERB (render with escape: Erubi, so every `<%= %>` is
+    # escaped and only helpers' own markup goes out raw via `<%== %>`), and the Content-Security-Policy header.
+    class App < Roda
+      ASSETS = { "app.css" => "text/css", "app.js" => "text/javascript" }.freeze
+
+      # A subclass bound to `dashboard` (auth, read-only) with its own session secret.
+      def self.configured(dashboard, secret)
+        Class.new(self) do
+          opts[:dashboard] = dashboard
+          plugin :sessions, secret: secret, key: "bobbin.dashboard", cookie_options: { same_site: :strict, httponly: true }
+          plugin :route_csrf, require_request_specific_tokens: true do |_request|
+            response.status = 403
+            view(:refused, locals: { message: "This form has expired or did not come from the dashboard (CSRF check failed). Reload the page and try again." })
+          end
+        end.freeze
+      end
+
+      plugin :render, views: File.expand_path("views", __dir__), escape: true, layout: "layout"
+      plugin :content_security_policy do |csp|
+        csp.default_src :none
+        csp.script_src :self
+        csp.style_src :self
+        csp.connect_src :self
+        csp.form_action :self
+        csp.base_uri :none
+        csp.frame_ancestors :none
+      end
+      plugin :default_headers, "X-Content-Type-Options" => "nosniff", "Referrer-Policy" => "same-origin", "Cache-Control" => "no-store"
+      plugin :halt
+      include Helpers
+
+      route do |r|
+        if (message = dashboard.refusal(r))
+          response.status = 403
+          r.halt(view(:refused, locals: { message: message }))
+        end
+
+        r.get("assets", String) do |name|
+          type = ASSETS[name] or next
+          response["Content-Type"] = type
+          response["Cache-Control"] = "public, max-age=300"
+          File.read(File.expand_path("assets/#{name}", __dir__))
+        end
+
+        r.is("") { r.get { view(:overview) } }
+        r.root { view(:overview) }
+        r.get("queues") { view(:queues) }
+        r.get("processes") { view(:processes) }
+        r.get("recurring") { view(:recurring) }
+        r.get("failed") { r.redirect(path("/jobs?state=failed")) }
+        r.get("scheduled") { r.redirect(path("/jobs?state=scheduled")) }
+
+        r.on("jobs") do
+          r.get(Integer) { |id| (job = Operator.job(id)) ? view(:job, locals: { job: job }) : not_found("No job #{id} (finished jobs are deleted after their retention).") }
+          r.get(true) { view(:jobs, locals: { page: Operator.jobs(filter_params, cursor: r.params["after"], limit: 50) }) }
+          r.post("bulk") do
+            writable!
+            filter = Operator::Filter.from(filter_params)
+            count = r.params["operation"] == "retry" ? Operator.retry_all(filter, by: operator) : Operator.discard_all(filter, by: operator)
+            r.redirect(path("/jobs?#{query(filter.to_h.merge(notice: "#{r.params['operation'] == 'retry' ? 'Retried' : 'Discarded'} #{count} jobs"))}"))
+          end
+          r.post(Integer, %w[retry discard release]) do |id, operation|
+            writable!
+            done = Operator.public_send(operation, id, by: operator)
+            r.redirect(path("/jobs/#{id}?#{query(notice: done ? "#{operation.capitalize}d." : "Not #{operation}d: the job is no longer in a state that allows it.")}"))
+          end
+        end
+
+        r.post("queues", String, %w[pause resume]) do |queue, operation|
+          writable!
+          Operator.public_send(operation, queue)
+          r.redirect(path("/queues?#{query(notice: "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}.")}"))
+        end
+      rescue ArgumentError => error
+        response.status = 400
+        view(:refused, locals: { message: error.message })
+      end
+
+      private
+        def dashboard = opts[:dashboard]
+
+        # Every POST: refused in read-only mode, else checked for its CSRF token.
+        def writable!
+          if dashboard.read_only
+            response.status = 403
+            request.halt(view(:refused, locals: { message: "This dashboard is read-only." }))
+          end
+          check_csrf!
+        end
+
+        def filter_params = request.params.slice(*Operator::Filter::KEYS.map(&:to_s))
+
+        def operator = request.env["bobbin.operator"] || "dashboard"
+
+        def not_found(message)
+          response.status = 404
+          view(:refused, locals: { message: message })
+        end
+    end
+  end
+end

@@ -1,0 +1,80 @@
+# frozen_string_literal: true
+
+require "erb"
+require "uri"
+
+module Bobbin
+  class Dashboard
+    # View helpers. Those returning markup escape every value they put in it (ERB::Util.h).
+    module Helpers
+      NAV = [ [ "Overview", "/" ], [ "Queues", "/queues" ], [ "Ready", "/jobs?state=ready" ], [ "Scheduled", "/jobs?state=scheduled" ],
+              [ "Running", "/jobs?state=running" ], [ "Failed", "/jobs?state=failed" ], [ "Finished", "/jobs?state=succeeded" ],
+              [ "All jobs", "/jobs" ], [ "Processes", "/processes" ], [ "Recurring", "/recurring" ] ].freeze
+
+      def h(value) = ERB::Util.html_escape(value.to_s)
+
+      # `relative` under the mount point.
+      def path(relative) = "#{request.script_name}#{relative}"
+
+      def query(params) = URI.encode_www_form(params.compact)
+
+      def read_only? = opts[:dashboard].read_only
+
+      def notice = request.params["notice"]
+
+      def nav_current?(href)
+        here = request.path_info.empty? ? "/" : request.path_info
+        target_path, target_query = href.split("?", 2)
+        return here == target_path && request.params["state"].to_s.empty? if target_query.nil? || target_path != "/jobs"
+
+        here == "/jobs" && "state=#{request.params['state']}" == target_query
+      end
+
+      # A one-button POST form with its path-specific CSRF token; `confirm` asks first (app.js).
+      def post_button(action, label, style: "", confirm: nil, fields: {})
+        return "" if read_only?
+
+        inputs = fields.map { |name, value| %(<input type="hidden" name="#{h(name)}" value="#{h(value)}">) }.join
+        %(<form method="post" action="#{h(action)}" class="inline"#{%( data-confirm="#{h(confirm)}") if confirm}>#{csrf_tag(action)}#{inputs}) +
+          %(<button type="submit" class="button #{h(style)}">#{h(label)}</button></form>)
+      end
+
+      def time(value)
+        return "—" unless value
+
+        %(<time datetime="#{h(value.utc.iso8601)}" title="#{h(value.utc.strftime('%Y-%m-%d %H:%M:%S.%L UTC'))}">#{h(ago(value))}</time>)
+      end
+
+      def ago(value)
+        seconds = Time.now.utc - value
+        future = seconds.negative?
+        text = duration(seconds.abs)
+        future ? "in #{text}" : "#{text} ago"
+      end
+
+      def duration(seconds)
+        return "#{(seconds * 1000).round} ms" if seconds < 1
+        return "#{seconds.round(1)} s" if seconds < 60
+        return "#{(seconds / 60).round} min" if seconds < 3600
+        return "#{(seconds / 3600).round(1)} h" if seconds < 86_400
+
+        "#{(seconds / 86_400).round(1)} d"
+      end
+
+      def number(value) = value.to_i.to_s.reverse.scan(/\d{1,3}/).join(",").reverse
+
+      def shown_state(job) = job.state == "ready" && job.run_at > Time.now.utc ? "scheduled" : job.state
+
+      def badge(state) = %(<span class="badge #{h(state)}">#{h(state)}</span>)
+
+      def jobs_path(filter) = path("/jobs?#{query(filter)}")
+
+      # Arguments as indented JSON (the stored text when it does not parse).
+      def pretty_arguments(job)
+        JSON.pretty_generate(JSON.parse(job.arguments))
+      rescue JSON::ParserError
+        job.arguments
+      end
+    end
+  end
+end
