@@ -43,7 +43,7 @@ module Bobbin
     def refusal(request)
       return auth_missing unless @auth || LOCAL.include?(@environment)
 
-      verdict = @auth ? @auth.call(request) : "local"
+      verdict = @auth ? @auth.call(request) : true
       return "Access denied." unless verdict
 
       request.env["bobbin.operator"] = verdict.is_a?(String) ? verdict : "dashboard"

@@ -6,6 +6,7 @@ module Bobbin
     # path-specific CSRF tokens (route_csrf), auto-escaping ERB (render with escape: Erubi, so every `<%= %>` is
     # escaped and only helpers' own markup goes out raw via `<%== %>`), and the Content-Security-Policy header.
     class App < Roda
+      DONE = { "retry" => "Retried", "discard" => "Discarded", "release" => "Released" }.freeze
       ASSETS = { "app.css" => "text/css", "app.js" => "text/javascript" }.freeze
 
       # A subclass bound to `dashboard` (auth, read-only) with its own session secret.
@@ -67,7 +68,7 @@ module Bobbin
           r.post(Integer, %w[retry discard release]) do |id, operation|
             writable!
             done = Operator.public_send(operation, id, by: operator)
-            r.redirect(path("/jobs/#{id}?#{query(notice: done ? "#{operation.capitalize}d." : "Not #{operation}d: the job is no longer in a state that allows it.")}"))
+            r.redirect(path("/jobs/#{id}?#{query(notice: done ? "#{DONE[operation]}." : "Not #{DONE[operation].downcase}: the job is in a state that does not allow it.")}"))
           end
         end
 

@@ -21,9 +21,9 @@ module Bobbin
           %(<g><title>#{title}</title><rect class="ok" x="#{x}" y="#{(HEIGHT - ok).round(1)}" width="#{(step - 1).round(1)}" height="#{ok}"/>) +
             %(<rect class="bad" x="#{x}" y="#{(HEIGHT - ok - bad).round(1)}" width="#{(step - 1).round(1)}" height="#{bad}"/></g>)
         end
-        %(<svg class="chart" viewBox="0 0 #{WIDTH} #{HEIGHT}" role="img" aria-label="jobs finished per minute, last #{minutes.size} minutes">) +
+        %(<svg class="chart" viewBox="0 0 #{WIDTH} #{HEIGHT}" preserveAspectRatio="none" role="img" aria-label="jobs finished per minute, last #{minutes.size} minutes">) +
           %(<line class="axis" x1="0" y1="#{HEIGHT - 0.5}" x2="#{WIDTH}" y2="#{HEIGHT - 0.5}"/>) +
-          %(<text class="peak" x="4" y="11">#{peak}/min</text>#{bars.join}</svg>)
+          "#{bars.join}</svg>"
       end
     end
   end
