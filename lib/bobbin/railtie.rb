@@ -33,6 +33,15 @@ module Bobbin
       Railtie.connect(app)
     end
 
+    # Mission Control – Jobs, when the app has it: the Bobbin adapter answers its queries (MissionControlAdapter).
+    # Before Mission Control's after_initialize builds its adapter instances.
+    config.before_initialize do
+      if defined?(::MissionControl::Jobs::Adapter)
+        require "active_job/queue_adapters/bobbin_adapter"
+        MissionControlAdapter.install(ActiveJob::QueueAdapters::BobbinAdapter)
+      end
+    end
+
     class << self
       # Applies `config.bobbin` settings to Bobbin.config, naming any it does not know.
       def apply(options)

@@ -1,0 +1,163 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # What Mission Control – Jobs (1.3) asks of a queue adapter (MissionControl::Jobs::Adapter), answered by the
+  # operator layer: the Railtie includes it into the Bobbin adapter when the mission_control-jobs gem is loaded.
+  # Statuses map onto Bobbin's states (pending = due ready jobs, in_progress = running, finished = succeeded;
+  # discarded jobs are kept by Bobbin but listed by no Mission Control status). Mission Control pages by
+  # OFFSET; Bobbin's own dashboard and CLI page by keyset.
+  module MissionControlAdapter
+    STATES = { pending: "ready", scheduled: "scheduled", in_progress: "running", blocked: "blocked", failed: "failed", finished: "succeeded" }.freeze
+    ACTOR = "mission_control"
+
+    # Adds Mission Control's adapter defaults, then these answers over them, to `adapter_class`.
+    def self.install(adapter_class)
+      adapter_class.include(::MissionControl::Jobs::Adapter)
+      adapter_class.include(self)
+    end
+
+    def supported_job_statuses = STATES.keys
+    def supported_job_filters(*) = %i[queue_name job_class_name worker_id recurring_task_id finished_at scheduled_at enqueued_at]
+    def supports_queue_pausing? = true
+    def exposes_workers? = true
+    def supports_recurring_tasks? = true
+
+    def queues
+      Operator.queues.map { |queue| { name: queue.name, size: queue.ready, active: !queue.paused } }
+    end
+
+    def queue_size(queue_name) = Operator::Filter.new(state: "ready", queue: queue_name).scope.count
+    def clear_queue(queue_name) = Operator.discard_all({ state: "ready", queue: queue_name }, by: ACTOR)
+    def pause_queue(queue_name) = Operator.pause(queue_name)
+    def resume_queue(queue_name) = Operator.resume(queue_name)
+    def queue_paused?(queue_name) = QueuePause.exists?(queue: queue_name)
+
+    # Mission Control's own rule: without a limit, count at most internal_query_count_limit rows (infinity above).
+    def jobs_count(relation)
+      return mission_control_scope(relation).count if relation.limit_value_provided?
+
+      cap = ::MissionControl::Jobs.internal_query_count_limit + 1
+      counted = JobRecord.from(mission_control_scope(relation).select(:id).limit(cap), :capped).count
+      counted == cap ? Float::INFINITY : counted
+    end
+
+    def fetch_jobs(relation)
+      scope = mission_control_scope(relation)
+      column, direction = Operator::Page::ORDERS.fetch(STATES[relation.status], [ :id, :desc ])
+      scope = scope.order(column => direction, id: direction).offset(relation.offset_value)
+      scope = scope.limit(relation.limit_value) if relation.limit_value
+      scope.map { |row| job_proxy(row, relation.status) }
+    end
+
+    def find_job(job_id, relation = nil)
+      row = job_row(job_id) or return
+      return if relation&.status && !mission_control_scope(relation).exists?(id: row.id)
+
+      job_proxy(row)
+    end
+
+    def retry_job(job, relation) = Operator.retry(job_row!(job.job_id, relation).id, by: ACTOR)
+    def discard_job(job, relation) = Operator.discard(job_row!(job.job_id, relation).id, by: ACTOR)
+    def retry_all_jobs(relation) = Operator.retry_all(filter_of(relation), by: ACTOR)
+    def discard_all_jobs(relation) = Operator.discard_all(filter_of(relation), by: ACTOR)
+
+    # "Run now" for a scheduled job: due at once.
+    def dispatch_job(job, relation)
+      JobRecord.where(id: job_row!(job.job_id, relation).id, state: %w[ready blocked])
+               .update_all(run_at: Time.now.utc, operation: "dispatched", operated_by: ACTOR, operated_at: Time.now.utc)
+      Wakeups.announce(nil)
+    end
+
+    def fetch_workers(relation)
+      ProcessRecord.where(kind: "worker").order(:id).offset(relation.offset_value).limit(relation.limit_value)
+                   .map { |process| ::MissionControl::Jobs::Worker.new(queue_adapter: self, **worker_attributes(process)) }
+    end
+
+    def count_workers(_relation) = ProcessRecord.where(kind: "worker").count
+
+    def find_worker(worker_id) = ProcessRecord.find_by(id: worker_id)&.then { |process| worker_attributes(process) }
+
+    def recurring_tasks = RecurringTask.order(:key).map { |task| recurring_task_attributes(task) }
+
+    def find_recurring_task(task_id) = RecurringTask.find_by(key: task_id)&.then { |task| recurring_task_attributes(task) }
+
+    # Bobbin's schedulers enqueue ticks; an extra run from Mission Control is not offered.
+    def can_enqueue_recurring_task?(_task_id) = false
+
+    private
+      def mission_control_scope(relation)
+        scope = filter_of(relation).scope
+        scope = scope.where(enqueued_at: relation.enqueued_at) if relation.enqueued_at
+        scope = scope.where(finished_at: relation.finished_at) if relation.finished_at
+        scope = scope.where(run_at: relation.scheduled_at) if relation.scheduled_at
+        if relation.recurring_task_id
+          scope = scope.where(id: RecurringRun.where(task_key: relation.recurring_task_id).where.not(job_id: nil).select(:job_id))
+        end
+        scope
+      end
+
+      def filter_of(relation)
+        Operator::Filter.new(state: STATES[relation.status], queue: relation.queue_name, class_name: relation.job_class_name,
+                             process_id: relation.worker_id)
+      end
+
+      # Active Job jobs are found by their job id; Bobbin::Job rows (no Active Job id) by "bobbin-ID".
+      def job_row(job_id)
+        id = job_id.to_s[/\Abobbin-(\d+)\z/, 1]
+        id ? JobRecord.find_by(id: id) : JobRecord.where(active_job_id: job_id.to_s).order(:id).last
+      end
+
+      def job_row!(job_id, relation)
+        job_row(job_id) or raise ActiveJob::Errors::JobNotFoundError.new(job_id, relation)
+      end
+
+      def job_proxy(row, status = nil)
+        payload = active_job_payload(row)
+        ActiveJob::JobProxy.new(payload).tap do |job|
+          job.status = status || status_of(row)
+          job.provider_job_id = row.id
+          job.raw_data = row.as_json.merge("arguments" => payload)
+          job.filtered_raw_data = job.raw_data.deep_dup.tap do |data|
+            data["arguments"]["arguments"] = ::MissionControl::Jobs.job_arguments_filter.apply_to(data.dig("arguments", "arguments"))
+          end
+          job.scheduled_at = row.run_at
+          job.finished_at = row.finished_at
+          job.started_at = row.started_at
+          job.worker_id = row.claimed_by
+          job.blocked_by = row.concurrency_key
+          if row.state == "failed"
+            job.failed_at = row.finished_at
+            job.last_execution_error = ActiveJob::ExecutionError.new(error_class: row.last_error_class, message: row.last_error_message,
+                                                                     backtrace: row.last_error_backtrace.to_s.lines.map(&:chomp))
+          end
+        end
+      end
+
+      # The stored Active Job payload, or one made for a Bobbin::Job row (plain JSON arguments).
+      def active_job_payload(row)
+        parsed = JSON.parse(row.arguments)
+        return parsed if parsed.is_a?(Hash) && parsed["job_class"]
+
+        { "job_class" => row.class_name, "job_id" => "bobbin-#{row.id}", "queue_name" => row.queue, "priority" => row.priority,
+          "arguments" => Array(parsed), "executions" => row.attempts, "enqueued_at" => row.enqueued_at&.utc&.iso8601(6) }
+      rescue JSON::ParserError
+        { "job_class" => row.class_name, "job_id" => "bobbin-#{row.id}", "queue_name" => row.queue, "arguments" => [ row.arguments ] }
+      end
+
+      def status_of(row)
+        return :scheduled if row.state == "ready" && row.run_at > Time.now.utc
+
+        STATES.key(row.state) || row.state.to_sym
+      end
+
+      def worker_attributes(process)
+        { id: process.id, name: "#{process.name} (PID #{process.pid})", hostname: process.hostname, last_heartbeat_at: process.last_heartbeat_at,
+          configuration: (JSON.parse(process.metadata) rescue {}), raw_data: process.as_json }
+      end
+
+      def recurring_task_attributes(task)
+        { id: task.key, job_class_name: task.class_name, command: task.command, arguments: task.parsed_arguments, schedule: task.schedule,
+          next_time: task.next_run_at, queue_name: task.queue, priority: task.priority, last_enqueued_at: task.last_run_at }
+      end
+  end
+end
