@@ -35,6 +35,10 @@ parser = OptionParser.new do |o|
     system({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile.rb")) or exit(1)
     exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile_active_job.rb"))
   end
+  o.on("--dashboard [JOBS]", Integer, "time every Bobbin::Dashboard page with JOBS (default #{Plan::DASHBOARD[:jobs]}) jobs in the table " \
+                                      "(bench/dashboard.rb), then exit") do |jobs|
+    exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "dashboard.rb"), (jobs || Plan::DASHBOARD[:jobs]).to_s)
+  end
   o.on("--report JSON[,JSON]", Array, "re-render RESULTS.md, CSV and charts from saved runs, then exit") { |v| exit(Report.rerender(v) || 0) }
 end
 begin

@@ -66,6 +66,10 @@ module Plan
   # the ideal C ÷ latency). Full runs sweep it by default; `--sweep 10,100` picks the concurrencies.
   SWEEP = { workload: "sleep", concurrency: [ 10, 50, 100, 200, 500 ], jobs_per_slot: 40 }.freeze
 
+  # Dashboard page renders (bench/dashboard.rb, `bin/bench --dashboard [JOBS]`): the jobs table's size and mix, and
+  # the issue's target for every page.
+  DASHBOARD = { jobs: 1_000_000, ready: 200_000, failed: 50_000, quick: 50_000, target_ms: 150 }.freeze
+
   # Thread peers get a pool of threads + 5, capped at 50: with the pool their docs ask for, 100 threads exceed
   # PostgreSQL's default max_connections (the stress matrix shows that case).
   MAX_THREAD_POOL = 50
