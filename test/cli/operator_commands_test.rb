@@ -66,3 +66,31 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/worker\s+\S+:\d+\s+fibers\s+3\/10\s+0\s+\S+s\s+200M\s+1\/3$/, out.lines[1])
   end
 end
+
+# `bobbin dashboard` serves the dashboard; with --auth-token, HTTP basic auth guards it in production.
+class DashboardCommandTest < Bobbin::TestCase
+  include CLIHelper
+
+  def http_get(port, path, password: nil)
+    request = Net::HTTP::Get.new(path)
+    request.basic_auth("ann", password) if password
+    Net::HTTP.start("127.0.0.1", port) { |http| http.request(request) }
+  end
+
+  test "in production it serves only with the token (HTTP basic auth)" do
+    require "net/http"
+    port = closed_port
+    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "production" }
+    pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/bobbin"), "dashboard", "--port", port.to_s, "--auth-token", "s3cret",
+                        chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
+    ensure_killed(pid) do
+      response = wait_for("the dashboard to listen", timeout: 60) { http_get(port, "/") rescue nil }
+      assert_equal "401", response.code
+      assert_equal 'Basic realm="bobbin"', response["www-authenticate"]
+      assert_equal "403", http_get(port, "/", password: "wrong").code
+      ok = http_get(port, "/queues", password: "s3cret")
+      assert_equal "200", ok.code
+      assert_match(/<h1>Queues<\/h1>/, ok.body)
+    end
+  end
+end

@@ -8,7 +8,7 @@ module Bobbin
       def initialize(port:, host:, token: nil, read_only: false)
         @port = port
         @host = host
-        auth = token && ->(request) { basic_password(request) == token && "cli:#{basic_user(request)}" }
+        auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "dashboard:#{basic_user(request)}" }
         @app = Dashboard.new(auth: auth, read_only: read_only)
       end
 
@@ -28,8 +28,10 @@ module Bobbin
         def challenge(app)
           lambda do |env|
             status, headers, body = app.call(env)
-            headers["www-authenticate"] = 'Basic realm="bobbin"' if status == 403 && !env["HTTP_AUTHORIZATION"]
-            [ status, headers, body ]
+            return [ status, headers, body ] unless status == 403 && !env["HTTP_AUTHORIZATION"]
+
+            headers["www-authenticate"] = 'Basic realm="bobbin"'
+            [ 401, headers, body ]
           end
         end
 
