@@ -14,13 +14,14 @@ require_relative "lib/servers"
 require_relative "lib/report"
 
 options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: Plan::SYSTEMS.map { |s| s[:name] }, enqueue: true, stress: nil, sweep: nil,
-            producers: nil, idle: nil }
-EXTRA = %w[enqueue stress sweep producers idle].freeze
+            producers: nil, idle: nil, sqlite: nil }
+EXTRA = %w[enqueue stress sweep producers idle sqlite].freeze
 parser = OptionParser.new do |o|
   o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
-  o.on("--only LIST", Array, "workloads, and/or enqueue, stress, sweep, producers, idle") do |v|
+  o.on("--only LIST", Array, "workloads, and/or enqueue, stress, sweep, producers, idle, sqlite") do |v|
     options.merge!(workloads: v - EXTRA, enqueue: v.include?("enqueue"), stress: v.include?("stress"),
-                   sweep: v.include?("sweep") && Plan::SWEEP[:concurrency], producers: v.include?("producers"), idle: v.include?("idle"))
+                   sweep: v.include?("sweep") && Plan::SWEEP[:concurrency], producers: v.include?("producers"), idle: v.include?("idle"),
+                   sqlite: v.include?("sqlite"))
   end
   o.on("--[no-]stress", "the stress matrix (default: on in full runs without --only)") { |v| options[:stress] = v }
   o.on("--[no-]sweep [C,C,…]", Array, "throughput vs concurrency (default: on in full runs, at #{Plan::SWEEP[:concurrency].join(',')})") do |v|
@@ -49,6 +50,7 @@ end
 options[:stress] = !options[:quick] if options[:stress].nil?
 options[:producers] = !options[:quick] if options[:producers].nil?
 options[:idle] = !options[:quick] if options[:idle].nil?
+options[:sqlite] = !options[:quick] if options[:sqlite].nil?
 producers = options[:producers] ? Plan::PRODUCERS[:systems].product(Plan::PRODUCERS[:modes], Plan::PRODUCERS[:counts]) : []
 producers = producers.select { |name, *| options[:systems].include?(name) }
 idle = options[:idle] ? Plan::IDLE[:systems].select { |name| options[:systems].include?(name) } : []
@@ -75,7 +77,7 @@ end
 steady = {} # [workload, system] => jobs for the measured rounds, sized from the warm-up's throughput
 enqueue_rounds = options[:enqueue] ? (1..options[:rounds]).to_a : []
 total = (options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) + enqueue_rounds.size) * systems.size + stress.size + sweep.size +
-        producers.size + idle.size
+        producers.size + idle.size + (options[:sqlite] ? 1 : 0)
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
   options[:workloads].each do |workload|
@@ -144,6 +146,16 @@ begin
     result = Cell.new(system.merge(pool: pool), "sleep", jobs: 0, concurrency: concurrency, env: Servers.env(system, pool, ledger.path, http.url),
                       ledger: ledger, round: 1).idle(Plan::IDLE[options[:quick] ? :quick : :seconds])
     record.call(result.merge("idle" => true))
+    bar.increment
+  end
+  if options[:sqlite]
+    bar.title = "sqlite pickup".ljust(34)
+    spec = Plan::SQLITE_PICKUP
+    out = IO.popen([ RbConfig.ruby, File.join(__dir__, "sqlite_pickup.rb"), spec[options[:quick] ? :quick : :jobs].to_s, spec[:rate].to_s ],
+                   err: File.join(__dir__, "tmp", "sqlite_pickup.log"), &:read)
+    lines = out.lines.filter_map { |line| JSON.parse(line) rescue nil } # rubocop:disable Style/RescueModifier -- a line that is not a result
+    lines = [ { "setup" => "all", "error" => "bench/sqlite_pickup.rb failed (bench/tmp/sqlite_pickup.log)" } ] if lines.empty?
+    lines.each { |line| record.call(line.merge("system" => "bobbin-fibers", "workload" => "sqlite_pickup", "sqlite_pickup" => true)) }
     bar.increment
   end
 ensure

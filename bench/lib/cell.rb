@@ -76,10 +76,13 @@ class Cell
     pid = Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s, chdir: BENCH, out: log_path, err: log_path, pgroup: true)
     sleep(5)
     before = idle_counters
+    # Bobbin's count reaches its process row with a heartbeat (every 10 s): start from the first that carries one.
+    20.times { before[:claims] && !before[:at] ? (sleep(1); before = idle_counters) : break }
     sleep(seconds)
     after = idle_counters
-    per_minute = ->(key) { after[key] && before[key] && (after[key] - before[key]) * 60.0 / seconds }
-    identity.merge("idle_seconds" => seconds, "transactions_per_minute" => per_minute.call(:xacts), "claims_per_minute" => per_minute.call(:claims))
+    per_minute = ->(key, span = seconds) { after[key] && before[key] && (after[key] - before[key]) * 60.0 / span }
+    claims = per_minute.call(:claims, after[:at].to_f - before[:at].to_f) if after[:at] && before[:at] && after[:at] > before[:at]
+    identity.merge("idle_seconds" => seconds, "transactions_per_minute" => per_minute.call(:xacts), "claims_per_minute" => claims)
   rescue StandardError => error
     failure(error)
   ensure
@@ -87,13 +90,16 @@ class Cell
   end
 
   private
-    # Transactions committed in the system's database so far; Bobbin's claim statements from its process rows.
+    # Transactions committed in the system's database so far; Bobbin's claim statements from its process row, with the
+    # time of the last one counted (a heartbeat writes the count; the claims between two such times give an exact rate).
     def idle_counters
       db = PG.connect(dbname: @system[:database], port: ENV.fetch("BENCH_PG_PORT"))
       db.exec("SELECT pg_stat_clear_snapshot()")
       xacts = db.exec_params("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", [ @system[:database] ]).getvalue(0, 0).to_i
-      claims = (db.exec("SELECT metadata FROM bobbin_processes").values.sum { |(m)| JSON.parse(m)["claims"].to_i } if @system[:script].start_with?("bobbin"))
-      { xacts: xacts, claims: claims }
+      return { xacts: xacts } unless @system[:script].start_with?("bobbin")
+
+      status = JSON.parse(db.exec("SELECT metadata FROM bobbin_processes WHERE kind = 'worker'").getvalue(0, 0))
+      { xacts: xacts, claims: status["claims"].to_i, at: status["last_claim_at"] }
     ensure
       db&.close
     end

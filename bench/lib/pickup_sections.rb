@@ -36,6 +36,22 @@ module PickupSections
         "claim statements it sends (its own counter).\n\n| system | transactions / min | claims / min |\n|---|---|---|\n#{rows.join("\n")}\n"
     end
 
+    def sqlite_pickup
+      return if @sqlite_pickup.empty?
+
+      rows = @sqlite_pickup.map do |c|
+        next "| #{c['setup']} | failed: #{c['error']} | | | |" if c["error"]
+
+        l = c["latency_ms"]
+        "| #{c['setup']} | #{fmt(l['p50'], 1)} | #{fmt(l['p90'], 1)} | #{fmt(l['p99'], 1)} | #{fmt(l['max'], 1)} |"
+      end
+      first = @sqlite_pickup.find { |c| c["jobs"] } || {}
+      "## SQLite pickup (the embedded default)\n\n#{first['jobs']} no-op jobs arriving one at a time at #{fmt(first['rate'])}/s to an idle fiber " \
+        "worker (bench/sqlite_pickup.rb): in the enqueuing process (async supervisor mode, bin/demo), in another process (it watches " \
+        "the database file), and in another process with notifications off (polling every #{first['polling_interval']} s, the default). " \
+        "enqueue → start, ms.\n\n| worker | p50 | p90 | p99 | max |\n|---|---|---|---|---|\n#{rows.join("\n")}\n"
+    end
+
     # Rows for the targets table.
     def pickup_targets
       rows = []

@@ -62,6 +62,10 @@ module Plan
   # An idle worker's load on its database: transactions committed per minute with no job to run.
   IDLE = { seconds: 60, quick: 15, systems: %w[bobbin-fibers solid_queue-threads good_job river] }.freeze
 
+  # SQLite pickup (bench/sqlite_pickup.rb): jobs arriving at `rate` to an idle worker in the same process, in another, and
+  # in another with notifications off.
+  SQLITE_PICKUP = { jobs: 2_000, quick: 300, rate: 200 }.freeze
+
   # Throughput vs concurrency: sleep 50 ms at each concurrency, one round per system, 40 jobs per slot (2 s at
   # the ideal C ÷ latency). Full runs sweep it by default; `--sweep 10,100` picks the concurrencies.
   SWEEP = { workload: "sleep", concurrency: [ 10, 50, 100, 200, 500 ], jobs_per_slot: 40 }.freeze

@@ -34,7 +34,7 @@ class Report
   end
 
   # The parts of a run that are not a workload's tables; a cell of one is flagged with the part's name.
-  PARTS = %i[matrix sweep enqueue producers_cell idle].freeze
+  PARTS = %i[matrix sweep enqueue producers_cell idle sqlite_pickup].freeze
 
   # Which part of a run a cell belongs to: the stress matrix, the sweep, one-at-a-time enqueue, or its workload's tables.
   def self.part(cell) = PARTS.find { |part| cell[part.to_s] } || cell["workload"]
@@ -60,7 +60,8 @@ class Report
     charts
     File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] },
                                                            sweep: sweep, enqueue: enqueue, origins: origins,
-                                                           producers: @cells.select { |c| c["producers_cell"] }, idle: @cells.select { |c| c["idle"] }).to_s)
+                                                           producers: @cells.select { |c| c["producers_cell"] }, idle: @cells.select { |c| c["idle"] },
+                                                           sqlite_pickup: @cells.select { |c| c["sqlite_pickup"] }).to_s)
     puts "wrote #{[ (path('json') if json), path('csv') ].compact.join(', ')}, bench/results/charts/ and bench/RESULTS.md"
   end
 

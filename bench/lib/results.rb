@@ -15,11 +15,12 @@ class Results
   IO_WORKLOADS = %w[sleep http burst llm_stream db_mix].freeze
 
   PARTS = { matrix: "stress matrix", sweep: "throughput-vs-concurrency sweep", enqueue: "one-at-a-time enqueue",
-            producers_cell: "enqueue from many producers", idle: "idle load" }.freeze
+            producers_cell: "enqueue from many producers", idle: "idle load", sqlite_pickup: "SQLite pickup" }.freeze
 
   # origins: { part => the run its cells come from } for the parts that are not workloads (PARTS).
-  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {}, producers: [], idle: [])
+  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {}, producers: [], idle: [], sqlite_pickup: [])
     @producers = producers
+    @sqlite_pickup = sqlite_pickup
     @idle = idle
     @origins = origins
     @enqueue = enqueue
@@ -32,7 +33,7 @@ class Results
   end
 
   def to_s
-    [ header, ratios, active_job, throughput, sweep, enqueue, producers, latency, idle, stress, targets, resources, machine, analysis ].compact.join("\n")
+    [ header, ratios, active_job, throughput, sweep, enqueue, producers, latency, sqlite_pickup, idle, stress, targets, resources, machine, analysis ].compact.join("\n")
   end
 
   private
@@ -74,7 +75,7 @@ class Results
       parts = []
       parts << "#{workloads.join(', ')}, " + (quick ? "1 round of reduced job counts, no warm-up" :
         "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s") if workloads.any?
-      once = %i[matrix sweep producers_cell idle].filter_map { |part| PARTS[part] if @origins[part] == name }
+      once = %i[matrix sweep producers_cell idle sqlite_pickup].filter_map { |part| PARTS[part] if @origins[part] == name }
       parts << "#{once.join(' and ')}, one round per cell#{' of reduced job counts' if quick}" if once.any?
       parts << "#{PARTS[:enqueue]}, " + (quick ? "1 round of reduced job counts" : "#{options['rounds']} rounds") if @origins[:enqueue] == name
       "- Run `#{name}` (`bin/bench#{' --quick' if quick}`): #{parts.join('; ')}."

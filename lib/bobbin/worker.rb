@@ -85,7 +85,8 @@ module Bobbin
     # Live numbers for the process row, process title and dashboard.
     def status
       { mode: @executor.mode, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name,
-        claims: @claimer&.claims, listening: Wakeups.listening?, queued: @executor.queued, **Operator::ProcessView.resources }
+        claims: @claimer&.claims, last_claim_at: @claimer&.last_claim_at, listening: Wakeups.listening?, queued: @executor.queued,
+        **Operator::ProcessView.resources }
     end
 
     # Hears that jobs are ready in `queues` (nil: any) or become due at `at` (epoch seconds); called by Wakeups from

@@ -10,7 +10,7 @@ module Bobbin
     # Bobbin and PostgreSQL) turns notifications off for the process, with one log line saying so.
     class Listener
       CHANNEL = "bobbin_jobs"
-      # Seconds a NOTIFY to ourselves may take to come back before we conclude notifications do not work here.
+      # Seconds a probe NOTIFY may take to come back before we conclude notifications do not work here.
       PROBE_TIMEOUT = 2.0
       MAX_BACKOFF = 30.0
 
@@ -18,13 +18,30 @@ module Bobbin
       # (bobbin doctor). Raises the driver's error when PostgreSQL cannot be reached.
       def self.round_trip?(db_config)
         listener = db_config.new_connection
-        sender = db_config.new_connection
-        channel = "bobbin_probe_#{::Process.pid}_#{rand(1 << 30)}"
-        listener.raw_connection.exec("LISTEN #{channel}")
-        sender.raw_connection.exec("NOTIFY #{channel}")
-        !listener.raw_connection.wait_for_notify(PROBE_TIMEOUT).nil?
+        probe(listener.raw_connection, db_config)
       ensure
-        [ listener, sender ].compact.each(&:disconnect!)
+        listener&.disconnect!
+      end
+
+      # Sends a NOTIFY from a second session and waits for it on `listening` (a PG::Connection); other notifications
+      # arriving meanwhile go to the block. The probe must come from another session: through PgBouncer in
+      # transaction mode one client's LISTEN and NOTIFY can share a server connection and so "work", while a
+      # NOTIFY from any other client never reaches the LISTEN (its server connection is handed to other clients).
+      def self.probe(listening, db_config, &other)
+        channel = "bobbin_probe_#{::Process.pid}_#{rand(1 << 30)}"
+        listening.exec("LISTEN #{channel}")
+        sender = db_config.new_connection
+        sender.raw_connection.exec("NOTIFY #{channel}")
+        deadline = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) + PROBE_TIMEOUT
+        heard = nil
+        until heard == channel || (left = deadline - ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)) <= 0
+          heard = listening.wait_for_notify(left) { |name, _pid, payload| other&.call(name, payload) unless name == channel }
+          break if heard.nil?
+        end
+        listening.exec("UNLISTEN #{channel}")
+        heard == channel
+      ensure
+        sender&.disconnect!
       end
 
       def initialize(db_config, logger: Bobbin.logger)
@@ -73,7 +90,7 @@ module Bobbin
           @adapter = @db_config.new_connection
           @connection = @adapter.raw_connection
           @connection.exec("LISTEN #{CHANNEL}")
-          return pooled! unless delivers_to_itself?
+          return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
 
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
           @healthy = true
@@ -88,21 +105,6 @@ module Bobbin
         def deliver(payload)
           notice = Notice.parse(payload)
           Wakeups.deliver(notice.queues, notice.at)
-        end
-
-        # Sends a NOTIFY on the listening connection and waits for it: through PgBouncer in transaction mode the
-        # LISTEN and the NOTIFY may land on different server connections, and nothing comes back.
-        def delivers_to_itself?
-          probe = "bobbin_probe_#{::Process.pid}_#{object_id}"
-          @connection.exec("LISTEN #{probe}")
-          @connection.exec("NOTIFY #{probe}")
-          deadline = monotonic + PROBE_TIMEOUT
-          while (left = deadline - monotonic) > 0
-            got = @connection.wait_for_notify(left) { |channel, _pid, payload| deliver(payload) if channel == CHANNEL }
-            break if got.nil? || got == probe
-          end
-          @connection.exec("UNLISTEN #{probe}")
-          got == probe
         end
 
         def pooled!
@@ -130,8 +132,6 @@ module Bobbin
         end
 
         def stopping? = !@stop.empty?
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -22,8 +22,9 @@ module Bobbin
         @claims = 0
       end
 
-      # Claim statements sent so far (an idle worker should send one per poll, and one per announcement it wakes for).
-      attr_reader :claims
+      # Claim statements sent so far (an idle worker should send one per poll, and one per announcement it wakes for),
+      # and when the last was sent (epoch seconds): a rate measured between two such instants is exact.
+      attr_reader :claims, :last_claim_at
 
       # Claims what this worker has room for now (waiting up to GATHER for a wave of slots while work is
       # waiting); returns the claimed jobs, [] when there is no room, no work, or no database.
@@ -86,6 +87,7 @@ module Bobbin
 
         def claim(limit, wait)
           @claims += 1
+          @last_claim_at = Time.now.to_f
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
           @failures = reconcile(jobs) if @failures
           Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any?
