@@ -43,7 +43,8 @@ class MissionControlTest < BrowserTestCase
     port = free_port
     log = app.path("log/mc-server.log")
     pid = app.spawn("bin/rails", "server", "-b", "127.0.0.1", "-p", port.to_s, "-P", app.path("tmp/pids/mc.pid"), log: log)
-    ensure_killed(pid) do
+    worker = app.spawn("bin/bobbin", "work", "--threads", "2", "--queues", "default", log: app.path("log/mc-worker.log"))
+    ensure_killed(pid, worker) do
       wait_for("the Rails server", timeout: 90) { (Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/up")) rescue nil)&.code == "200" }
       Capybara.app_host = "http://127.0.0.1:#{port}"
       Capybara.run_server = false
@@ -57,12 +58,24 @@ class MissionControlTest < BrowserTestCase
       screenshot("mission_control_failed")
       visit "/jobs/scheduled/jobs"
       assert_text "FileJob"
+      wait_for("the worker on Mission Control's workers page", timeout: 60, interval: 0.5) do
+        visit "/jobs/workers"
+        page.has_selector?("tr.worker", text: "(PID ", wait: 0)
+      end
+      screenshot("mission_control_workers")
+
+      visit "/jobs/queues/later"
+      click_button "Pause"
+      assert_text "Paused"
+      assert_match(/paused=\["later"\]/, app.run!("bin/rails", "runner", 'puts "paused=#{Bobbin::QueuePause.pluck(:queue).inspect}"'))
+      click_button "Resume"
+      assert_match(/paused=\[\]/, app.run!("bin/rails", "runner", 'puts "paused=#{Bobbin::QueuePause.pluck(:queue).inspect}"'))
 
       File.write(app.path("tmp/flaky-ok"), "")
       visit "/jobs/failed/jobs"
       click_button "Retry"
       assert_no_text "flaky <b>down</b>"
-      app.run!("bin/bobbin", "work", "--threads", "2", "--drain")
+      wait_for("the retried job to run", timeout: 60) { File.exist?(app.path("tmp/mc-retried")) }
       assert_equal "ok", File.read(app.path("tmp/mc-retried"))
       output = app.run!("bin/rails", "runner", 'j = Bobbin::JobRecord.find_by(class_name: "FlakyJob"); puts "state=#{j.state} by=#{j.operated_by}"')
       assert_match(/state=succeeded by=mission_control/, output)
