@@ -22,4 +22,5 @@ Gem::Specification.new do |spec|
   spec.add_dependency "roda", "~> 3.100"   # the dashboard: routing, CSRF, escaping, rendering (Jeremy Evans; Sequel's author)
   spec.add_dependency "tilt", "~> 2.4"     # templates for Roda's render plugin
   spec.add_dependency "erubi", "~> 1.13"   # auto-escaping ERB for those templates (Rails' own ERB engine)
+  spec.add_dependency "prometheus-client", ">= 4.2" # /metrics: the Prometheus project's own Ruby client formats the exposition
 end

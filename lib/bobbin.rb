@@ -44,6 +44,7 @@ module Bobbin
   autoload :CLI, "bobbin/cli"
   autoload :Operator, "bobbin/operator"
   autoload :Dashboard, "bobbin/dashboard"
+  autoload :Metrics, "bobbin/metrics"
   autoload :MissionControlAdapter, "bobbin/mission_control_adapter"
 
   class << self

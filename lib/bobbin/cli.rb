@@ -22,6 +22,7 @@ module Bobbin
         queues   list queues: due, scheduled, running, failed, latency, paused
         processes  list worker processes: mode, capacity, busy, heartbeat age, memory, connections
         dashboard  serve the web dashboard (--port 9292 --host 127.0.0.1; RACK_ENV=development unless --auth-token)
+        metrics    serve Prometheus metrics (--port 9394 --host 127.0.0.1; --auth-token for HTTP basic auth)
     TEXT
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
@@ -43,6 +44,7 @@ module Bobbin
       when "recurring" then boot({}).then { list_recurring }.then { 0 }
       when "jobs", "retry", "discard", "queues", "processes" then OperatorCommands.new(self).run(command, argv)
       when "dashboard" then OperatorCommands.new(self).dashboard(argv)
+      when "metrics" then OperatorCommands.new(self).metrics(argv)
       else
         warn(USAGE)
         command.nil? || %w[-h --help help].include?(command) ? 0 : 64

@@ -93,4 +93,10 @@ class DashboardCommandTest < Bobbin::TestCase
       assert_match(/<h1>Queues<\/h1>/, ok.body)
     end
   end
+
+  test "on an address other machines reach it refuses to start without a token, saying why" do
+    status, _, err = run_bobbin("dashboard", "--host", "0.0.0.0", "--port", closed_port.to_s)
+    assert_equal 78, status.exitstatus, err
+    assert_match(/bobbin dashboard on 0\.0\.0\.0 is reachable from other machines: give it --auth-token TOKEN/, err)
+  end
 end

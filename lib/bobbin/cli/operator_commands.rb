@@ -27,21 +27,36 @@ module Bobbin
 
       # Serves Bobbin::Dashboard with Rack's own server (WEBrick or Puma when installed) until INT/TERM.
       def dashboard(argv)
-        options = { port: 9292, host: "127.0.0.1" }
-        OptionParser.new do |o|
-          o.banner = "Usage: bobbin dashboard [options]"
-          common(o, options)
-          o.on("-p", "--port PORT", Integer, "port (default 9292)") { |v| options[:port] = v }
-          o.on("--host HOST", "address to bind (default 127.0.0.1)") { |v| options[:host] = v }
-          o.on("--auth-token TOKEN", "require this token (HTTP basic auth password) outside development") { |v| options[:token] = v }
-          o.on("--read-only", "show, never change") { options[:read_only] = true }
-        end.parse!(argv)
-        @cli.boot(options)
-        Dashboard::Server.new(**options.slice(:port, :host, :token, :read_only)).run
-        0
+        options = serve_options("dashboard", 9292, argv) { |o, opts| o.on("--read-only", "show, never change") { opts[:read_only] = true } }
+        serve("dashboard", options) { |auth| Dashboard.new(auth: auth, read_only: options[:read_only]) }
+      end
+
+      # Serves the Prometheus exposition (Bobbin::Metrics) on every path until INT/TERM.
+      def metrics(argv)
+        options = serve_options("metrics", 9394, argv)
+        serve("metrics", options) { |auth| Metrics.rack_app(auth: auth) }
       end
 
       private
+        def serve_options(command, port, argv)
+          options = { port: port, host: "127.0.0.1" }
+          OptionParser.new do |o|
+            o.banner = "Usage: bobbin #{command} [options]"
+            common(o, options)
+            o.on("-p", "--port PORT", Integer, "port (default #{port})") { |v| options[:port] = v }
+            o.on("--host HOST", "address to bind (default 127.0.0.1; another needs --auth-token)") { |v| options[:host] = v }
+            o.on("--auth-token TOKEN", "require this token (HTTP basic auth password)") { |v| options[:token] = v }
+            yield(o, options) if block_given?
+          end.parse!(argv)
+          options
+        end
+
+        def serve(command, options, &app)
+          @cli.boot(options)
+          Dashboard::Server.new(name: command, **options.slice(:port, :host, :token), &app).run
+          0
+        end
+
         def parser(command, options, filter)
           OptionParser.new do |o|
             o.banner = "Usage: bobbin #{command} [options]"

@@ -48,6 +48,11 @@ module Bobbin
           File.read(File.expand_path("assets/#{name}", __dir__))
         end
 
+        r.get("metrics") do
+          response["Content-Type"] = Metrics::CONTENT_TYPE
+          Metrics.text
+        end
+
         r.is("") { r.get { view(:overview) } }
         r.root { view(:overview) }
         r.get("queues") { view(:queues) }

@@ -1,29 +1,40 @@
 # frozen_string_literal: true
 
+require "ipaddr"
+
 module Bobbin
   class Dashboard
-    # `bobbin dashboard`: serves a Dashboard with Rack's default server (Puma when installed). With `token`, HTTP
-    # basic auth whose password is the token is the auth hook (usable outside development).
+    # `bobbin dashboard` and `bobbin metrics`: serve the Rack app the block builds (given the auth hook) with Rack's
+    # default server (Puma when installed). With `token`, HTTP basic auth whose password is the token is the auth
+    # hook (usable outside development); without one it binds only a loopback address.
     class Server
-      def initialize(port:, host:, token: nil, read_only: false)
+      def initialize(port:, host:, token: nil, name: "dashboard")
+        if token.nil? && !loopback?(host)
+          raise ConfigurationError, "bobbin #{name} on #{host} is reachable from other machines: give it --auth-token TOKEN " \
+                                    "(HTTP basic auth), or bind 127.0.0.1 and reach it through a tunnel or an authenticating proxy"
+        end
+
         @port = port
         @host = host
-        auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "dashboard:#{basic_user(request)}" }
-        @app = Dashboard.new(auth: auth, read_only: read_only)
+        @name = name
+        auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "#{name}:#{basic_user(request)}" }
+        @app = yield(auth)
       end
 
       def run
         begin
           require "rackup"
         rescue LoadError
-          raise ConfigurationError, "bobbin dashboard needs the rackup gem (and a server such as puma) in the bundle"
+          raise ConfigurationError, "bobbin #{@name} needs the rackup gem (and a server such as puma) in the bundle"
         end
-        Bobbin.logger.info("bobbin dashboard on http://#{@host}:#{@port}/")
+        Bobbin.logger.info("bobbin #{@name} on http://#{@host}:#{@port}/")
         app = challenge(@app)
         Rackup::Handler.default.run(app, Host: @host, Port: @port, Silent: true)
       end
 
       private
+        def loopback?(host) = host == "localhost" || (IPAddr.new(host).loopback? rescue false)
+
         # Asks the browser for credentials when refused for lack of them.
         def challenge(app)
           lambda do |env|

@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require "prometheus/client"
+require "prometheus/client/formats/text"
+
+module Bobbin
+  # The Prometheus text exposition of what the operator layer sees: jobs by state and by queue, queue latency,
+  # jobs finished in the last complete minute, and per worker process its in-flight vs capacity, queued jobs,
+  # RSS, database connections and (when the schema has them) event-loop lag. Served at `/metrics` by
+  # Bobbin::Dashboard (behind its auth hook) and by `bobbin metrics --port 9394`.
+  #
+  # Every scrape reads the database afresh into a new registry (gauges, not counters: the numbers are the
+  # database's, shared by every process, so no process holds a running total). The reads are the dashboard's
+  # overview queries: index-bound, estimated above Operator::Stats::EXACT_UP_TO rows a state on PostgreSQL.
+  module Metrics
+    CONTENT_TYPE = Prometheus::Client::Formats::Text::CONTENT_TYPE
+
+    module_function
+
+    # The exposition text for this moment.
+    def text(now = Time.now.utc)
+      registry = Prometheus::Client::Registry.new
+      jobs(registry, now)
+      queues(registry, now)
+      throughput(registry, now)
+      processes(registry, now)
+      Prometheus::Client::Formats::Text.marshal(registry)
+    end
+
+    # A Rack app answering every GET with the exposition (for `bobbin metrics`, or `run`/`mount` on its own). `auth`
+    # as Bobbin::Dashboard's: called with the Rack::Request, false/nil refuses (403).
+    def rack_app(auth: nil)
+      lambda do |env|
+        next [ 405, { "content-type" => "text/plain" }, [ "GET only\n" ] ] unless %w[GET HEAD].include?(env["REQUEST_METHOD"])
+        next [ 403, { "content-type" => "text/plain" }, [ "Access denied.\n" ] ] if auth && !auth.call(Rack::Request.new(env))
+
+        [ 200, { "content-type" => CONTENT_TYPE, "cache-control" => "no-store" }, [ text ] ]
+      end
+    end
+
+    def jobs(registry, now)
+      gauge = registry.gauge(:bobbin_jobs, docstring: "Jobs by state (above 10,000 a state on PostgreSQL, the planner's estimate)",
+                                           labels: [ :state ])
+      counts = Operator::Stats.counts(now)
+      counts.by_state.each { |state, count| gauge.set(count, labels: { state: state }) }
+    end
+
+    def queues(registry, now)
+      size = registry.gauge(:bobbin_queue_jobs, docstring: "Jobs of a queue by state (ready = due now)", labels: [ :queue, :state ])
+      latency = registry.gauge(:bobbin_queue_latency_seconds, docstring: "Age of the queue's oldest due job (0 when none waits)", labels: [ :queue ])
+      paused = registry.gauge(:bobbin_queue_paused, docstring: "1 when the queue is paused", labels: [ :queue ])
+      Operator::Stats.queues(now).each do |queue|
+        labels = { queue: queue.name }
+        %i[ready scheduled blocked running failed].each { |state| size.set(queue.public_send(state), labels: labels.merge(state: state)) }
+        latency.set(queue.latency, labels: labels)
+        paused.set(queue.paused ? 1 : 0, labels: labels)
+      end
+    end
+
+    def throughput(registry, now)
+      gauge = registry.gauge(:bobbin_jobs_finished_last_minute, docstring: "Jobs that finished in the last complete minute, by outcome",
+                                                                labels: [ :outcome ])
+      _, succeeded, failed = Operator::Stats.throughput(minutes: 2, now: now).first
+      gauge.set(succeeded, labels: { outcome: "succeeded" })
+      gauge.set(failed, labels: { outcome: "failed" })
+    end
+
+    PROCESS_GAUGES = {
+      capacity: [ "Jobs the process's pool can run at once", ->(view) { view.capacity } ],
+      busy: [ "Jobs the process is running (its last heartbeat)", ->(view) { view.busy } ],
+      queued: [ "Jobs claimed and waiting for a free fiber or thread", ->(view) { view.queued } ],
+      resident_memory_bytes: [ "Resident memory", ->(view) { view.rss_kb && view.rss_kb * 1024 } ],
+      db_connections: [ "Database connections in the process's pool", ->(view) { view.db_pool } ],
+      db_connections_in_use: [ "Database connections checked out", ->(view) { view.db_in_use } ],
+      heartbeat_age_seconds: [ "Seconds since the process's last heartbeat", ->(view) { view.heartbeat_age } ],
+      loop_lag_seconds: [ "Event-loop lag of a fiber pool now", ->(view) { view.health["loop_lag_ms"]&./(1000.0) } ],
+      max_loop_lag_seconds: [ "Longest event-loop lag of a fiber pool since it started", ->(view) { view.health["max_loop_lag_ms"]&./(1000.0) } ]
+    }.freeze
+
+    def processes(registry, now)
+      labels = %i[process kind name hostname os_pid mode] # `pid` is the client library's own label
+      gauges = PROCESS_GAUGES.to_h { |name, (doc, _)| [ name, registry.gauge(:"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
+      Operator::ProcessView.all(now).each do |view|
+        set = { process: view.id, kind: view.kind, name: view.name, hostname: view.hostname, os_pid: view.pid, mode: view.mode || "" }
+        PROCESS_GAUGES.each do |name, (_, value)|
+          number = value.call(view)
+          gauges[name].set(number, labels: set) if number.is_a?(Numeric)
+        end
+      end
+    end
+  end
+end

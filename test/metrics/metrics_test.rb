@@ -1,0 +1,77 @@
+# frozen_string_literal: true
+
+require_relative "../operator/operator_helper"
+require_relative "../cli/cli_helper"
+require "rack/mock"
+require "net/http"
+
+# The Prometheus exposition: what it reports from the database, and the two ways it is served (the dashboard's
+# /metrics behind its auth hook, and `bobbin metrics` as its own process).
+class MetricsTest < Bobbin::TestCase
+  include OperatorHelper
+  include CLIHelper
+
+  # { "name{labels}" => value } from the exposition text.
+  def samples(text) = text.lines.grep_v(/\A#/).to_h { |line| name, value = line.rpartition(" ").values_at(0, 2); [ name, Float(value) ] }
+
+  test "jobs by state and queue, queue latency and pause, last minute's outcomes, and each process's numbers" do
+    now = Time.now.utc
+    insert_jobs(3, queue: "mail", run_at: now - 90)
+    insert_jobs(2, queue: "mail", run_at: now + 600)
+    insert_jobs(4, queue: "llm", **failed_attributes(Time.at((now.to_i / 60 - 1) * 60 + 5).utc))
+    insert_jobs(6, queue: "llm", state: "succeeded", finished_at: Time.at((now.to_i / 60 - 1) * 60 + 10).utc)
+    Bobbin::Operator.pause("mail")
+    Bobbin::ProcessRecord.register(kind: "worker", name: "llm-pool",
+                                   metadata: { mode: "fibers", capacity: 200, busy: 17, queued: 3, rss_kb: 102_400, db_pool: 4, db_in_use: 1 })
+
+    text = Bobbin::Metrics.text
+    assert_match(/^# TYPE bobbin_jobs gauge$/, text)
+    values = samples(text)
+    assert_equal 3.0, values['bobbin_jobs{state="ready"}']
+    assert_equal 2.0, values['bobbin_jobs{state="scheduled"}']
+    assert_equal 4.0, values['bobbin_jobs{state="failed"}']
+    assert_equal 3.0, values['bobbin_queue_jobs{queue="mail",state="ready"}']
+    assert_equal 2.0, values['bobbin_queue_jobs{queue="mail",state="scheduled"}']
+    assert_equal 4.0, values['bobbin_queue_jobs{queue="llm",state="failed"}']
+    assert_operator values['bobbin_queue_latency_seconds{queue="mail"}'], :>=, 89
+    assert_equal 1.0, values['bobbin_queue_paused{queue="mail"}']
+    assert_equal 0.0, values['bobbin_queue_paused{queue="llm"}']
+    assert_equal 6.0, values['bobbin_jobs_finished_last_minute{outcome="succeeded"}']
+    assert_equal 4.0, values['bobbin_jobs_finished_last_minute{outcome="failed"}']
+
+    process = values.select { |name, _| name.start_with?("bobbin_process_") && name.include?('name="llm-pool"') }
+    by_metric = process.transform_keys { |name| name[/\A\w+/] }
+    assert_equal({ "bobbin_process_capacity" => 200.0, "bobbin_process_busy" => 17.0, "bobbin_process_queued" => 3.0,
+                   "bobbin_process_resident_memory_bytes" => 104_857_600.0, "bobbin_process_db_connections" => 4.0,
+                   "bobbin_process_db_connections_in_use" => 1.0 }, by_metric.except("bobbin_process_heartbeat_age_seconds"))
+    assert_match(/os_pid="#{Process.pid}"/, process.keys.first)
+    assert_match(/mode="fibers"/, process.keys.first)
+  end
+
+  test "the dashboard serves it at /metrics behind its auth hook" do
+    insert_jobs(2)
+    app = Bobbin::Dashboard.new(environment: "production", auth: ->(request) { request.get_header("HTTP_AUTHORIZATION") == "Bearer scrape" })
+    assert_equal 403, Rack::MockRequest.new(app).get("/metrics").status
+    response = Rack::MockRequest.new(app).get("/metrics", "HTTP_AUTHORIZATION" => "Bearer scrape")
+    assert_equal 200, response.status
+    assert_match %r{\Atext/plain; version=0\.0\.4}, response.headers["content-type"]
+    assert_equal 2.0, samples(response.body)['bobbin_jobs{state="ready"}']
+  end
+
+  test "bobbin metrics serves the exposition from its own process, and asks for a token off loopback" do
+    insert_jobs(5, queue: "webhooks")
+    port = closed_port
+    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "production" }
+    pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/bobbin"), "metrics", "--port", port.to_s,
+                        chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
+    ensure_killed(pid) do
+      response = wait_for("bobbin metrics to listen", timeout: 60) { Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/metrics")) rescue nil }
+      assert_equal "200", response.code
+      assert_equal 5.0, samples(response.body)['bobbin_queue_jobs{queue="webhooks",state="ready"}']
+    end
+
+    status, _, err = run_bobbin("metrics", "--host", "0.0.0.0", "--port", closed_port.to_s)
+    assert_equal 78, status.exitstatus, err
+    assert_match(/bobbin metrics on 0\.0\.0\.0 is reachable from other machines: give it --auth-token TOKEN/, err)
+  end
+end
