@@ -46,8 +46,10 @@ class MissionControlTest < BrowserTestCase
     worker = app.spawn("bin/bobbin", "work", "--threads", "2", "--queues", "default", log: app.path("log/mc-worker.log"))
     ensure_killed(pid, worker) do
       wait_for("the Rails server", timeout: 90) { (Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/up")) rescue nil)&.code == "200" }
+      # A session of its own, made without Capybara's server: the dashboard tests' default session keeps its own.
       Capybara.app_host = "http://127.0.0.1:#{port}"
       Capybara.run_server = false
+      Capybara.session_name = :mission_control
       visit "/jobs"
       assert_text "default"
       assert_text "later"
@@ -59,7 +61,8 @@ class MissionControlTest < BrowserTestCase
       visit "/jobs/scheduled/jobs"
       assert_text "FileJob"
       wait_for("the worker on Mission Control's workers page", timeout: 60, interval: 0.5) do
-        visit "/jobs/workers"
+        visit "/jobs" # the workers page lives under the application's path: follow Mission Control's own link
+        click_link "Workers"
         page.has_selector?("tr.worker", text: "(PID ", wait: 0)
       end
       screenshot("mission_control_workers")
@@ -84,6 +87,7 @@ class MissionControlTest < BrowserTestCase
       warn(page.text[0, 1500]) rescue nil
       raise
     ensure
+      Capybara.session_name = :default
       Capybara.app_host = nil
       Capybara.run_server = true
     end
