@@ -46,9 +46,9 @@ module Bobbin
       return write_announcing(connection, sql, rows, notice) if sql == PostgreSQL && Bobbin.config.notifications && sql.pipelined?(connection) &&
                                                                 rows.none? { |row| row[:concurrency_key] }
 
-      ids = connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) }
+      insert = -> { connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) } }
+      ids = sql == SQLite ? Wakeups.inserting(&insert) : insert.call
       connection.clear_query_cache
-      Wakeups.inserted_here(ids) if sql == SQLite
       Wakeups.announce(notice.queues, at: notice.at, connection: connection)
       ids
     end

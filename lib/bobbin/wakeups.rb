@@ -19,6 +19,7 @@ module Bobbin
     @workers = []
     @source = nil
     @inserted_here = []
+    @inserting = 0
 
     module_function
 
@@ -53,10 +54,20 @@ module Bobbin
       @lock.synchronize { @workers.dup }.each { |worker| worker.notice(queues, at) }
     end
 
-    # Notes job ids this process inserted (SQLite): it announces them itself, so its Watcher passes them over.
-    def inserted_here(ids)
+    # Runs the block (an INSERT of jobs on SQLite, which returns their ids), then notes those ids: this process
+    # announces them itself, so its Watcher passes them over. While an insert is between its commit and that note
+    # the Watcher waits (`inserting?`), or it would take the new rows for another process's and announce them twice.
+    def inserting
+      @lock.synchronize { @inserting += 1 }
+      ids = yield
       @lock.synchronize { @inserted_here << (ids.min..ids.max) } if ids.any? && @source.is_a?(Watcher)
+      ids
+    ensure
+      @lock.synchronize { @inserting -= 1 }
     end
+
+    # True while this process has an insert whose ids are not noted yet.
+    def inserting? = @lock.synchronize { @inserting.positive? }
 
     # True when job `id` was inserted by this process.
     def inserted_here?(id) = @lock.synchronize { @inserted_here.any? { |range| range.cover?(id) } }

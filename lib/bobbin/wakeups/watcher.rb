@@ -56,6 +56,7 @@ module Bobbin
         def look
           current = version
           return if current == @version
+          return if Wakeups.inserting? # this process's own insert may be in the change: look again once its ids are noted
 
           @version = current
           rows = @db.execute(NEW_JOBS, [ @last_id ]).map { |row| row.is_a?(Hash) ? row.values : row } # Active Record sets results_as_hash
