@@ -74,3 +74,22 @@ puts "|---|---:|---:|"
 rows.each { |name, _, median, worst| puts format("| %s | %.1f | %.1f |", name, median, worst) }
 slow = rows.select { |*, median, _| median > Plan::DASHBOARD[:target_ms] }
 warn("over #{Plan::DASHBOARD[:target_ms]} ms: #{slow.map(&:first).join(', ')}") if slow.any?
+
+# With BENCH_DASHBOARD_PLANS=FILE (PostgreSQL): the plan of every statement on bobbin_jobs that these pages run,
+# EXPLAIN ANALYZE on the filled table (docs/ARCHITECTURE.md quotes them).
+if postgres && (plans_file = ENV["BENCH_DASHBOARD_PLANS"])
+  File.open(plans_file, "w") do |out|
+    [ "overview", "failed, one queue", "succeeded, deep page (keyset)", "search failed errors" ].each do |name|
+      statements = []
+      subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+        statements << [ payload[:sql], payload[:binds] ] if payload[:sql].include?("bobbin_jobs") && payload[:name] != "EXPLAIN"
+      end
+      Rack::MockRequest.new(app).get(pages.fetch(name))
+      ActiveSupport::Notifications.unsubscribe(subscriber)
+      statements.uniq.each do |sql, binds|
+        out.puts("-- #{name}", sql, connection.explain(sql, binds, [ :analyze ]), "")
+      end
+    end
+  end
+  warn("plans written to #{plans_file}")
+end

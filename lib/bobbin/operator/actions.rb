@@ -77,9 +77,20 @@ module Bobbin
           ids = relation.where(JobRecord.arel_table[:id].gt(last)).order(:id).limit(BATCH).pluck(:id)
           break done if ids.empty?
 
-          done += yield(ids)
+          done += patiently { yield(ids) }
           last = ids.last
         end
+      end
+
+      # Runs a batch's guarded statement again when SQLite stays locked past its busy timeout: workers writing
+      # outcomes back to back can keep a waiting writer out that long on a loaded machine, and the statement only
+      # changes rows still in the states it names, so running it again is safe.
+      def patiently(attempts = 6)
+        yield
+      rescue ActiveRecord::StatementTimeout => error
+        raise unless defined?(SQLite3::BusyException) && error.cause.is_a?(SQLite3::BusyException) && (attempts -= 1).positive?
+
+        retry
       end
 
       def stamp(operation, by) = { operation: operation, operated_by: by.to_s[0, 255], operated_at: Time.now.utc }
