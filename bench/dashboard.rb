@@ -82,7 +82,7 @@ if postgres && (plans_file = ENV["BENCH_DASHBOARD_PLANS"])
     [ "overview", "failed, one queue", "succeeded, deep page (keyset)", "search failed errors" ].each do |name|
       statements = []
       subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
-        statements << [ payload[:sql], payload[:binds] ] if payload[:sql].include?("bobbin_jobs") && payload[:name] != "EXPLAIN"
+        statements << [ payload[:sql], payload[:binds] ] if payload[:sql].start_with?("SELECT") && payload[:sql].include?("bobbin_jobs")
       end
       Rack::MockRequest.new(app).get(pages.fetch(name))
       ActiveSupport::Notifications.unsubscribe(subscriber)

@@ -53,4 +53,23 @@ class OperatorPagingTest < Bobbin::TestCase
     assert_equal 3, rest.size, "deleting the first page moves nothing"
     assert_nil Bobbin::Operator.jobs(page.filter, cursor: page.next_cursor, limit: 10).next_cursor
   end
+
+  test "a page after a cursor starts in the index at the cursor (a deep page reads its own rows, not those before it)" do
+    base = Time.now.utc - 3600
+    insert_jobs(2_000, state: "succeeded", finished_at: ->(i) { base + i })
+    Bobbin::JobRecord.connection.execute(postgres? ? "ANALYZE bobbin_jobs" : "ANALYZE")
+    cursor = nil
+    20.times { cursor = Bobbin::Operator.jobs({ state: "succeeded" }, cursor: cursor, limit: 50).next_cursor }
+    statements = []
+    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") { |*, payload| statements << payload if payload[:sql].include?("ORDER BY") }
+    page = Bobbin::Operator.jobs({ state: "succeeded" }, cursor: cursor, limit: 50)
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+    assert_equal 50, page.jobs.size
+    plan = Bobbin::JobRecord.connection.explain(statements.last[:sql], statements.last[:binds])
+    if postgres?
+      assert_match(/Index Cond: .*finished_at <=/, plan, "the cursor bounds the index scan")
+    else
+      assert_match(/SEARCH bobbin_jobs USING (COVERING )?INDEX \w+ \(state=\? AND finished_at<\?\)/, plan, "the cursor bounds the index scan")
+    end
+  end
 end

@@ -31,13 +31,15 @@ module Bobbin
         @next_cursor = next_cursor
       end
 
-      # Rows strictly after the cursor's (value, id) in the page's direction.
+      # Rows strictly after the cursor's (value, id) in the page's direction. The inclusive bound on the column
+      # alone is what lets the index start at the cursor (an OR of the two conditions alone is a filter over every
+      # row before it, so a deep page would cost its depth); the OR then drops the cursor's own row and its ties.
       def self.after(column, direction, (value, id))
         table = JobRecord.arel_table
-        beyond = direction == :asc ? :gt : :lt
+        beyond, reach = direction == :asc ? %i[gt gteq] : %i[lt lteq]
         return table[:id].public_send(beyond, id) if column == :id
 
-        table[column].public_send(beyond, value).or(table[column].eq(value).and(table[:id].public_send(beyond, id)))
+        table[column].public_send(reach, value).and(table[column].public_send(beyond, value).or(table[:id].public_send(beyond, id)))
       end
 
       # "value,id": the time with microseconds (the precision both databases keep), or the id alone.
