@@ -27,7 +27,7 @@ if Bobbin::JobRecord.count != jobs
   # One INSERT … SELECT over a generated series: the state, queue, class and times follow from n.
   series = postgres ? "generate_series(1, #{jobs}) AS s(n)" : "(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < #{jobs}) SELECT n FROM s) AS s"
   now = postgres ? "now()" : "'#{Bobbin::Store.timestamp(Time.now)}'"
-  ago = ->(seconds) { postgres ? "#{now} - (#{seconds}) * interval '1 second'" : "strftime('%Y-%m-%d %H:%M:%f', #{now}, '-' || (#{seconds}) || ' seconds')" }
+  ago = ->(seconds) { postgres ? "#{now} - (#{seconds}) * interval '1 second'" : "strftime('%Y-%m-%d %H:%M:%f', #{now}, (-(#{seconds})) || ' seconds')" }
   state = "CASE WHEN n <= #{ready} THEN 'ready' WHEN n <= #{ready + failed} THEN 'failed' WHEN n <= #{ready + failed + running} THEN 'running' ELSE 'succeeded' END"
   finished = "CASE WHEN n > #{ready} AND (n <= #{ready + failed} OR n > #{ready + failed + running}) THEN #{ago.call("n % 86400")} END"
   run_at = "CASE WHEN n <= #{ready} AND n % 10 = 0 THEN #{ago.call('-3600')} ELSE #{ago.call('n % 86400 + 60')} END"
