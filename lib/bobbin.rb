@@ -18,6 +18,7 @@ require_relative "bobbin/concurrency/limit"
 require_relative "bobbin/client/arguments"
 require_relative "bobbin/client/enqueuer"
 require_relative "bobbin/client/group_commit"
+require_relative "bobbin/runs_on"
 require_relative "bobbin/job"
 require_relative "bobbin/recurring"
 require_relative "bobbin/records/record"
@@ -128,6 +129,7 @@ else
   ActiveSupport.on_load(:active_job) do
     ActiveJob::QueueAdapters::BobbinAdapter
     include Bobbin::Concurrency::Controls
+    include Bobbin::RunsOn
   end
 end
 

@@ -27,7 +27,7 @@ module Bobbin
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
     FLAGS = { polling_interval: "--polling-interval", notified_polling_interval: "--notified-polling-interval",
-              shutdown_timeout: "--shutdown-timeout" }.freeze
+              shutdown_timeout: "--shutdown-timeout", stall_threshold: "--stall-threshold", thread_lane: "--thread-lane" }.freeze
 
     # Runs the command in `argv`; returns the process exit status.
     def self.start(argv) = new.start(argv)
@@ -112,7 +112,7 @@ module Bobbin
         config = options[:config] || ("config/bobbin.yml" if File.exist?("config/bobbin.yml") && !ConfigFile.loaded?("config/bobbin.yml"))
         ConfigFile.load(config) if config
         load_recurring
-        pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval).transform_keys(&:to_s)
+        pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval, :stall_threshold, :thread_lane).transform_keys(&:to_s)
         Bobbin.config.set(**options.slice(:shutdown_timeout, :notified_polling_interval))
         Bobbin.config.workers = [ pool ] if (pool.keys & %w[fibers threads]).any?
       end
@@ -130,7 +130,8 @@ module Bobbin
         options[:queues] ||= [ "*" ]
         boot(options)
         load_recurring
-        worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :notified_polling_interval, :shutdown_timeout))
+        worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :notified_polling_interval, :shutdown_timeout,
+                                            :stall_threshold, :thread_lane))
         options[:drain] ? worker.run_until_empty : worker.start
         0
       end
@@ -144,6 +145,10 @@ module Bobbin
           o.on("--polling-interval SECONDS", Float, "idle wait between claims without notifications (default 1)") { |v| options[:polling_interval] = v }
           o.on("--notified-polling-interval SECONDS", Float, "the same while notifications work (default 10)") { |v| options[:notified_polling_interval] = v }
           o.on("--shutdown-timeout SECONDS", Float, "wait this long for jobs on TERM") { |v| options[:shutdown_timeout] = v }
+          o.on("--stall-threshold SECONDS", /\A(?:off|\d+(?:\.\d+)?)\z/, "fibers: report a job holding the loop this long (default 0.1; off)") do |v|
+            options[:stall_threshold] = v == "off" ? false : v.to_f
+          end
+          o.on("--thread-lane N", Integer, "fibers: threads for runs_on: :thread jobs (default 2; 0: none)") { |v| options[:thread_lane] = v }
           o.on("-r", "--require FILE", "load job classes from FILE (repeatable)") { |v| (options[:require] ||= []) << v }
           o.on("-d", "--database URL", "database URL (default DATABASE_URL or the Rails app's)") { |v| options[:database] = v }
           o.on("--drain", "run until no job is due, then exit") { options[:drain] = true }

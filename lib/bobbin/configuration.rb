@@ -5,7 +5,7 @@ module Bobbin
   # checks its value (Setting) and raises ConfigurationError naming the setting, so a bad value never reaches a worker.
   class Configuration
     # The settings `set` and config/bobbin.yml take (besides workers).
-    SETTINGS = (Setting::SECONDS.keys + Setting::COUNTS + Setting::FLAGS).freeze
+    SETTINGS = (Setting::SECONDS.keys + Setting::COUNTS + Setting::SIZES + Setting::FLAGS).freeze
 
     # Largest JSON argument payload accepted at enqueue, in bytes (nil: no limit).
     attr_reader :max_argument_bytes
@@ -33,6 +33,12 @@ module Bobbin
     # transaction commits without waiting for the WAL flush (synchronous_commit off for that statement only), about
     # twice as fast; a crash of PostgreSQL or its host (not of the app) can lose the last ~0.6 s of such enqueues.
     attr_reader :durable_enqueue
+    # Seconds (≥ 0.01) one job may hold a fiber pool's event loop before the stall detector reports it; false: off.
+    attr_reader :stall_threshold
+    # Threads beside each fiber pool for jobs whose class says `runs_on: :thread` (0: none; such jobs then run as fibers).
+    attr_reader :thread_lane
+    # Threads per fiber pool for C calls Ruby marks offload-safe (zlib, ...), so they do not stall the loop (0: off).
+    attr_reader :offload_threads
     # Where Bobbin writes its log lines.
     attr_accessor :logger
     # The worker pools `bobbin start` runs (Pool objects); set with `workers=`.
@@ -62,6 +68,9 @@ module Bobbin
       @fiber_db_concurrency = 3
       @crash_retries = 2
       @durable_enqueue = true
+      @stall_threshold = 0.1
+      @thread_lane = 2
+      @offload_threads = 4
       @logger = default_logger
       @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1, polling_interval: @polling_interval) ]
       @perform_hooks = []

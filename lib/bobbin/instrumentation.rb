@@ -16,11 +16,13 @@ module Bobbin
   #   start_process  process_id, kind ("worker", "supervisor"), name, pid
   #   stop_process   process_id, kind, name, pid
   #   recurring      key, run_at (the tick), job_id  (a recurring task's tick enqueued; once across all schedulers)
+  #   stall          id, class_name, queue, duration_ms, location, backtrace (taken while stuck), at, process_id
+  #                  (a job held its fiber pool's event loop past stall_threshold; published when it let go)
   #
   # LogSubscriber turns them into log lines (Rails attaches it; plain Ruby: Bobbin::LogSubscriber.attach_to(:bobbin)).
   # With no subscriber an event costs a lookup and the payload hash.
   module Instrumentation
-    EVENTS = %w[enqueue claim perform_start perform retry fail discard release recover start_process stop_process recurring].freeze
+    EVENTS = %w[enqueue claim perform_start perform retry fail discard release recover start_process stop_process recurring stall].freeze
     NAMES = EVENTS.to_h { |event| [ event.to_sym, "#{event}.bobbin".freeze ] }.freeze
 
     module_function

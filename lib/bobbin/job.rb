@@ -11,8 +11,9 @@ module Bobbin
   #
   # `bobbin_options concurrency: { to: 2, key: ->(account_id, *) { account_id }, duration: 300 }` lets at most
   # two jobs with the same key run at once across all processes (Concurrency::Limit).
+  # `bobbin_options runs_on: :thread` runs the job on a fiber pool's thread lane instead of its event loop (RunsOn).
   module Job
-    DEFAULTS = { queue: "default", priority: 0, retries: 5, backoff: 2.0, concurrency: nil }.freeze
+    DEFAULTS = { queue: "default", priority: 0, retries: 5, backoff: 2.0, concurrency: nil, runs_on: nil }.freeze
 
     def self.included(base)
       base.extend(ClassMethods)
@@ -27,6 +28,7 @@ module Bobbin
         raise ConfigurationError, "#{name}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
 
         options = options.merge(concurrency: Concurrency::Limit.parse(options[:concurrency], name)) if options[:concurrency]
+        options = options.merge(runs_on: RunsOn.check(options[:runs_on], name)) if options.key?(:runs_on)
         @bobbin_options = bobbin_options.merge(options).freeze
       end
 
@@ -39,6 +41,9 @@ module Bobbin
 
       # Stores a job to run `seconds` (a finite Numeric ≥ 0) from now; returns its id.
       def enqueue_in(seconds, *args) = Client::Enqueuer.enqueue(self, args, run_at: Client::Fields.delay(seconds, name))
+
+      # :thread when this job must not run as a fiber (see RunsOn); nil otherwise.
+      def bobbin_runs_on = bobbin_options[:runs_on]
 
       # Runs the job inline, in this process, as a worker would (tests, consoles).
       def perform_now(*args) = new.perform(*Client::Arguments.load(Client::Arguments.dump(name, args)))

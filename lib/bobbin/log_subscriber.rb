@@ -12,8 +12,8 @@ module Bobbin
   #   Bobbin Performed ReportJob 42 from reports in 12.3ms: succeeded
   #   Bobbin Enqueued recurring nightly_report tick 2026-11-24T03:00:00Z as job 43
   #
-  # Enqueue, claim and perform lines are debug (Active Job logs its own performs at info); discards, releases and
-  # stalls are info/warn. Retries, failures, recoveries and process starts/stops are logged where they happen.
+  # Enqueue, claim and perform lines are debug (Active Job logs its own performs at info); discards and releases
+  # are info. Retries, failures, stalls, recoveries and process starts/stops are logged where they happen.
   class LogSubscriber < ActiveSupport::LogSubscriber
     # One line per enqueue statement.
     def enqueue(event)
@@ -64,13 +64,6 @@ module Bobbin
       info { "Bobbin Enqueued recurring #{event.payload[:key]} tick #{tick} as job #{event.payload[:job_id]}" }
     end
     subscribe_log_level :recurring, :info
-
-    # A job held a fiber pool's event loop too long (published by the stall detector).
-    def stall(event)
-      job = event.payload
-      warn { "Bobbin Stall: #{job[:class_name]} #{job[:id]} held the event loop #{job[:duration_ms]&.round}ms at #{job[:location]}" }
-    end
-    subscribe_log_level :stall, :info
 
     # Bobbin's logger.
     def logger = Bobbin.logger

@@ -5,9 +5,10 @@ module Bobbin
   # share it: `up` brings any older install to VERSION, step by step, each step safe to run again.
   module Schema
     # The schema this code needs; workers refuse to start on an older one.
-    VERSION = 7
+    VERSION = 8
     # What each version adds, after the tables of version 1.
-    STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency, 6 => :add_due_index, 7 => :add_operator_columns }.freeze
+    STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency, 6 => :add_due_index, 7 => :add_operator_columns,
+              8 => :add_stall_columns }.freeze
 
     module_function
 
@@ -52,9 +53,7 @@ module Bobbin
 
     # Version 2: how many crashes each job was in flight for (quarantine and crash blame).
     def add_crashes(connection)
-      return if connection.column_exists?(:bobbin_jobs, :crashes)
-
-      connection.add_column(:bobbin_jobs, :crashes, :integer, null: false, default: 0)
+      add_column(connection, :bobbin_jobs, :crashes, :integer, null: false, default: 0)
     end
 
     # Version 5: recurring tasks and their runs (one row per task and tick: the unique key that makes each tick
@@ -75,13 +74,25 @@ module Bobbin
     # queue's or class's jobs by state; the Active Job id.
     def add_operator_columns(connection)
       { operated_by: :string, operated_at: :datetime, operation: :string }.each do |column, type|
-        connection.add_column(:bobbin_jobs, column, type) unless connection.column_exists?(:bobbin_jobs, column)
+        add_column(connection, :bobbin_jobs, column, type)
       end
       add_index(connection, :bobbin_jobs, %i[state finished_at id], "bobbin_jobs_state_finished", nil)
       add_index(connection, :bobbin_jobs, %i[state run_at id], "bobbin_jobs_state_run_at", nil)
       add_index(connection, :bobbin_jobs, %i[state queue run_at], "bobbin_jobs_state_queue", nil)
       add_index(connection, :bobbin_jobs, %i[state class_name], "bobbin_jobs_state_class", nil)
       add_index(connection, :bobbin_jobs, %i[active_job_id], "bobbin_jobs_active_job_id", nil)
+    end
+
+    # Version 8: fiber health. A job's stalls (times it held its pool's event loop past the stall threshold) and the
+    # longest; a process's loop lag now and at most, and its stalls so far.
+    def add_stall_columns(connection)
+      add_column(connection, :bobbin_jobs, :stalls, :integer, null: false, default: 0)
+      add_column(connection, :bobbin_jobs, :longest_stall_ms, :float)
+      { loop_lag_ms: :float, max_loop_lag_ms: :float, stalls: :integer }.each { |column, type| add_column(connection, :bobbin_processes, column, type) }
+    end
+
+    def add_column(connection, table, column, type, **options)
+      connection.add_column(table, column, type, **options) unless connection.column_exists?(table, column)
     end
 
     def record_version(connection)
@@ -94,7 +105,7 @@ module Bobbin
 
     def add_concurrency_columns(connection)
       { concurrency_key: :string, concurrency_limit: :integer, concurrency_duration: :float }.each do |column, type|
-        connection.add_column(:bobbin_jobs, column, type) unless connection.column_exists?(:bobbin_jobs, column)
+        add_column(connection, :bobbin_jobs, column, type)
       end
       add_index(connection, :bobbin_jobs, %i[concurrency_key priority run_at id], "bobbin_jobs_blocked", "state = 'blocked'")
       add_index(connection, :bobbin_jobs, %i[concurrency_key], "bobbin_jobs_holding",

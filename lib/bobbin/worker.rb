@@ -6,8 +6,12 @@ require_relative "worker/shutdown"
 require_relative "worker/executor"
 require_relative "worker/execution"
 require_relative "worker/outcome_buffer"
+require_relative "worker/stall_detector"
+require_relative "worker/stall_log"
+require_relative "worker/offload"
 require_relative "worker/fiber_executor"
 require_relative "worker/thread_executor"
+require_relative "worker/lanes"
 require_relative "worker/heartbeat"
 require_relative "worker/claimer"
 require_relative "worker/pacer"
@@ -18,6 +22,9 @@ module Bobbin
   #
   #   Bobbin::Worker.new(queues: ["llm", "default"], fibers: 500).start   # until TERM/INT
   #   Bobbin::Worker.new(queues: ["*"], threads: 10).run_until_empty       # drains, then returns
+  #
+  # A fiber pool also watches its event loop for stalls (`stall_threshold:`), runs `runs_on: :thread` jobs on a
+  # thread lane (`thread_lane:` threads) and hands offload-safe C calls to threads (Bobbin.config.offload_threads).
   class Worker
     # Seconds an interrupted job gets to unwind before the process gives up on it and exits.
     STOP_GRACE = 5
@@ -36,12 +43,12 @@ module Bobbin
       def mark_stopping(worker, stopping) = stopping ? @stopping[worker] = true : @stopping.delete(worker)
     end
 
-    attr_reader :selection, :executor, :process_id, :name, :claimer
+    attr_reader :selection, :executor, :process_id, :name, :claimer, :detector
 
     def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, notified_polling_interval: nil,
-                   shutdown_timeout: nil, name: nil, supervisor: nil)
+                   shutdown_timeout: nil, stall_threshold: nil, thread_lane: nil, name: nil, supervisor: nil)
       Setting.given("Bobbin::Worker.new", polling_interval: polling_interval, notified_polling_interval: notified_polling_interval,
-                                          shutdown_timeout: shutdown_timeout)
+                                          shutdown_timeout: shutdown_timeout, stall_threshold: stall_threshold, thread_lane: thread_lane)
       raise ConfigurationError, "a worker needs exactly one of fibers: N or threads: N" unless fibers.nil? ^ threads.nil?
 
       size = Integer(fibers || threads)
@@ -49,7 +56,7 @@ module Bobbin
 
       @selection = Store::QueueSelection.new(queues)
       @waker = Waker.new
-      @executor = (fibers ? FiberExecutor : ThreadExecutor).new(size, on_done: @waker.method(:wake))
+      @executor = fibers ? fiber_executor(size, stall_threshold, thread_lane) : ThreadExecutor.new(size, on_done: @waker.method(:wake))
       @pacer = Pacer.new(polling_interval || Bobbin.config.polling_interval,
                          notified_polling_interval || Bobbin.config.notified_polling_interval)
       @shutdown_timeout = shutdown_timeout || Bobbin.config.shutdown_timeout
@@ -82,12 +89,15 @@ module Bobbin
       @waker.wake
     end
 
-    # Live numbers for the process row, process title and dashboard.
+    # Live numbers for the process row, process title and dashboard (a fiber pool's loop health among them).
     def status
       { mode: @executor.mode, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name,
         claims: @claimer&.claims, last_claim_at: @claimer&.last_claim_at, listening: Wakeups.listening?, queued: @executor.queued,
-        **Operator::ProcessView.resources }
+        **Operator::ProcessView.resources, **@detector&.health.to_h }
     end
+
+    # Where the stalls the detector reports go (nil before boot and for thread pools).
+    attr_reader :stall_log
 
     # Hears that jobs are ready in `queues` (nil: any) or become due at `at` (epoch seconds); called by Wakeups from
     # any thread. Wakes the claim loop when they concern this worker's queues and it has room (or must sleep less).
@@ -110,6 +120,18 @@ module Bobbin
     attr_reader :registration
 
     private
+      # Fibers on an event loop watched by a StallDetector, with a thread lane beside it unless thread_lane is 0.
+      def fiber_executor(size, threshold, lane)
+        threshold = Bobbin.config.stall_threshold if threshold.nil?
+        lane = Bobbin.config.thread_lane if lane.nil?
+        fibers = FiberExecutor.new(size, on_done: @waker.method(:wake), stall_threshold: threshold, offload: Bobbin.config.offload_threads,
+                                         on_stall: ->(stall) { @stall_log&.<<(stall) })
+        @detector = fibers.detector
+        return fibers if lane.zero?
+
+        Lanes.new(fibers, ThreadExecutor.new(lane, on_done: @waker.method(:wake)), thread_job: ->(job) { @execution.thread_job?(job) })
+      end
+
       def work(drain:)
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
@@ -135,6 +157,7 @@ module Bobbin
         @writer = Store.open(@selection)
         @outcomes = OutcomeBuffer.new(@writer, @process_id)
         @execution = Execution.new(interrupted: @executor.method(:interrupted?))
+        @stall_log = StallLog.new(@process_id) if @detector
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
                                                   maintain: @supervisor.nil?)
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
@@ -143,7 +166,7 @@ module Bobbin
       def claim_loop(drain)
         until @stopping
           jobs = @claimer.next_jobs(wait: method(:wait))
-          jobs.each { |job| @executor.post(job.id) { @outcomes << @execution.call(job) } }
+          jobs.each { |job| @executor.post(job) { @outcomes << @execution.call(job) } }
           next if @claimer.backlog?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
@@ -180,6 +203,7 @@ module Bobbin
         @heartbeat.stop
         services.each(&:join)
         @outcomes.flush
+        @stall_log&.flush(@writer)
         @stuck = @executor.held_ids
         released = @claimer.release_all(keep: @stuck)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready")

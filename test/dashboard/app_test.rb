@@ -42,19 +42,13 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal "failed", Bobbin::JobRecord.find(id).state
   end
 
-  test "the processes page shows the fiber-health columns once the schema has them" do
-    Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 5, busy: 1 })
-    app = Bobbin::Dashboard.new(environment: "development")
-    refute_match(/loop lag ms/, get(app, "/processes").body)
-    connection = Bobbin::ProcessRecord.connection
-    begin
-      connection.add_column(:bobbin_processes, :loop_lag_ms, :float)
-      Bobbin::ProcessRecord.reset_column_information
-      Bobbin::ProcessRecord.update_all(loop_lag_ms: 12.5)
-      assert_match(%r{<th class="n">loop lag ms</th>.*<td class="n">12.5</td>}m, get(app, "/processes").body)
-    ensure
-      connection.remove_column(:bobbin_processes, :loop_lag_ms)
-      Bobbin::ProcessRecord.reset_column_information
-    end
+  test "the processes page shows a fiber pool's loop lag, stalls and the recent stalls, escaped" do
+    stall = { id: 42, class_name: "<b>Job</b>", duration_ms: 312.4, location: "app/jobs/x.rb:7", at: "2026-11-24T22:00:00Z" }
+    Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 5, busy: 1, recent_stalls: [ stall ] })
+    Bobbin::ProcessRecord.update_all(loop_lag_ms: 12.5, max_loop_lag_ms: 312.4, stalls: 3)
+    body = get(Bobbin::Dashboard.new(environment: "development"), "/processes").body
+
+    assert_match(%r{<td class="n">13 ms</td>\s*<td class="n">312 ms</td>\s*<td class="n">3</td>}, body)
+    assert_match(%r{<a href="/jobs/42">&lt;b&gt;Job&lt;/b&gt; 42</a>.*312 ms.*app/jobs/x.rb:7}m, body)
   end
 end

@@ -1,6 +1,9 @@
 # frozen_string_literal: true
 
 # Job classes the tests (and the worker processes they start) run.
+require "fiddle"
+require "net/http"
+require "zlib"
 
 # Records, from inside jobs, how many ran at once and what ran: no inference from timing.
 module Recorder
@@ -267,4 +270,87 @@ class TickJob
   bobbin_options retries: 0, queue: "ticks"
 
   def perform(label) = LedgerEntry.create!(key: "tick #{label} #{SecureRandom.uuid}", pid: Process.pid)
+end
+
+# Fiber safety. Each records where it ran: "fiber" under a fiber scheduler, "thread" on a thread lane or pool.
+module Blocking
+  # libc usleep: a C call that releases the GVL but is not offload-safe, so it holds a fiber pool's event loop.
+  USLEEP = Fiddle::Function.new(Fiddle::Handle::DEFAULT["usleep"], [ Fiddle::TYPE_INT ], Fiddle::TYPE_INT)
+
+  def self.record(key) = LedgerEntry.create!(key: "#{key}/#{Fiber.scheduler ? 'fiber' : 'thread'}", pid: Process.pid)
+end
+
+class BlockingCallJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(ms, key)
+    Blocking::USLEEP.call(ms * 1000) # BlockingCallJob's stall
+    Blocking.record(key)
+  end
+end
+
+# The same call, on the thread lane.
+class LaneBlockingCallJob < BlockingCallJob
+  bobbin_options runs_on: :thread
+end
+
+# Busy in Ruby (no I/O, no yield) for `ms`.
+class BusyRubyJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(ms, key)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + ms / 1000.0
+    nil while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline # BusyRubyJob's stall
+    Blocking.record(key)
+  end
+end
+
+# Deflates `bytes` of random data: zlib's deflate is offload-safe on Ruby >= 3.4.
+class DeflateJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(bytes, key)
+    Zlib.deflate(Random.new(1).bytes(bytes))
+    Blocking.record(key)
+  end
+end
+
+# A 50 ms HTTP call to the fake server (Net::HTTP: yields to the event loop while it waits).
+class HttpJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(url, key)
+    Net::HTTP.get_response(URI(url)).value
+    Blocking.record(key)
+  end
+end
+
+# Does nothing.
+class NoopJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform = nil
+end
+
+# Makes garbage in small steps, yielding between them: GC pressure that is no job's stall.
+class GarbageJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(steps)
+    steps.times do
+      Array.new(2_000) { |i| "garbage #{i}" }
+      sleep(0)
+    end
+  end
+end
+
+# Sleeps on the thread lane.
+class LaneSleepJob < SleepJob
+  bobbin_options runs_on: :thread
 end

@@ -1,9 +1,12 @@
 # frozen_string_literal: true
 
 module Bobbin
-  # One configured worker pool: its queues, fibers or threads, how many processes run it, how often it polls.
-  class Pool < Data.define(:queues, :mode, :size, :processes, :polling_interval)
-    KEYS = %w[queues fibers threads processes polling_interval].freeze
+  # One configured worker pool: its queues, fibers or threads, how many processes run it, how often it polls, and
+  # for a fiber pool its stall threshold and thread lane (nil: Bobbin.config's).
+  class Pool < Data.define(:queues, :mode, :size, :processes, :polling_interval, :stall_threshold, :thread_lane)
+    KEYS = %w[queues fibers threads processes polling_interval stall_threshold thread_lane].freeze
+    # Keys only a fiber pool takes.
+    FIBER_KEYS = %w[stall_threshold thread_lane].freeze
 
     # Builds a Pool from a Hash (string or symbol keys); errors name `where` (e.g. "config/bobbin.yml: workers[1]").
     def self.parse(hash, where)
@@ -15,8 +18,19 @@ module Bobbin
 
       new(queues: queues(hash.fetch("queues", [ "*" ]), where), **mode(hash, where),
           processes: Setting.count(hash.fetch("processes", 1), "#{where}.processes"),
-          polling_interval: Setting.check(:polling_interval, hash.fetch("polling_interval", Bobbin.config.polling_interval), "#{where}.polling_interval"))
+          polling_interval: Setting.check(:polling_interval, hash.fetch("polling_interval", Bobbin.config.polling_interval), "#{where}.polling_interval"),
+          **fiber_options(hash, where))
     end
+
+    def self.fiber_options(hash, where)
+      given = FIBER_KEYS & hash.keys
+      raise ConfigurationError, "#{where}.#{given.first}: only a fiber pool takes it (this one has threads)" if given.any? && hash.key?("threads")
+
+      FIBER_KEYS.to_h { |key| [ key.to_sym, (Setting.check(key.to_sym, hash[key], "#{where}.#{key}") if hash.key?(key)) ] }
+    end
+
+    # Positional construction keeps working for callers that predate the fiber options.
+    def initialize(queues:, mode:, size:, processes:, polling_interval:, stall_threshold: nil, thread_lane: nil) = super
 
     def self.queues(value, where)
       list = value.is_a?(String) ? value.split(",").map(&:strip) : value
@@ -35,7 +49,10 @@ module Bobbin
     end
 
     # Keyword arguments for Worker.new.
-    def worker_options = { queues: queues, mode => size, polling_interval: polling_interval }
+    def worker_options
+      options = { queues: queues, mode => size, polling_interval: polling_interval }
+      mode == :fibers ? options.merge(stall_threshold: stall_threshold, thread_lane: thread_lane).compact : options
+    end
 
     def to_s = "#{mode}: #{size} × #{processes} process#{'es' if processes > 1}, queues #{queues.join(',')}"
   end

@@ -5,10 +5,15 @@ module Bobbin
   # config/bobbin.yml, CLI flags and Worker.new.
   module Setting
     # The smallest value each setting in seconds accepts (retention must also be above 0, or nil to keep forever).
-    SECONDS = { polling_interval: 0.01, notified_polling_interval: 0.01, heartbeat_interval: 0.1, shutdown_timeout: 0, process_alive_threshold: 0, retention: 0 }.freeze
+    SECONDS = { polling_interval: 0.01, notified_polling_interval: 0.01, heartbeat_interval: 0.1, shutdown_timeout: 0,
+                process_alive_threshold: 0, retention: 0, stall_threshold: 0.01 }.freeze
     # Settings that are whole numbers ≥ 1 (max_argument_bytes may be nil: no limit).
     COUNTS = %i[max_argument_bytes fiber_db_concurrency crash_retries].freeze
+    # Settings that are whole numbers ≥ 0 (0: none).
+    SIZES = %i[thread_lane offload_threads].freeze
     NILABLE = %i[retention max_argument_bytes].freeze
+    # Settings that false turns off.
+    OFFABLE = %i[stall_threshold].freeze
     # Settings that are true or false.
     FLAGS = %i[durable_enqueue notifications].freeze
 
@@ -17,8 +22,10 @@ module Bobbin
     # The value, if `name` accepts it; else ConfigurationError saying "`where`: must be …, got …".
     def check(name, value, where)
       return value if value.nil? && NILABLE.include?(name)
+      return false if value == false && OFFABLE.include?(name)
       return flag(value, where) if FLAGS.include?(name)
       return count(value, where) if COUNTS.include?(name)
+      return count(value, where, min: 0) if SIZES.include?(name)
       return seconds(value, where, above: 0) if name == :retention
 
       seconds(value, where, min: SECONDS.fetch(name) { raise ConfigurationError, "unknown setting #{name.inspect}" })
@@ -48,11 +55,11 @@ module Bobbin
       raise ConfigurationError, "#{where}: must be true or false, got #{value.inspect}"
     end
 
-    # A whole number ≥ 1.
-    def count(value, where)
-      return value if value.is_a?(Integer) && value >= 1
+    # A whole number ≥ `min`.
+    def count(value, where, min: 1)
+      return value if value.is_a?(Integer) && value >= min
 
-      raise ConfigurationError, "#{where}: must be a whole number of at least 1, got #{value.inspect}"
+      raise ConfigurationError, "#{where}: must be a whole number of at least #{min}, got #{value.inspect}"
     end
 
     # A finite number of seconds ≥ `min` (or > `above`), as a Float.

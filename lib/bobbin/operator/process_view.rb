@@ -3,8 +3,8 @@
 module Bobbin
   module Operator
     # A process row as operators read it: its heartbeat's metadata (pool mode, capacity, busy, queued, RSS,
-    # connections) parsed, the jobs running under it counted in the table, and the fiber-health columns
-    # (loop lag, stalls) when the schema has them.
+    # connections, recent stalls) parsed, the jobs running under it counted in the table, and a fiber pool's
+    # health columns (loop lag now and at most, stalls).
     class ProcessView
       HEALTH = %w[loop_lag_ms max_loop_lag_ms stalls].freeze
 
@@ -62,8 +62,11 @@ module Bobbin
       # Silent for longer than the threshold after which its jobs are recovered.
       def stale? = heartbeat_age > Bobbin.config.process_alive_threshold
 
-      # Loop lag and stall figures, when the schema carries them (fiber-safety work): name => value.
-      def health = HEALTH.filter_map { |column| [ column, record[column] ] if record.has_attribute?(column) }.to_h
+      # A fiber pool's loop lag now and at most (ms) and its stalls so far: name => value (nil for thread pools).
+      def health = HEALTH.to_h { |column| [ column, record[column] ] }
+
+      # The last few stalls its jobs caused (StallDetector::Stall fields, newest first).
+      def recent_stalls = Array(metadata["recent_stalls"])
     end
   end
 end

@@ -10,7 +10,7 @@ module Bobbin
         @broken = false
       end
 
-      %i[claim finish release hand_back heartbeat reregister reclaim promote next_run_at announce].each do |name|
+      %i[claim finish release hand_back heartbeat reregister reclaim promote next_run_at announce record_stalls].each do |name|
         define_method(name) { |*args, **options| call(name, *args, **options) }
       end
 

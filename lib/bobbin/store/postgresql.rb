@@ -35,7 +35,16 @@ module Bobbin
         WHERE state = 'running' AND claimed_by = $1 AND id = ANY($2::bigint[])
       SQL
 
-      HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = now() AT TIME ZONE 'UTC', metadata = $2 WHERE id = $1"
+      HEARTBEAT = <<~SQL
+        UPDATE bobbin_processes SET last_heartbeat_at = now() AT TIME ZONE 'UTC', metadata = $2, loop_lag_ms = $3,
+          max_loop_lag_ms = $4, stalls = $5
+        WHERE id = $1
+      SQL
+
+      RECORD_STALLS = <<~SQL
+        UPDATE bobbin_jobs AS j SET stalls = j.stalls + s.n, longest_stall_ms = GREATEST(COALESCE(j.longest_stall_ms, 0), s.ms)
+        FROM unnest($1::bigint[], $2::int[], $3::float8[]) AS s(id, n, ms) WHERE j.id = s.id
+      SQL
 
       REREGISTER = <<~SQL
         INSERT INTO bobbin_processes (id, kind, name, pid, hostname, supervisor_id, metadata, last_heartbeat_at, created_at)
@@ -257,9 +266,15 @@ module Bobbin
         exec(RELEASE, [ process_id, @array.encode(keep) ]).cmd_tuples
       end
 
-      # Records that `process_id` is alive, with its live numbers.
-      def heartbeat(process_id, metadata_json)
-        exec(HEARTBEAT, [ process_id, metadata_json ]).cmd_tuples.positive?
+      # Records that `process_id` is alive, with its live numbers and (fiber pools) loop lag, longest lag and stalls.
+      def heartbeat(process_id, metadata_json, health = [ nil, nil, nil ])
+        exec(HEARTBEAT, [ process_id, metadata_json, *health ]).cmd_tuples.positive?
+      end
+
+      # Adds stalls to job rows: `{ id => [count, longest_ms] }`.
+      def record_stalls(stalls)
+        counts, longest = stalls.values.transpose
+        exec(RECORD_STALLS, [ @array.encode(stalls.keys), @array.encode(counts), @array.encode(longest) ]).cmd_tuples
       end
 
       # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.

@@ -30,7 +30,9 @@ module Bobbin
         WHERE state = 'running' AND claimed_by = ? AND id IN (SELECT value FROM json_each(?))
       SQL
 
-      HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = ?, metadata = ? WHERE id = ?"
+      HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = ?, metadata = ?, loop_lag_ms = ?, max_loop_lag_ms = ?, stalls = ? WHERE id = ?"
+
+      RECORD_STALL = "UPDATE bobbin_jobs SET stalls = stalls + ?, longest_stall_ms = MAX(COALESCE(longest_stall_ms, 0), ?) WHERE id = ?"
 
       REREGISTER = <<~SQL
         INSERT OR IGNORE INTO bobbin_processes (id, kind, name, pid, hostname, supervisor_id, metadata, last_heartbeat_at, created_at)
@@ -147,9 +149,14 @@ module Bobbin
         transaction { execute(RELEASE, [ process_id, JSON.generate(keep) ]) && db.changes }
       end
 
-      # Records that `process_id` is alive, with its live numbers.
-      def heartbeat(process_id, metadata_json)
-        transaction { execute(HEARTBEAT, [ Store.timestamp(Time.now), metadata_json, process_id ]) && db.changes.positive? }
+      # Records that `process_id` is alive, with its live numbers and (fiber pools) loop lag, longest lag and stalls.
+      def heartbeat(process_id, metadata_json, health = [ nil, nil, nil ])
+        transaction { execute(HEARTBEAT, [ Store.timestamp(Time.now), metadata_json, *health, process_id ]) && db.changes.positive? }
+      end
+
+      # Adds stalls to job rows: `{ id => [count, longest_ms] }`.
+      def record_stalls(stalls)
+        transaction { stalls.sum { |id, (count, longest)| execute(RECORD_STALL, [ count, longest, id ]) && db.changes } }
       end
 
       # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.

@@ -18,6 +18,15 @@ module Bobbin
         @job_hooks = (AppExecutor.rails? ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
         @logger = logger
         @classes = {}
+        @thread_jobs = {}
+      end
+
+      # True when `job`'s class asks to run on a thread (RunsOn), so a fiber pool hands it to its thread lane. An
+      # unknown class answers false: it fails as a fiber like anywhere else.
+      def thread_job?(job)
+        @thread_jobs.fetch(job.class_name) { @thread_jobs[job.class_name] = RunsOn.thread?(lookup(job.class_name)) }
+      rescue UnrunnableJob, UnknownJobClass
+        false # not cached: a class added later (development) is looked up again
       end
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.

@@ -32,10 +32,13 @@ module Bobbin
       # Ids of the jobs handed over and not yet done.
       def held_ids = @lock.synchronize { @held.keys }
 
-      # Hands the block (job `id`) to the next free runner; it waits in line when every runner is busy.
-      def post(id, &block)
-        @lock.synchronize { @busy += 1; @held[id] = true }
-        @queue << [ id, block ]
+      # The claimed job `id` (a Store::ClaimedJob) while it is handed over and not yet done; nil otherwise.
+      def job(id) = @lock.synchronize { @held[id] }
+
+      # Hands the block (running `job`) to the next free runner; it waits in line when every runner is busy.
+      def post(job, &block)
+        @lock.synchronize { @busy += 1; @held[job.id] = job }
+        @queue << [ job.id, block ]
       end
 
       # Takes back the jobs still waiting in line (they stay claimed until released); returns how many.
@@ -62,6 +65,12 @@ module Bobbin
       def kill_stuck = nil
 
       private
+        # Fiber-locals the stall detector reads from its own thread: which job the loop runs, since when.
+        def started!(id)
+          Thread.current[StallDetector::STARTED] = id && ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+          Thread.current[StallDetector::JOB] = id
+        end
+
         def work_loop
           while (item = @queue.pop)
             run_one(*item)
@@ -71,8 +80,10 @@ module Bobbin
         def run_one(id, block)
           runner = current_runner
           @lock.synchronize { @running[runner] = id }
+          started!(id)
           block.call
         ensure
+          started!(nil)
           @lock.synchronize do
             @running.delete(runner)
             @held.delete(id)

@@ -22,25 +22,51 @@ module Bobbin
                                   "or raise it (sysctl -w vm.max_map_count=#{capacity * 4})"
       end
 
-      def initialize(capacity, on_done:)
+      # The stall detector watching this pool's loop (nil when stall_threshold is off).
+      attr_reader :detector
+
+      # `stall_threshold`: seconds a job may hold the loop before it is reported (false: no detector); `on_stall`
+      # gets each StallDetector::Stall. `offload`: threads for offload-safe C calls (Offload).
+      def initialize(capacity, on_done:, stall_threshold: false, on_stall: ->(_stall) { }, offload: 0)
         self.class.check!(capacity)
-        super
+        super(capacity, on_done: on_done)
+        @detector = StallDetector.new(stall_threshold, jobs: method(:job), on_stall: on_stall) if stall_threshold
+        @offload = offload
       end
 
       # :fibers
       def mode = :fibers
 
-      # Runs `body` inside the event loop with the job fibers started; returns when all of them are done.
+      # Runs `body` inside an event loop of its own (with the job fibers, the stall detector and, on Ruby >= 3.4,
+      # offload threads for offload-safe C calls); returns when all of them are done. Inside an existing loop
+      # (embedded), runs there.
       def run(&body)
-        Sync do |task|
-          start_fibers(task)
-          body.call
+        return in_loop(Async::Task.current, &body) if Async::Task.current?
+
+        Fiber.blocking do
+          Async::Reactor.new(worker_pool: worker_pool).run(finished: false) { |task| in_loop(task, &body) }.wait
         ensure
-          @queue.close
+          Fiber.set_scheduler(nil)
         end
       end
 
       private
+        def in_loop(task, &body)
+          start_fibers(task)
+          @detector&.start(task)
+          body.call
+        ensure
+          @detector&.stop
+          @queue.close
+        end
+
+        # async's own pool where io-event has one (Ruby >= 4.0), else Bobbin's; none when offload is 0.
+        def worker_pool
+          return nil unless @offload.positive?
+
+          Async::Scheduler::WorkerPool ? true : Offload.new(@offload)
+        end
+
         def start_fibers(task)
           @capacity.times { task.async { work_loop } }
         rescue FiberError => error

@@ -4,7 +4,7 @@ module Bobbin
   class Worker
     # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (the elected
     # worker among those without a supervisor) runs the host's Maintenance, also at boot. Every second: stops the worker if its
-    # supervisor is gone. Runs on a thread of its own, so a job that blocks the event loop cannot make its live
+    # supervisor is gone, and writes the stalls its jobs caused to their rows. Runs on a thread of its own, so a job that blocks the event loop cannot make its live
     # process look dead.
     class Heartbeat
       TICK = 1.0
@@ -26,6 +26,7 @@ module Bobbin
         last = monotonic
         until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
           orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
+          @worker.stall_log&.flush(@store)
           next if monotonic - last < @interval
 
           last = monotonic
@@ -51,8 +52,9 @@ module Bobbin
         # Beats; a live worker pruned as dead registers again, and every beat takes back the held jobs a
         # recovery returned to ready (the pruner may delete the row and recover a moment after a beat).
         def beat
-          metadata = JSON.generate(title)
-          registered = @store.heartbeat(@worker.process_id, metadata)
+          status = title
+          metadata = JSON.generate(status)
+          registered = @store.heartbeat(@worker.process_id, metadata, status.values_at(:loop_lag_ms, :max_loop_lag_ms, :stalls))
           @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata)) unless registered
           held = @worker.held_ids
           kept = held.empty? ? 0 : @store.reclaim(@worker.process_id, held)

@@ -1,0 +1,60 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Worker
+    # A fiber pool with a thread lane: jobs whose class must not run as a fiber (`runs_on: :thread`) go to a small
+    # ThreadExecutor beside the event loop; every other job runs as a fiber. The claim loop and shutdown see one
+    # executor: capacity, busy, held jobs and interrupts add up over both, so a lane job is claimed, finished,
+    # released on TERM and recovered after a crash like any other.
+    class Lanes
+      attr_reader :fibers, :lane
+
+      # `thread_job` answers, for a claimed job, whether it must run on the lane.
+      def initialize(fibers, lane, thread_job:)
+        @fibers = fibers
+        @lane = lane
+        @thread_job = thread_job
+        @both = [ fibers, lane ]
+      end
+
+      # :fibers
+      def mode = @fibers.mode
+
+      # Fiber slots plus lane threads.
+      def capacity = @both.sum(&:capacity)
+
+      # Jobs handed over and not done, in both.
+      def busy = @both.sum(&:busy)
+
+      # Jobs waiting in either line.
+      def queued = @both.sum(&:queued)
+
+      # Jobs finished since start, in both.
+      def completed = @both.sum(&:completed)
+
+      # Ids of the jobs handed over and not yet done, in both.
+      def held_ids = @both.flat_map(&:held_ids)
+
+      # The claimed job `id` while either holds it.
+      def job(id) = @fibers.job(id) || @lane.job(id)
+
+      # Hands `job` to the lane when its class asks for a thread, else to the fibers.
+      def post(job, &) = (@thread_job.call(job) ? @lane : @fibers).post(job, &)
+
+      # Takes back the jobs waiting in both lines; returns how many.
+      def drop_queued = @both.sum(&:drop_queued)
+
+      # Interrupts every running job in both.
+      def interrupt_all = @both.each(&:interrupt_all)
+
+      # True when either interrupted job `id`.
+      def interrupted?(id) = @both.any? { |executor| executor.interrupted?(id) }
+
+      # Kills lane threads whose jobs ignored their interrupt (fibers cannot be killed for certain).
+      def kill_stuck = @lane.kill_stuck
+
+      # Runs `body` inside the event loop with the lane's threads started beside it.
+      def run(&body) = @fibers.run { @lane.run(&body) }
+    end
+  end
+end

@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Worker
+    # A small pool of reused threads for the C calls Ruby (≥ 3.4) marks offload-safe: zlib's deflate, and others
+    # that release the GVL. Ruby hands them to the fiber scheduler's `blocking_operation_wait`; a fiber pool's event
+    # loop passes them here, so the fiber that made the call waits for its thread while the others keep running.
+    # (async's own worker pool needs io-event's WorkerPool, which Ruby 3.4 builds do not have.)
+    class Offload
+      # `size` threads at most, started on first use and kept until `close`.
+      def initialize(size)
+        @size = size
+        @work = Thread::Queue.new
+        @threads = []
+        @lock = Mutex.new
+      end
+
+      # Runs `work` (a Proc from Ruby's blocking operation) on a pool thread and returns its result; waits without
+      # blocking the event loop (Thread::Queue#pop yields to the fiber scheduler). Raises what the work raised.
+      def call(work)
+        start_thread
+        done = Thread::Queue.new
+        @work << [ work, done ]
+        value, error = done.pop
+        raise error if error
+
+        value
+      end
+
+      # Lets the threads finish what they hold and stop.
+      def close
+        @work.close
+        @lock.synchronize { @threads.each(&:join) }
+      end
+
+      # Threads started so far.
+      def threads = @lock.synchronize { @threads.size }
+
+      private
+        def start_thread
+          return if @threads.size >= @size || @work.num_waiting.positive?
+
+          @lock.synchronize do
+            @threads << Thread.new { run }.tap { |thread| thread.name = "bobbin-offload" } if @threads.size < @size
+          end
+        end
+
+        def run
+          while (work, done = @work.pop)
+            done << begin
+              [ work.call, nil ]
+            rescue Exception => error # rubocop:disable Lint/RescueException -- the caller's fiber raises it
+              [ nil, error ]
+            end
+          end
+        end
+    end
+  end
+end

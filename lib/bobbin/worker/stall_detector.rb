@@ -1,0 +1,163 @@
+# frozen_string_literal: true
+
+module Bobbin
+  class Worker
+    # Watches a fiber pool's event loop from a thread of its own and names the job that holds it.
+    #
+    # Inside the loop a ticker fiber stamps the time every `threshold / 4` (its lateness is the loop lag). A
+    # watchdog thread looks every `threshold / 4`: when the stamp is older than half the threshold it notes which
+    # job the loop is running (each job fiber carries its job id as a fiber-local) and starts counting fiber
+    # switches; when the stamp is older than the threshold and the same job ran all along without a switch, that
+    # job holds the loop: its backtrace is taken there and then, while it is stuck. The switch that ends it gives
+    # the duration. Time spent in GC meanwhile does not count against the job. The hot path pays one fiber-local
+    # write per job; switches are traced only while a stall is suspected.
+    class StallDetector
+      # The fiber-locals a job fiber keeps its job id and start (monotonic seconds) in while it runs the job.
+      JOB = :bobbin_job_id
+      STARTED = :bobbin_job_started
+      # One finished stall: which job, how long (ms), and where it was stuck.
+      Stall = Data.define(:id, :class_name, :queue, :duration_ms, :location, :backtrace, :at)
+      # Stalls the process row keeps for the dashboard.
+      RECENT = 5
+      # A stall still going on after this many seconds is logged once before it ends.
+      ONGOING = 1.0
+      # Where frames that are not the job's own code come from.
+      OWN_FRAMES = [ File.expand_path("../..", __dir__), *%w[async io-event].filter_map { |gem| Gem.loaded_specs[gem]&.full_gem_path }, "<internal:" ].freeze
+
+      attr_reader :threshold, :stalls
+
+      # `jobs` answers the claimed job for an id (nil when gone); `on_stall` gets each Stall once it ends.
+      def initialize(threshold, jobs:, on_stall:)
+        @threshold = threshold
+        @interval = [ threshold / 4.0, 0.005 ].max
+        @jobs = jobs
+        @on_stall = on_stall
+        @stalls = 0
+        @recent = []
+        @lag = @max_lag = 0.0
+        @lock = Mutex.new
+      end
+
+      # Starts the ticker as a child of `task` (the loop's top task) and the watchdog thread.
+      def start(task)
+        @loop_thread = Thread.current
+        @beat = monotonic
+        @ticker = task.async(transient: true) { tick while sleep(@interval) }
+        @watchdog = Thread.new { watch }.tap { |thread| thread.name = "bobbin-stall-watch" }
+      end
+
+      # Stops both.
+      def stop
+        @stopped = true
+        @watchdog&.join
+        @ticker&.stop
+        reset
+      end
+
+      # Loop lag now and the longest seen (ms), stalls so far and the recent ones, for the process row.
+      def health
+        lag = @beat ? [ @lag, monotonic - @beat - @interval ].max : 0.0
+        @lock.synchronize do
+          { loop_lag_ms: (lag.clamp(0, nil) * 1000).round(1), max_loop_lag_ms: (@max_lag * 1000).round(1), stalls: @stalls,
+            recent_stalls: @recent.map { |stall| stall.to_h.except(:backtrace) } }
+        end
+      end
+
+      private
+        def tick
+          now = monotonic
+          @lag = (now - @beat - @interval).clamp(0, nil)
+          @max_lag = @lag if @lag > @max_lag
+          @beat = now
+        end
+
+        def watch
+          until @stopped
+            sleep(@interval)
+            check
+          end
+        rescue StandardError => error
+          Bobbin.logger.error("bobbin: stall detector stopped: #{error.class}: #{error.message}")
+        end
+
+        # One look: idle → suspecting (trace on) → stuck (confirmed) → reported once a switch or the next job ends it.
+        def check
+          job = @loop_thread[JOB]
+          let_go(job) if @suspect && (@switched_at || job != @suspect[:id])
+          age = monotonic - @beat
+          if @suspect.nil?
+            suspect(job) if job && age >= @threshold / 2
+          elsif !@confirmed
+            confirm if age >= @threshold
+          else
+            ongoing
+          end
+        end
+
+        # The suspect let go of the loop: at the switch, or when its fiber went straight on to its next job. It held
+        # the loop if a later look confirmed it, or if it kept the loop for a whole watch interval after the first
+        # (a thread that holds the GVL lets the watchdog look only every 100 ms or so).
+        def let_go(job)
+          started = @loop_thread[STARTED]
+          ended = @switched_at || (job && started && started > @suspect[:at] ? started : monotonic)
+          report(ended) if @confirmed || ended - @suspect[:at] >= @interval
+          reset
+        end
+
+        # The loop has not turned for half the threshold while `job` runs: note where it is now, while it runs,
+        # and count switches from now on.
+        def suspect(job)
+          since = [ @beat, @loop_thread[STARTED] || @beat ].max
+          @backtrace = stack
+          @suspect = { id: job, job: @jobs.call(job), since: since, at: monotonic, gc_ms: GC.stat(:time) }
+          @trace = TracePoint.new(:fiber_switch) { @switched_at ||= monotonic }
+          @trace.enable(target_thread: @loop_thread)
+          reset if @loop_thread[JOB] != job # it switched before the trace was on
+        end
+
+        # The same job ran without a switch past the threshold: where it is stuck now.
+        def confirm
+          @confirmed = true
+          @backtrace = stack
+        end
+
+        def stack = Array(@loop_thread.backtrace_locations).first(30).map(&:to_s)
+
+        # A stall still going on after ONGOING seconds is logged once, so a job that never returns is named too.
+        def ongoing
+          held = monotonic - @suspect[:since]
+          return if @ongoing_logged || held < ONGOING
+
+          @ongoing_logged = true
+          job = @suspect[:job]
+          Bobbin.logger.warn("bobbin: #{job&.class_name} #{@suspect[:id]} has held the event loop for #{held.round(1)}s so far " \
+                             "at #{location}")
+        end
+
+        def reset
+          @trace&.disable
+          @suspect = @trace = @switched_at = nil
+          @confirmed = @ongoing_logged = false
+        end
+
+        def report(ended)
+          gc = GC.stat(:time) - @suspect[:gc_ms]
+          duration = (ended - @suspect[:since]) * 1000 - gc
+          return if duration < @threshold * 1000 || (ended - @suspect[:at]) * 1000 - gc < @threshold * 500
+
+          job = @suspect[:job]
+          stall = Stall.new(id: @suspect[:id], class_name: job&.class_name, queue: job&.queue, duration_ms: duration.round(1),
+                            location: location, backtrace: @backtrace, at: Time.now.utc.iso8601(3))
+          @lock.synchronize { @stalls += 1; @recent = [ stall, *@recent ].first(RECENT) }
+          @on_stall.call(stall)
+        end
+
+        # The first frame of the stuck fiber's backtrace that is not Bobbin's, async's, io-event's or Ruby's own.
+        def location
+          @backtrace.find { |line| OWN_FRAMES.none? { |own| line.start_with?(own) } } || @backtrace.first
+        end
+
+        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+    end
+  end
+end

@@ -1,0 +1,131 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# A fiber pool names the job that blocks its event loop, keeps offload-safe C calls off it, and runs jobs that
+# ask for a thread on its thread lane. Real C calls (libc usleep through Fiddle), real HTTP to the fake server.
+class FiberSafetyTest < Bobbin::TestCase
+  setup do
+    @stalls = []
+    @subscriber = ActiveSupport::Notifications.subscribe("stall.bobbin") { |event| @stalls << event.payload }
+    @offload = Bobbin.config.offload_threads
+  end
+
+  teardown do
+    ActiveSupport::Notifications.unsubscribe(@subscriber)
+    Bobbin.config.offload_threads = @offload
+  end
+
+  def keys(pattern) = LedgerEntry.where("key LIKE ?", pattern).pluck(:key)
+
+  test "five jobs whose C call holds the loop are named with their line and duration; fifty HTTP jobs beside them are not blamed" do
+    blocking = with_fake_server do |url|
+      Bobbin.enqueue_all(Array.new(50) { |i| [ HttpJob, [ "#{url}/delay?ms=50", "http-#{i}" ] ] })
+      Bobbin.enqueue_all(Array.new(5) { |i| [ BlockingCallJob, [ 400, "block-#{i}" ] ] }).tap { drain(fibers: 60) }
+    end
+
+    assert_equal 55, LedgerEntry.count
+    assert_equal blocking.sort, @stalls.map { |stall| stall[:id] }.sort, "each blocking job is reported once, and only they are"
+    call_line = File.readlines("test/support/jobs.rb").index { |line| line.include?("BlockingCallJob's stall") } + 1
+    @stalls.each do |stall|
+      assert_equal [ "BlockingCallJob", "default" ], stall.values_at(:class_name, :queue)
+      assert_match %r{test/support/jobs\.rb:#{call_line}:}, stall[:location], "the backtrace was taken while the call held the loop"
+      assert_operator stall[:duration_ms], :>=, 300, "a 400 ms hold is measured as such"
+    end
+    rows = Bobbin::JobRecord.where("stalls > 0")
+    assert_equal blocking.sort, rows.pluck(:id).sort, "the stall is counted on the job's row"
+    assert_equal [ 1 ], rows.distinct.pluck(:stalls)
+  end
+
+  test "with runs_on: :thread the same calls run on the thread lane and the loop never stalls" do
+    with_fake_server do |url|
+      Bobbin.enqueue_all(Array.new(50) { |i| [ HttpJob, [ "#{url}/delay?ms=50", "http-#{i}" ] ] })
+      Bobbin.enqueue_all(Array.new(5) { |i| [ LaneBlockingCallJob, [ 400, "lane-#{i}" ] ] })
+      drain(fibers: 60, thread_lane: 2)
+    end
+
+    assert_empty @stalls
+    assert_equal Array.new(5) { |i| "lane-#{i}/thread" }.sort, keys("lane-%").sort
+    assert_equal Array.new(50) { |i| "http-#{i}/fiber" }.sort, keys("http-%").sort
+    assert_equal 0, Bobbin::JobRecord.where("stalls > 0").count
+  end
+
+  test "a job busy in Ruby for 300 ms is named" do
+    id = BusyRubyJob.enqueue(300, "busy")
+    Bobbin.enqueue_all(Array.new(10) { |i| [ SleepJob, [ 0.05, "sleep-#{i}" ] ] })
+    drain(fibers: 20)
+
+    assert_equal [ [ id, "BusyRubyJob" ] ], @stalls.map { |stall| stall.values_at(:id, :class_name) }
+    assert_match %r{test/support/jobs\.rb:\d+}, @stalls.first[:location]
+  end
+
+  test "a thread pool runs runs_on: :thread jobs on its threads and has no stall detector" do
+    LaneBlockingCallJob.enqueue(10, "lane")
+    worker = Bobbin::Worker.new(threads: 2, polling_interval: 0.05)
+    worker.run_until_empty
+
+    assert_nil worker.detector
+    assert_equal [ "lane/thread" ], keys("lane%")
+  end
+
+  test "an offload-safe zlib deflate runs on an offload thread; with offload off it stalls the loop" do
+    skip("blocking_operation_wait needs Ruby >= 3.4") if RUBY_VERSION < "3.4"
+    offloaded = DeflateJob.enqueue(16 << 20, "offloaded")
+    drain(fibers: 5)
+    assert_empty @stalls, "deflate ran off the loop"
+
+    Bobbin.config.offload_threads = 0
+    stalled = DeflateJob.enqueue(16 << 20, "stalled")
+    drain(fibers: 5)
+    assert_equal [ stalled ], @stalls.map { |stall| stall[:id] }
+    assert_equal %w[offloaded/fiber stalled/fiber], keys("%ed/%").sort
+    assert_equal [ offloaded, stalled ].sort, Bobbin::JobRecord.where(state: "succeeded").pluck(:id).sort
+  end
+
+  test "no stall is reported when no job holds the loop: 2,000 sleeping jobs, noop jobs and GC pressure" do
+    Bobbin.enqueue_all(Array.new(2_000) { [ SleepJob, [ 0.05 ] ] } + Array.new(500) { [ NoopJob, [] ] } +
+                       Array.new(20) { [ GarbageJob, [ 200 ] ] })
+    drain(fibers: 2_000)
+
+    assert_equal 2_520, Bobbin.counts["succeeded"]
+    assert_empty @stalls
+  end
+
+  test "TERM with lane jobs in flight returns them to ready; kill -9 leaves them to recovery" do
+    Bobbin.enqueue_all(Array.new(2) { |i| [ LaneSleepJob, [ 60, "lane-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "4", "--thread-lane", "2", "--shutdown-timeout", "1", "--polling-interval", "0.05")
+      wait_for("2 lane jobs running") { Bobbin.counts["running"] == 2 }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 15)&.success?, "the worker exits cleanly"
+    end
+    assert_equal({ "ready" => 2, "running" => 0 }, Bobbin.counts.slice("ready", "running"))
+    assert_equal [ 0 ], Bobbin::JobRecord.distinct.pluck(:attempts), "an attempt cut short by shutdown is given back"
+
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "4", "--thread-lane", "2", "--polling-interval", "0.05")
+      wait_for("2 lane jobs running again") { Bobbin.counts["running"] == 2 }
+      Process.kill(:KILL, pids.last)
+      wait_exit(pids.last)
+    end
+    Bobbin::ProcessRecord.delete_all # as the pruner does once its heartbeat is stale
+    Bobbin::Recovery.prune
+    assert_equal({ "ready" => 2, "running" => 0 }, Bobbin.counts.slice("ready", "running"))
+    assert_equal [ "Bobbin::ProcessDied" ], Bobbin::JobRecord.distinct.pluck(:last_error_class)
+  end
+
+  private
+    # Runs demo/fake_llm_server.rb on a free loopback port for the block; yields its base URL.
+    def with_fake_server
+      reader, writer = IO.pipe
+      pid = Process.spawn(RbConfig.ruby, "demo/fake_llm_server.rb", "--port", "0", out: writer, chdir: TestProcesses::ROOT)
+      writer.close
+      port = reader.gets.to_s[/listening on (\d+)/, 1] or flunk("the fake server did not start")
+      yield "http://127.0.0.1:#{port}"
+    ensure
+      Process.kill(:TERM, pid) if pid
+      Process.wait(pid) if pid
+      reader&.close
+    end
+end
