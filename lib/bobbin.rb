@@ -41,6 +41,7 @@ module Bobbin
   autoload :Retention, "bobbin/retention"
   autoload :Maintenance, "bobbin/maintenance"
   autoload :ConnectionBudget, "bobbin/connection_budget"
+  autoload :FiberSafety, "bobbin/fiber_safety"
   autoload :LogSubscriber, "bobbin/log_subscriber"
   autoload :CLI, "bobbin/cli"
   autoload :Operator, "bobbin/operator"

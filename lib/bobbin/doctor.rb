@@ -4,10 +4,6 @@ module Bobbin
   # `bobbin doctor`: checks a configuration before deploy. Prints what each pool needs and what the database
   # offers; `run` returns 1 when something will fail in production, else 0.
   class Doctor
-    # Gems that block a fiber pool's event loop, and what to use instead.
-    BLOCKING = { "mysql2" => "trilogy", "typhoeus" => "async-http or Net::HTTP", "ethon" => "async-http or Net::HTTP",
-                 "curb" => "async-http or Net::HTTP", "pg_ruby" => "pg" }.freeze
-
     # A line of config/application.rb or config/environments/*.rb that sets Active Job's adapter.
     ADAPTER_SETTING = /\A[^#]*\bqueue_adapter\s*=(?!=)\s*(?<value>[^#]*?)\s*(?:#.*)?\s*\z/
     # The adapter named by a symbol or string literal (`:bobbin`, `"bobbin"`); anything else is computed.
@@ -74,12 +70,18 @@ module Bobbin
         level = ActiveSupport::IsolatedExecutionState.isolation_level
         @out.puts("Isolation level: #{level.inspect}")
         @problems << "fiber pools need config.active_support.isolation_level = :fiber (it is #{level.inspect})" unless level == :fiber
-        (BLOCKING.keys & Gem.loaded_specs.keys).each do |gem|
-          @out.puts("  ! #{gem} blocks the event loop of fiber pools: use #{BLOCKING[gem]}")
-        end
+        FiberSafety.warnings.each { |line| @out.puts("  ! #{line}") }
+        report_fiber_settings
       end
 
       # Whether new jobs wake idle workers at once: a NOTIFY from one session reaching a LISTEN on another, end to end.
+      def report_fiber_settings
+        config = Bobbin.config
+        stalls = config.stall_threshold ? "a job holding the loop over #{(config.stall_threshold * 1000).round} ms is reported" : "off"
+        offload = FiberSafety.offload? && config.offload_threads.positive? ? "#{config.offload_threads} threads" : "off"
+        @out.puts("  stall detector: #{stalls}; thread lane: #{config.thread_lane} threads; offload: #{offload} (per fiber pool)")
+      end
+
       def report_notifications
         return @out.puts("Notifications: off (idle workers poll every polling_interval)") unless Bobbin.config.notifications
 

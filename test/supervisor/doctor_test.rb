@@ -40,6 +40,17 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/OK: this configuration fits/, report)
   end
 
+  test "a loaded gem that blocks fiber pools is named with its alternative, and the fiber settings are listed" do
+    Gem.loaded_specs["mysql2"] = Gem::Specification.new("mysql2", "0.5.6")
+    _, report = doctor([ { "fibers" => 10 } ])
+    assert_match(/! mysql2 is loaded: its calls block a fiber pool's event loop \(use trilogy, or give the jobs that need it runs_on: :thread\)/, report)
+    assert_match(/stall detector: a job holding the loop over 100 ms is reported; thread lane: 2 threads; offload: 4 threads/, report)
+    _, threads_only = doctor([ { "threads" => 5 } ])
+    refute_match(/mysql2|stall detector/, threads_only, "thread pools are not concerned")
+  ensure
+    Gem.loaded_specs.delete("mysql2")
+  end
+
   test "a thread pool larger than the Active Record pool fails the check" do
     status, report = doctor([ { "threads" => 40 } ])
     assert_equal 1, status

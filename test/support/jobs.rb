@@ -295,14 +295,14 @@ class LaneBlockingCallJob < BlockingCallJob
   bobbin_options runs_on: :thread
 end
 
-# Busy in Ruby (no I/O, no yield) for `ms`.
+# Busy in Ruby (no I/O, no yield) for `ms` of its thread's CPU time (a loaded machine stretches the wall time).
 class BusyRubyJob
   include Bobbin::Job
   bobbin_options retries: 0
 
   def perform(ms, key)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + ms / 1000.0
-    nil while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline # BusyRubyJob's stall
+    deadline = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + ms / 1000.0
+    nil while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < deadline # BusyRubyJob's stall
     Blocking.record(key)
   end
 end

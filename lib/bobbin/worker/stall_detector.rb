@@ -9,8 +9,10 @@ module Bobbin
     # job the loop is running (each job fiber carries its job id as a fiber-local) and starts counting fiber
     # switches; when the stamp is older than the threshold and the same job ran all along without a switch, that
     # job holds the loop: its backtrace is taken there and then, while it is stuck. The switch that ends it gives
-    # the duration. Time spent in GC meanwhile does not count against the job. The hot path pays one fiber-local
-    # write per job; switches are traced only while a stall is suspected.
+    # the duration. Time spent in GC, or waiting for a CPU, meanwhile does not count against the job, and the job must
+    # have held the loop alone for half the threshold after it was first seen (so a loop slowed by many short jobs
+    # blames none of them); so a stall just over the threshold may go unreported. The hot
+    # path pays two fiber-local writes per job; switches are traced only while a stall is suspected.
     class StallDetector
       # The fiber-locals a job fiber keeps its job id and start (monotonic seconds) in while it runs the job.
       JOB = :bobbin_job_id
@@ -109,7 +111,7 @@ module Bobbin
         def suspect(job)
           since = [ @beat, @loop_thread[STARTED] || @beat ].max
           @backtrace = stack
-          @suspect = { id: job, job: @jobs.call(job), since: since, at: monotonic, gc_ms: GC.stat(:time) }
+          @suspect = { id: job, job: @jobs.call(job), since: since, at: monotonic, excused_ms: excused_ms }
           @trace = TracePoint.new(:fiber_switch) { @switched_at ||= monotonic }
           @trace.enable(target_thread: @loop_thread)
           reset if @loop_thread[JOB] != job # it switched before the trace was on
@@ -141,9 +143,9 @@ module Bobbin
         end
 
         def report(ended)
-          gc = GC.stat(:time) - @suspect[:gc_ms]
-          duration = (ended - @suspect[:since]) * 1000 - gc
-          return if duration < @threshold * 1000 || (ended - @suspect[:at]) * 1000 - gc < @threshold * 500
+          excused = excused_ms - @suspect[:excused_ms]
+          duration = (ended - @suspect[:since]) * 1000 - excused
+          return if duration < @threshold * 1000 || (ended - @suspect[:at]) * 1000 - excused < @threshold * 500
 
           job = @suspect[:job]
           stall = Stall.new(id: @suspect[:id], class_name: job&.class_name, queue: job&.queue, duration_ms: duration.round(1),
@@ -155,6 +157,17 @@ module Bobbin
         # The first frame of the stuck fiber's backtrace that is not Bobbin's, async's, io-event's or Ruby's own.
         def location
           @backtrace.find { |line| OWN_FRAMES.none? { |own| line.start_with?(own) } } || @backtrace.first
+        end
+
+        # Milliseconds that are no job's doing: GC, and the loop thread waiting for a CPU (the kernel's run-queue wait
+        # for that thread, where Linux reports it) on a busy machine.
+        def excused_ms = GC.stat(:time) + run_queue_ms
+
+        def run_queue_ms
+          @schedstat ||= "/proc/self/task/#{@loop_thread.native_thread_id}/schedstat"
+          File.read(@schedstat).split[1].to_i / 1_000_000.0
+        rescue SystemCallError, NoMethodError
+          0
         end
 
         def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
