@@ -9,10 +9,11 @@ module Bobbin
     # job the loop is running (each job fiber carries its job id as a fiber-local) and starts counting fiber
     # switches; when the stamp is older than the threshold and the same job ran all along without a switch, that
     # job holds the loop: its backtrace is taken there and then, while it is stuck. The switch that ends it gives
-    # the duration. Time spent in GC, or waiting for a CPU, meanwhile does not count against the job, and the job must
-    # have held the loop alone for half the threshold after it was first seen (so a loop slowed by many short jobs
-    # blames none of them); so a stall just over the threshold may go unreported. The hot
-    # path pays two fiber-local writes per job; switches are traced only while a stall is suspected.
+    # the duration. Time spent in GC, waiting for a CPU, or running the process's other threads (which hold the GVL)
+    # meanwhile does not count against the job, and the job must have held the loop alone for half the threshold
+    # after it was first seen (so a loop slowed by many short jobs blames none of them); a stall just over the
+    # threshold may go unreported. The hot path pays two fiber-local writes per job; switches are traced only while
+    # a stall is suspected.
     class StallDetector
       # The fiber-locals a job fiber keeps its job id and start (monotonic seconds) in while it runs the job.
       JOB = :bobbin_job_id
@@ -23,8 +24,8 @@ module Bobbin
       RECENT = 5
       # A stall still going on after this many seconds is logged once before it ends.
       ONGOING = 1.0
-      # Where frames that are not the job's own code come from.
-      OWN_FRAMES = [ File.expand_path("../..", __dir__), *%w[async io-event].filter_map { |gem| Gem.loaded_specs[gem]&.full_gem_path }, "<internal:" ].freeze
+      # Where frames that are not the app's own code come from: Bobbin, installed gems, Ruby's own library.
+      LIBRARY_FRAMES = [ File.expand_path("../..", __dir__), *Gem.path, RbConfig::CONFIG["rubylibdir"], "<internal:" ].uniq.freeze
 
       attr_reader :threshold, :stalls
 
@@ -111,7 +112,7 @@ module Bobbin
         def suspect(job)
           since = [ @beat, @loop_thread[STARTED] || @beat ].max
           @backtrace = stack
-          @suspect = { id: job, job: @jobs.call(job), since: since, at: monotonic, excused_ms: excused_ms }
+          @suspect = { id: job, job: @jobs.call(job), since: since, at: monotonic, clocks: clocks }
           @trace = TracePoint.new(:fiber_switch) { @switched_at ||= monotonic }
           @trace.enable(target_thread: @loop_thread)
           reset if @loop_thread[JOB] != job # it switched before the trace was on
@@ -143,7 +144,7 @@ module Bobbin
         end
 
         def report(ended)
-          excused = excused_ms - @suspect[:excused_ms]
+          excused = excused_since(@suspect[:clocks])
           duration = (ended - @suspect[:since]) * 1000 - excused
           return if duration < @threshold * 1000 || (ended - @suspect[:at]) * 1000 - excused < @threshold * 500
 
@@ -154,20 +155,31 @@ module Bobbin
           @on_stall.call(stall)
         end
 
-        # The first frame of the stuck fiber's backtrace that is not Bobbin's, async's, io-event's or Ruby's own.
+        # The first frame of the stuck fiber's backtrace in the app's own code (not a gem's, Bobbin's or Ruby's): the line
+        # that made the blocking call; the backtrace itself shows the library it went into.
         def location
-          @backtrace.find { |line| OWN_FRAMES.none? { |own| line.start_with?(own) } } || @backtrace.first
+          @backtrace.find { |line| LIBRARY_FRAMES.none? { |library| line.start_with?(library) } } || @backtrace.first
         end
 
-        # Milliseconds that are no job's doing: GC, and the loop thread waiting for a CPU (the kernel's run-queue wait
-        # for that thread, where Linux reports it) on a busy machine.
-        def excused_ms = GC.stat(:time) + run_queue_ms
+        # Milliseconds since `before` (a `clocks` reading) that were no job's doing: GC; the loop thread waiting for a
+        # CPU on a busy machine; and the other threads of this process on a CPU (a thread running Ruby holds the GVL the
+        # loop needs: a thread-pool lane job, Bobbin's outcome writer on SQLite). Linux's schedstat gives the last two.
+        def excused_since(before)
+          now = clocks
+          others = now[:others].sum { |tid, ms| ms - before[:others].fetch(tid, 0) }
+          (now[:gc] - before[:gc]) + (now[:queued] - before[:queued]) + others
+        end
 
-        def run_queue_ms
-          @schedstat ||= "/proc/self/task/#{@loop_thread.native_thread_id}/schedstat"
-          File.read(@schedstat).split[1].to_i / 1_000_000.0
-        rescue SystemCallError, NoMethodError
-          0
+        def clocks
+          others = (Thread.list - [ @loop_thread, Thread.current ]).filter_map(&:native_thread_id)
+          { gc: GC.stat(:time), queued: schedstat(@loop_thread.native_thread_id)[1], others: others.to_h { |tid| [ tid, schedstat(tid)[0] ] } }
+        end
+
+        # A thread's time on a CPU and waiting for one, in ms ([0, 0] where Linux does not say).
+        def schedstat(tid)
+          File.read("/proc/self/task/#{tid}/schedstat").split.first(2).map { |ns| ns.to_i / 1_000_000.0 }
+        rescue SystemCallError
+          [ 0, 0 ]
         end
 
         def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
