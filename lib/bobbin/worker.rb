@@ -28,6 +28,9 @@ module Bobbin
   class Worker
     # Seconds an interrupted job gets to unwind before the process gives up on it and exits.
     STOP_GRACE = 5
+    # Seconds past shutdown_timeout + STOP_GRACE after which a process whose stop cannot run at all (a job holds the
+    # event loop and never yields) exits from its heartbeat thread.
+    STOP_OVERDUE = 2
     # Exit status of a worker process that had to exit with jobs that would not stop.
     EXIT_STUCK = 3
 
@@ -84,6 +87,7 @@ module Bobbin
     # Asks the worker to stop claiming and shut down (safe from a signal handler).
     def stop(timeout: nil)
       @shutdown_timeout = timeout if timeout
+      @stopping_at ||= monotonic
       @stopping = true
       Worker.mark_stopping(self, true)
       @waker.wake
@@ -116,8 +120,20 @@ module Bobbin
     # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
     def held_ids = @executor.held_ids + @outcomes.pending_ids
 
+    # True while this worker holds job `id` (as held_ids, without building the list).
+    def held?(id) = !@executor.job(id).nil? || @outcomes.pending?(id)
+
     # The columns of this worker's process row (to register again if it was pruned while alive).
     attr_reader :registration
+
+    # Called by the heartbeat thread: a worker that owns its process and whose stop is overdue (a job holds the
+    # event loop and never yields, so the shutdown itself cannot run) exits with EXIT_STUCK, leaving the jobs it
+    # still runs to be recovered once it is gone.
+    def exit_if_stop_overdue
+      return unless @owns_process && @stopping_at && monotonic - @stopping_at > @shutdown_timeout + STOP_GRACE + STOP_OVERDUE
+
+      abandon(@executor.held_ids)
+    end
 
     private
       # Fibers on an event loop watched by a StallDetector, with a thread lane beside it unless thread_lane is 0.
@@ -146,6 +162,7 @@ module Bobbin
 
       def boot
         @stopping = @finished = false
+        @stopping_at = nil
         @stuck = []
         Record.with_connection { |connection| Schema.check!(connection) }
         record = ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id))
@@ -219,6 +236,7 @@ module Bobbin
       # Jobs that ignore their interrupt cannot be returned to ready while they run. A process of its own exits
       # now, and they are recovered once it is gone; an embedded worker leaves them claimed and says so.
       def abandon(stuck)
+        @stuck = stuck
         Bobbin.logger.error("bobbin worker #{@process_id}: jobs #{stuck.join(', ')} did not stop within #{STOP_GRACE}s " \
                             "of their interrupt; #{@owns_process ? 'exiting so they can be recovered' : 'they stay claimed'}")
         return unless @owns_process

@@ -35,7 +35,8 @@ class ChaosTest < Bobbin::TestCase
   def outage
     port = TestDatabase.url[/port=(\d+)/, 1] || "5432"
     cluster = `pg_lsclusters -h 2>/dev/null`.lines.map(&:split).find { |fields| fields[2] == port }&.first(2)
-    return unless cluster && system("pg_ctlcluster", *cluster, "stop", "-m", "fast", out: File::NULL, err: File::NULL)
+    flunk("no local PostgreSQL cluster on port #{port} to stop: the outage would silently not happen") unless cluster
+    assert system("pg_ctlcluster", *cluster, "stop", "-m", "fast", out: File::NULL, err: File::NULL), "PostgreSQL stopped for the outage"
 
     sleep(THRESHOLD * 2.5)
     system("pg_ctlcluster", *cluster, "start", out: File::NULL, err: File::NULL)

@@ -61,9 +61,10 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal 0, status.exitstatus
     assert_match(/\Amail\s+2\s+0\s+0\s+0\s+0\s+\d+\.\ds\s+paused$/, out.lines[1])
     Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 10, busy: 3, rss_kb: 204_800, db_pool: 3, db_in_use: 1 })
+    Bobbin::ProcessRecord.update_all(loop_lag_ms: 2.4, max_loop_lag_ms: 310.6, stalls: 2)
     status, out, = run_bobbin("processes")
     assert_equal 0, status.exitstatus
-    assert_match(/worker\s+\S+:\d+\s+fibers\s+3\/10\s+0\s+\S+s\s+200M\s+1\/3$/, out.lines[1])
+    assert_match(/worker\s+\S+:\d+\s+fibers\s+3\/10\s+0\s+\S+s\s+200M\s+1\/3\s+2\/311\s+2$/, out.lines[1])
   end
 end
 

@@ -32,7 +32,7 @@ class EnqueueTest < Bobbin::TestCase
   end
 
   test "a class that is not a Bobbin job cannot be enqueued" do
-    assert_raises(ArgumentError) { Bobbin.enqueue_all([ [ NotAJob, [] ] ]) }
+    assert_refused(/NotAJob is not a Bobbin job \(include Bobbin::Job\)/) { Bobbin.enqueue_all([ [ NotAJob, [] ] ]) }
   end
 
   test "unknown bobbin_options are a configuration error naming them" do

@@ -22,7 +22,8 @@ class EnqueueValidationTest < Bobbin::TestCase
   test "the error classes: SerializationError is an EnqueueError, both are Bobbin errors" do
     assert_operator Bobbin::SerializationError, :<, Bobbin::EnqueueError
     assert_operator Bobbin::EnqueueError, :<, Bobbin::Error
-    assert_raises(ArgumentError) { Bobbin.enqueue_all([ [ NotAJob, [] ] ]) }
+    assert_refused(/row 1: NotAJob is not a Bobbin job \(include Bobbin::Job\)/) { Bobbin.enqueue_all([ [ NotAJob, [] ] ]) }
+    assert_refused(/row 1: "NotAJob" is not a Bobbin job/) { Bobbin.enqueue_all([ [ "NotAJob", [] ] ]) }
   end
 
   test "arguments given as a Hash (or anything but an Array) are refused instead of becoming key-value pairs" do

@@ -354,3 +354,14 @@ end
 class LaneSleepJob < SleepJob
   bobbin_options runs_on: :thread
 end
+
+# Busy in Ruby forever: it never yields, so a fiber pool's loop (and its shutdown) never runs again.
+class SpinJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key)
+    StartEntry.create!(key: key)
+    loop { nil }
+  end
+end

@@ -79,5 +79,25 @@ class MisbehavingJobsTest < Bobbin::TestCase
     limit = File.read("/proc/sys/vm/max_map_count").to_i
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: limit) }
     assert_match(/vm.max_map_count is #{limit}/, error.message)
+    near = (limit - File.foreach("/proc/self/maps").count) / Bobbin::Worker::FiberExecutor::MAPPINGS_PER_FIBER - 100
+    assert_raises(Bobbin::ConfigurationError, "just under the raw limit, where creating fibers hangs") { Bobbin::Worker.new(fibers: near) }
+  end
+
+  test "a fiber job that never yields cannot block TERM: the process exits with its stop overdue, and the job is recovered" do
+    id = SpinJob.enqueue("spin")
+    log = @log = "tmp/spin-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "2", "--shutdown-timeout", "0.5", "--polling-interval", "0.05", log: log)
+      wait_for("the spinning job to start") { StartEntry.exists?(key: "spin") }
+      Process.kill(:TERM, pids.first)
+      status = wait_exit(pids.first, timeout: 0.5 + Bobbin::Worker::STOP_GRACE + Bobbin::Worker::STOP_OVERDUE + 15)
+      assert status, "the process exits although its event loop never runs again"
+      assert_equal Bobbin::Worker::EXIT_STUCK, status.exitstatus
+      assert_equal "running", Bobbin::JobRecord.find(id).state, "not handed back while it still ran"
+    end
+    Bobbin::Recovery.prune
+    assert_equal "ready", Bobbin::JobRecord.find(id).state, "once its process is gone it is recovered"
+    assert_match(/jobs #{id} did not stop/, File.read(log))
   end
 end

@@ -29,7 +29,7 @@ module Bobbin
 
       # Builds a row for a Bobbin::Job class, validating its arguments, queue, priority and run_at.
       def row(job_class, args, run_at: NOW, queue: nil, priority: nil)
-        raise ArgumentError, "#{job_class.inspect} is not a Bobbin job (include Bobbin::Job)" unless job_class.respond_to?(:bobbin_options)
+        raise EnqueueError, "#{job_class.inspect} is not a Bobbin job (include Bobbin::Job)" unless job_class.respond_to?(:bobbin_options)
 
         name = Fields.class_name(job_class.name)
         options = job_class.bobbin_options

@@ -90,6 +90,9 @@ module Bobbin
           @last_claim_at = Time.now.to_f
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
           @failures = reconcile(jobs) if @failures
+          # A job this worker still runs (or has an unwritten outcome for) comes back ready if the worker was pruned as
+          # dead while alive: the claim just took its row back, and it must not start a second time.
+          jobs = jobs.reject { |job| @worker.held?(job.id) }
           Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any?
           jobs
         rescue Store::Unavailable => error

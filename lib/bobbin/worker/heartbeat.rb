@@ -4,7 +4,7 @@ module Bobbin
   class Worker
     # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (the elected
     # worker among those without a supervisor) runs the host's Maintenance, also at boot. Every second: stops the worker if its
-    # supervisor is gone, and writes the stalls its jobs caused to their rows. Runs on a thread of its own, so a job that blocks the event loop cannot make its live
+    # supervisor is gone or its stop is overdue, and writes the stalls its jobs caused to their rows. Runs on a thread of its own, so a job that blocks the event loop cannot make its live
     # process look dead.
     class Heartbeat
       TICK = 1.0
@@ -26,6 +26,7 @@ module Bobbin
         last = monotonic
         until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
           orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
+          @worker.exit_if_stop_overdue
           @worker.stall_log&.flush(@store)
           next if monotonic - last < @interval
 

@@ -11,6 +11,7 @@ module Bobbin
         @batch = batch
         @logger = logger
         @pending = []
+        @pending_ids = Set.new
         @written = 0
         @lock = Mutex.new
         @flush_lock = Mutex.new
@@ -19,7 +20,11 @@ module Bobbin
 
       # Adds an outcome; the first one of a batch wakes the flusher.
       def <<(outcome)
-        first = @lock.synchronize { @pending << outcome; @pending.size == 1 || @pending.size == @batch }
+        first = @lock.synchronize do
+          @pending << outcome
+          @pending_ids << outcome.id
+          @pending.size == 1 || @pending.size == @batch
+        end
         @signal << :outcome if first
       end
 
@@ -28,6 +33,9 @@ module Bobbin
 
       # Ids of jobs whose outcome is known but not yet written.
       def pending_ids = @lock.synchronize { @pending.map(&:id) }
+
+      # True while job `id`'s outcome is known but not yet written (also while a flush is writing it).
+      def pending?(id) = @lock.synchronize { @pending_ids.include?(id) }
 
       # Flushes until `stop`; on a database outage keeps the outcomes and tries again.
       def run
@@ -51,6 +59,7 @@ module Bobbin
           return 0 if outcomes.empty?
 
           @store.finish(@process_id, outcomes)
+          @lock.synchronize { @pending_ids.subtract(outcomes.map(&:id)) } # unwritten until now, even while being written
           @written += outcomes.size
           promote(outcomes.filter_map(&:concurrency_key))
           announce_retries(outcomes)
