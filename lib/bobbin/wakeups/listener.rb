@@ -106,6 +106,7 @@ module Bobbin
           @adapter = @db_config.new_connection
           @connection = @adapter.raw_connection
           @connection.exec("LISTEN #{CHANNEL}")
+          Wakeups.note_paused(@connection.exec("SELECT queue FROM bobbin_pauses").column_values(0)) # later changes are announced
           return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
 
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
@@ -141,7 +142,7 @@ module Bobbin
 
         def deliver(payload)
           notice = Notice.parse(payload)
-          Wakeups.deliver(notice.queues, notice.at)
+          Wakeups.deliver(notice.queues, notice.at, paused: notice.paused)
         end
 
         def pooled!
