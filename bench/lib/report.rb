@@ -39,6 +39,15 @@ class Report
   # Which part of a run a cell belongs to: the stress matrix, the sweep, one-at-a-time enqueue, or its workload's tables.
   def self.part(cell) = PARTS.find { |part| cell[part.to_s] } || cell["workload"]
 
+  # What an open-loop workload's percentiles measure: enqueue → start at its arrival rate, or for scheduled jobs how
+  # late each started after its run_at.
+  def self.open_loop(workload)
+    spec = Plan::WORKLOADS.fetch(workload)
+    return "#{spec[:rate]} jobs/s arriving: enqueue → start" unless spec[:ahead]
+
+    "jobs scheduled #{format('%g', spec[:ahead])} s ahead (#{spec[:rate]}/s): start − run_at"
+  end
+
   # A run's name, from when it started: its checkpoint and its results share it.
   def self.run_name(options, at = Time.now.utc) = "#{at.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
 
@@ -142,8 +151,10 @@ class Report
       if enqueue.any?
         Charts.bars(File.join(dir, "enqueue-one-at-a-time.svg"), "enqueue one job per call: jobs/s (median)", "jobs/s", enqueue.transform_values { |s| s["median"] })
       end
-      latencies = summary.values.flat_map { |systems| systems.select { |_, s| s["latency_ms"] }.flat_map { |system, s| %w[p50 p99].map { |p| [ "#{system} #{p}", s["latency_ms"][p] ] } } }
-      Charts.bars(File.join(dir, "latency-percentiles.svg"), "open loop: enqueue → start (median of rounds)", "ms", latencies.to_h) if latencies.any?
+      summary.each do |workload, systems|
+        latencies = systems.select { |_, s| s["latency_ms"] }.flat_map { |system, s| %w[p50 p99].map { |p| [ "#{system} #{p}", s["latency_ms"][p] ] } }
+        Charts.bars(File.join(dir, "#{workload}-percentiles.svg"), "#{Report.open_loop(workload)} (median of rounds)", "ms", latencies.to_h) if latencies.any?
+      end
       return if sweep.empty?
 
       ideal = sweep.values.flat_map(&:keys).uniq.sort.to_h { |c| [ c, c / Plan::WORKLOADS.dig(Plan::SWEEP[:workload], :latency) ] }

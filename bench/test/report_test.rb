@@ -50,6 +50,15 @@ class ReportTest < Minitest::Test
     assert_includes text, "| enqueue one at a time, `Job.enqueue` (jobs/s) | reported | 2500 | — |"
   end
 
+  def test_open_loop_rows_say_what_they_measure_so_scheduled_lateness_is_not_read_as_an_arrival_rate
+    text = results_of([ open_loop_cell("latency", 1.0), open_loop_cell("scheduled", 3.1) ])
+
+    assert_includes text, "| bobbin-fibers | 200 jobs/s arriving: enqueue → start | 1.0 | 1.0 | 1.0 | 0/1 |"
+    assert_includes text, "| bobbin-fibers | jobs scheduled 2 s ahead (100/s): start − run_at | 3.1 | 3.1 | 3.1 | 0/1 |"
+    assert_includes text, "| a job scheduled 2 s ahead starts within 5 ms of its run_at (p99) | ≤ 5 ms | 3.1 | met |"
+    refute_includes text, "100 jobs/s arriving"
+  end
+
   def test_the_header_says_which_run_each_part_comes_from
     one = { "system" => "bobbin-fibers", "workload" => "noop", "jobs" => 500, "enqueue_one_per_second" => 1_600, "round" => 1, "enqueue" => true, "run" => "quick-run" }
     cells = sleep_cells("bobbin-fibers", [ 1_950 ]).map { |c| c.merge("run" => "full-run") } + [ one ]
@@ -102,6 +111,12 @@ class ReportTest < Minitest::Test
           "span_seconds" => 2_000.0 / rate, "jobs_per_second" => rate, "enqueue_per_second" => 50_000, "peak_rss_mb" => 80,
           "peak_connections" => 3, "cpu_seconds" => 1.0, "round" => i + 1, "warmup" => false }
       end
+    end
+
+    def open_loop_cell(workload, ms)
+      { "system" => "bobbin-fibers", "workload" => workload, "jobs" => 1_000, "concurrency" => 100, "pool" => 5, "processes" => 1,
+        "completed" => 1_000, "missing" => 0, "duplicates" => 0, "jobs_per_second" => Plan::WORKLOADS.dig(workload, :rate),
+        "latency_ms" => { "p50" => ms, "p90" => ms, "p99" => ms, "max" => ms }, "round" => 1, "warmup" => false }
     end
 
     def stress_cell(system, missing: 0)

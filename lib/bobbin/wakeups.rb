@@ -20,6 +20,7 @@ module Bobbin
     @source = nil
     @inserted_here = []
     @inserting = 0
+    @paused = [].freeze
 
     module_function
 
@@ -39,6 +40,7 @@ module Bobbin
         @workers.delete(worker)
         next unless @workers.empty?
 
+        @paused = [].freeze # no longer kept up to date
         @source.tap { @source = nil }
       end
       source&.stop
@@ -49,9 +51,25 @@ module Bobbin
     def listening? = @source.is_a?(Listener) && @pid == ::Process.pid && @source.healthy?
 
     # Tells this process's workers that jobs are ready in `queues` (nil: any queue), or become due at `at`
-    # (epoch seconds; nil: now).
-    def deliver(queues, at = nil)
+    # (epoch seconds; nil: now). With `paused:` it says instead that `queues` were paused (true: nothing to claim,
+    # so no worker is told) or resumed (false: their waiting jobs are ready).
+    def deliver(queues, at = nil, paused: nil)
+      unless paused.nil? || queues.nil?
+        @lock.synchronize { @paused = (paused ? @paused | queues : @paused - queues).freeze }
+        return if paused
+      end
       @lock.synchronize { @workers.dup }.each { |worker| worker.notice(queues, at) }
+    end
+
+    # True when `queue` is paused as far as this process has heard (pause and resume announce themselves; the
+    # listener or watcher reads the paused queues when it connects), so workers may ignore its jobs' announcements.
+    # The claim statement stays the truth: a stale answer costs one empty claim, or a wait until the next poll.
+    def paused?(queue) = @paused.include?(queue)
+
+    # Replaces what this process knows of the paused queues with `queues` (read from bobbin_pauses); returns the
+    # queues it took for paused that are not any more.
+    def note_paused(queues)
+      @lock.synchronize { (@paused - queues).tap { @paused = queues.uniq.freeze } }
     end
 
     # Runs the block (an INSERT of jobs on SQLite, which returns their ids), then notes those ids: this process
@@ -78,10 +96,11 @@ module Bobbin
     # Announces jobs made ready in `queues` (nil: any), the earliest due at `at` (epoch seconds; nil: now), once the
     # transaction open on `connection` (Active Record's; default Bobbin's) commits — at once without one, never on
     # rollback: to this process's workers on SQLite, to every process through a NOTIFY on PostgreSQL.
-    def announce(queues, at: nil, connection: nil)
+    # `paused:` announces a pause (true) or resume (false) of `queues` instead.
+    def announce(queues, at: nil, paused: nil, connection: nil)
       return unless Bobbin.config.notifications
 
-      notice = Notice.new(queues&.uniq, at)
+      notice = Notice.new(queues&.uniq, at, paused)
       return after_commit(connection, notice) if connection
 
       Record.with_connection { |own| after_commit(own, notice) }
@@ -95,13 +114,14 @@ module Bobbin
     def forked!
       @workers = []
       @source = nil
+      @paused = [].freeze # the child's listener or watcher reads them again
       @pid = ::Process.pid
     end
 
     # Never raises: the jobs are committed, and polling finds them if the announcement is lost.
     def send_notice(connection, notice)
       adapter = Store.for_adapter(connection.adapter_name)
-      adapter == Store::PostgreSQL ? adapter.notify(connection, notice.to_json) : deliver(notice.queues, notice.at)
+      adapter == Store::PostgreSQL ? adapter.notify(connection, notice.to_json) : deliver(notice.queues, notice.at, paused: notice.paused)
     rescue ActiveRecord::ActiveRecordError, SystemCallError => error
       Bobbin.logger.warn("bobbin: could not announce new jobs (#{error.message.lines.first&.strip}); workers will find them by polling")
     end

@@ -104,9 +104,10 @@ module Bobbin
     attr_reader :stall_log
 
     # Hears that jobs are ready in `queues` (nil: any) or become due at `at` (epoch seconds); called by Wakeups from
-    # any thread. Wakes the claim loop when they concern this worker's queues and it has room (or must sleep less).
+    # any thread. Wakes the claim loop when they concern this worker's queues, not all paused, and it has room (or
+    # must sleep less).
     def notice(queues, at)
-      return unless queues.nil? || queues.any? { |queue| @selection.match?(queue) }
+      return unless queues.nil? || queues.any? { |queue| @selection.match?(queue) && !Wakeups.paused?(queue) }
 
       if at
         sooner = @pacer.sooner?(at)

@@ -2,6 +2,9 @@
 
 require "test_helper"
 require_relative "notice_probe"
+require_relative "silent_proxy"
+require "logger"
+require "stringio"
 
 # The listening connection (PostgreSQL): one per process, and when it is lost, polling carries on and
 # notifications come back.
@@ -22,6 +25,16 @@ class ListenerTest < Bobbin::TestCase
   end
 
   def ran?(key) = Recorder.calls.include?(key)
+
+  # Connects this process (its workers, its listener, the test's own queries) to PostgreSQL through a SilentProxy.
+  def through_proxy
+    config = Bobbin::Record.connection_db_config.configuration_hash
+    proxy = SilentProxy.new(config[:host], config[:port] || 5432)
+    user = [ config[:username], config[:password] ].compact.map { |part| URI.encode_www_form_component(part.to_s) }.join(":")
+    Bobbin.connect("postgres://#{user}#{'@' unless user.empty?}127.0.0.1:#{proxy.port}/#{config[:database]}?sslmode=disable&pool=25" \
+                   "&application_name=#{TestDatabase.application_name}")
+    proxy
+  end
 
   # Notifications are back when a job enqueued to a worker sleeping its 60 s notified poll runs within seconds.
   def assert_notifications_resume(key)
@@ -56,6 +69,27 @@ class ListenerTest < Bobbin::TestCase
       assert_notifications_resume("after")
       assert_not_equal old, listeners, "a new listening session"
     end
+  end
+
+  test "after a silent network cut of the listening connection, the loss is logged, polling takes over and the listener reconnects" do
+    log = StringIO.new
+    logger = Bobbin.config.logger
+    Bobbin.config.logger = Logger.new(log)
+    proxy = through_proxy
+    with_idle_worker(poll: 60, fallback: 0.5) do
+      old = listeners
+      assert_equal 1, proxy.cut_listeners, "the listening connection goes silent"
+      enqueue_to("default", "while-cut") # its NOTIFY is lost in the silent connection
+      wait_for("workers to fall back to polling", timeout: 30) { !Bobbin::Wakeups.listening? }
+      assert_match(/notifications lost \(PG::ConnectionBad: PostgreSQL did not answer/, log.string)
+      assert wait_for("the job enqueued after the cut", timeout: 20) { ran?("while-cut") }
+      assert_notifications_resume("after")
+      assert_not_equal old, listeners, "a new listening session"
+    end
+  ensure
+    Bobbin.config.logger = logger
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+    proxy&.close
   end
 
   test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume" do

@@ -2,11 +2,13 @@
 
 require "test_helper"
 require_relative "notice_probe"
+require_relative "../cli/cli_helper"
 
 # An idle worker polling only every 60 s starts new work as soon as it is announced (enqueue, scheduled time,
 # resume), and only work of its own queues wakes it.
 class PickupTest < Bobbin::TestCase
   include NoticeProbe
+  include CLIHelper
 
   POLL = 60
 
@@ -49,14 +51,41 @@ class PickupTest < Bobbin::TestCase
     end
   end
 
-  test "a paused queue's jobs wait; resuming the queue wakes the worker at once" do
-    with_idle_worker do
+  test "a paused queue's announcements wake no worker, not even for a claim; resuming the queue wakes it at once" do
+    with_idle_worker do |worker|
+      claims = worker.status[:claims]
       Bobbin.pause("llm")
       enqueue_to("llm", "paused")
-      assert_heard(1)
-      sleep(0.5)
+      assert_heard(1) # the enqueue's announcement went out; the worker heard it too
+      assert_equal claims, worker.status[:claims], "no claim for a paused queue's job"
       assert_not ran?("paused"), "not claimed while paused"
       Bobbin.resume("llm")
+      run_soon("paused")
+    end
+  end
+
+  test "a queue paused before the worker started, with no announcement heard, is known from the database" do
+    Bobbin::QueuePause.insert_all([ { queue: "llm", created_at: Time.now.utc } ]) # as another process would, unheard here
+    with_idle_worker do |worker|
+      claims = worker.status[:claims]
+      enqueue_to("llm", "paused")
+      assert_heard(1)
+      assert_equal claims, worker.status[:claims], "no claim for a paused queue's job"
+      enqueue_to("default", "running")
+      run_soon("running")
+      assert_not ran?("paused")
+    end
+  end
+
+  test "a pause and a resume made by another process (bobbin pause, bobbin resume) reach this process's workers" do
+    with_idle_worker do |worker|
+      claims = worker.status[:claims]
+      assert run_bobbin("pause", "llm").first.success?
+      wait_for("this process to hear of the pause", timeout: 10) { Bobbin::Wakeups.paused?("llm") }
+      enqueue_to("llm", "paused")
+      assert_heard(1)
+      assert_equal claims, worker.status[:claims], "no claim for a paused queue's job"
+      assert run_bobbin("resume", "llm").first.success?
       run_soon("paused")
     end
   end

@@ -5,14 +5,15 @@ module Bobbin
   class QueuePause < Record
     self.table_name = "bobbin_pauses"
 
-    # Pauses `queue` (idempotent).
+    # Pauses `queue` (idempotent) and tells every worker, so announcements of its new jobs wake none of them.
     def self.pause(queue)
       insert_all([ { queue: queue.to_s, created_at: Time.now.utc } ], unique_by: :bobbin_pauses_queue)
+        .tap { Wakeups.announce([ queue.to_s ], paused: true) }
     end
 
     # Resumes `queue` (idempotent) and wakes the workers that take it.
     def self.resume(queue)
-      where(queue: queue.to_s).delete_all.tap { |resumed| Wakeups.announce([ queue.to_s ]) if resumed.positive? }
+      where(queue: queue.to_s).delete_all.tap { |resumed| Wakeups.announce([ queue.to_s ], paused: false) if resumed.positive? }
     end
   end
 end

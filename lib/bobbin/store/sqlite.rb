@@ -163,7 +163,7 @@ module Bobbin
       def next_run_at = db.get_first_value(@next_run_at_sql, [ Store.timestamp(Time.now), *queue_binds ])
 
       # Announces `notice` to this process's workers (other processes' Wakeups::Watcher sees inserts for itself).
-      def announce(notice) = Wakeups.deliver(notice.queues, notice.at)
+      def announce(notice) = Wakeups.deliver(notice.queues, notice.at, paused: notice.paused)
 
       # Lets blocked jobs of `keys` through to their free slots (after their holders finished); returns how many.
       def promote(keys) = self.class.promote(@adapter, keys)

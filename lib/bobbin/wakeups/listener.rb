@@ -8,10 +8,25 @@ module Bobbin
     # polling_interval meanwhile, and the listener reconnects with backoff and wakes every worker once (work
     # may have arrived while it was deaf). A NOTIFY that never comes back (a pooler in transaction mode between
     # Bobbin and PostgreSQL) turns notifications off for the process, with one log line saying so.
+    #
+    # A cut that drops packets without a reset (a NAT or firewall forgetting an idle flow, a host gone from the
+    # network) leaves a listening socket that is merely quiet, and libpq's TCP keepalives default to ~2 h: after
+    # PING_AFTER seconds without a word from PostgreSQL the listener sends `SELECT 1` and counts the connection as
+    # lost when no answer comes within PING_TIMEOUT. That is one trivial round trip per 5 s per process, and none
+    # while notifications flow; no claim. Keepalives and tcp_user_timeout (KEEPALIVE) bound the listener's other
+    # statements and connect_timeout its reconnects the same way.
     class Listener
       CHANNEL = "bobbin_jobs"
       # Seconds a probe NOTIFY may take to come back before we conclude notifications do not work here.
       PROBE_TIMEOUT = 2.0
+      # Seconds of silence on the listening connection before a ping, and how long its answer may take: a silent
+      # cut is noticed within 7 s, before the 10 s notified poll (notified_polling_interval) would come round.
+      PING_AFTER = 5.0
+      PING_TIMEOUT = 2.0
+      # libpq settings of the listener's sessions (a database config's own values win): the kernel gives up on a
+      # peer that stops acknowledging within seconds rather than hours.
+      KEEPALIVE = { connect_timeout: 5, keepalives: 1, keepalives_idle: 5, keepalives_interval: 2, keepalives_count: 3,
+                    tcp_user_timeout: 10_000 }.freeze
       MAX_BACKOFF = 30.0
 
       # True when a NOTIFY sent from another session reaches a LISTEN on `db_config` within PROBE_TIMEOUT
@@ -45,7 +60,8 @@ module Bobbin
       end
 
       def initialize(db_config, logger: Bobbin.logger)
-        @db_config = db_config
+        @db_config = ActiveRecord::DatabaseConfigurations::HashConfig.new(db_config.env_name, db_config.name,
+                                                                          KEEPALIVE.merge(db_config.configuration_hash))
         @logger = logger
         @healthy = false
         @stop = Thread::Queue.new
@@ -90,21 +106,43 @@ module Bobbin
           @adapter = @db_config.new_connection
           @connection = @adapter.raw_connection
           @connection.exec("LISTEN #{CHANNEL}")
+          Wakeups.note_paused(@connection.exec("SELECT queue FROM bobbin_pauses").column_values(0)) # later changes are announced
           return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
 
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
           @healthy = true
+          @heard_at = monotonic
           Wakeups.deliver(nil) if @lost
           @lost = false
         end
 
         def receive
-          @connection.wait_for_notify(0.5) { |channel, _pid, payload| deliver(payload) if channel == CHANNEL }
+          heard = @connection.wait_for_notify(0.5) { |channel, _pid, payload| deliver(payload) if channel == CHANNEL }
+          @heard_at = monotonic if heard
+          ping if monotonic - @heard_at >= PING_AFTER
+        end
+
+        # Raises PG::ConnectionBad when PostgreSQL does not answer within PING_TIMEOUT. Notifications read
+        # meanwhile stay queued in libpq for the next wait_for_notify.
+        def ping
+          @connection.send_query("SELECT 1")
+          deadline = monotonic + PING_TIMEOUT
+          loop do
+            @connection.consume_input
+            break unless @connection.is_busy
+
+            left = deadline - monotonic
+            next if left.positive? && @connection.socket_io.wait_readable(left)
+
+            raise PG::ConnectionBad, "PostgreSQL did not answer within #{PING_TIMEOUT}s (a network cut that dropped the connection silently?)"
+          end
+          @connection.get_last_result
+          @heard_at = monotonic
         end
 
         def deliver(payload)
           notice = Notice.parse(payload)
-          Wakeups.deliver(notice.queues, notice.at)
+          Wakeups.deliver(notice.queues, notice.at, paused: notice.paused)
         end
 
         def pooled!
@@ -132,6 +170,8 @@ module Bobbin
         end
 
         def stopping? = !@stop.empty?
+
+        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

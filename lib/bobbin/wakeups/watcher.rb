@@ -7,12 +7,15 @@ module Bobbin
     # committed (a read of shared memory, no disk I/O, so a quiet database costs nothing more); after a change it
     # looks for jobs inserted since its last look by other processes (this one announces its own at once) and
     # announces their queues to this process's workers. Jobs
-    # that become ready without an insert in another process (a release, a recovery, a resumed queue) are found
-    # by polling; the process that made them ready wakes its own workers at once.
+    # that become ready without an insert in another process (a release, a recovery) are found
+    # by polling; the process that made them ready wakes its own workers at once. After a change it also reads the
+    # paused queues (a handful of rows): a pause made elsewhere is known to this process's workers, and a resume
+    # made elsewhere wakes them.
     class Watcher
       INTERVAL = 0.005
 
       NEW_JOBS = "SELECT id, queue, (julianday(run_at) - 2440587.5) * 86400.0 FROM bobbin_jobs WHERE id > ? ORDER BY id"
+      PAUSED = "SELECT queue FROM bobbin_pauses"
 
       def initialize(db_config, logger: Bobbin.logger, interval: INTERVAL)
         @db_config = db_config
@@ -44,6 +47,7 @@ module Bobbin
           @db = @adapter.raw_connection
           @version = version
           @last_id = @db.get_first_value("SELECT COALESCE(MAX(id), 0) FROM bobbin_jobs").to_i
+          read_paused
           @healthy = true
           look until @stop.pop(timeout: @interval) == :stop
         rescue StandardError => error
@@ -59,6 +63,7 @@ module Bobbin
           return if Wakeups.inserting? # this process's own insert may be in the change: look again once its ids are noted
 
           @version = current
+          read_paused
           rows = @db.execute(NEW_JOBS, [ @last_id ]).map { |row| row.is_a?(Hash) ? row.values : row } # Active Record sets results_as_hash
           return if rows.empty?
 
@@ -77,6 +82,11 @@ module Bobbin
           due, later = rows.partition { |_id, _queue, at| at <= now }
           Wakeups.deliver(due.map { |row| row[1] }.uniq) if due.any?
           Wakeups.deliver(later.map { |row| row[1] }.uniq, later.map(&:last).min) if later.any?
+        end
+
+        def read_paused
+          resumed = Wakeups.note_paused(@db.execute(PAUSED).map { |row| row.is_a?(Hash) ? row["queue"] : row.first })
+          Wakeups.deliver(resumed, paused: false) if resumed.any?
         end
 
         def version = @db.get_first_value("PRAGMA data_version")

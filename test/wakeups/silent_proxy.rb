@@ -1,0 +1,76 @@
+# frozen_string_literal: true
+
+require "socket"
+
+# A TCP proxy on loopback in front of PostgreSQL that can cut the listening connection silently: `cut_listeners`
+# stops forwarding the connections that sent `LISTEN bobbin_jobs` but closes nothing — bytes either way stay unread
+# and no reset is sent, as when a NAT or firewall forgets an idle flow. Other connections, and any opened later
+# (a reconnecting listener's), are forwarded as before.
+class SilentProxy
+  Pair = Struct.new(:client, :server, :listening, :silent)
+
+  # The port clients connect to (127.0.0.1).
+  attr_reader :port
+
+  # Forwards to PostgreSQL at `host` (a socket directory or a host name; nil: /var/run/postgresql) and `port`.
+  def initialize(host, port)
+    @upstream = host.nil? || host.start_with?("/") ? [ UNIXSocket, File.join(host || "/var/run/postgresql", ".s.PGSQL.#{port}") ] : [ TCPSocket, host, port ]
+    @server = TCPServer.new("127.0.0.1", 0)
+    @port = @server.addr[1]
+    @lock = Mutex.new
+    @pairs = {}
+    @thread = Thread.new { run }
+  end
+
+  # Makes the listening connections silent from now on; returns how many there were.
+  def cut_listeners
+    @lock.synchronize { @pairs.values.uniq.select(&:listening).each { |pair| pair.silent = true }.size }
+  end
+
+  # Stops forwarding and closes every socket.
+  def close
+    @thread.kill.join
+    @lock.synchronize { @pairs.values.uniq.each { |pair| shut(pair) } }
+    @server.close
+  end
+
+  private
+    # One thread: a silent pair's sockets are left out of the select, so nothing is read from them.
+    def run
+      loop do
+        watched = @lock.synchronize { [ @server ] + @pairs.reject { |_io, pair| pair.silent }.keys }
+        ready, = IO.select(watched, nil, nil, 0.05)
+        ready&.each { |io| io == @server ? accept : forward(io) }
+      end
+    end
+
+    def accept
+      client = @server.accept
+      server = @upstream.first.new(*@upstream.drop(1))
+      pair = Pair.new(client, server, false, false)
+      @lock.synchronize { @pairs[client] = @pairs[server] = pair }
+    end
+
+    def forward(io)
+      pair = @lock.synchronize { @pairs[io] }
+      return if pair.nil? || pair.silent
+
+      data = io.read_nonblock(65_536, exception: false)
+      return if data == :wait_readable
+      return drop(pair) if data.nil?
+
+      pair.listening ||= io == pair.client && data.include?("LISTEN bobbin_jobs")
+      (io == pair.client ? pair.server : pair.client).write(data)
+    rescue IOError, SystemCallError
+      drop(pair)
+    end
+
+    def drop(pair)
+      @lock.synchronize { [ pair.client, pair.server ].each { |socket| @pairs.delete(socket) } }
+      shut(pair)
+    end
+
+    def shut(pair)
+      [ pair.client, pair.server ].each { |socket| socket.close unless socket.closed? }
+    end
+end
