@@ -58,6 +58,9 @@ module Bobbin
 
     def retry_job(job, relation) = Operator.retry(job_row!(job.job_id, relation).id, by: ACTOR)
     def discard_job(job, relation) = Operator.discard(job_row!(job.job_id, relation).id, by: ACTOR)
+
+    # "Retry/Discard all" and "… selection": the whole filtered set, in the operator's batches (Mission Control's
+    # 3,000-job cap guards stores without them), so the count its notice shows is the count acted on.
     def retry_all_jobs(relation) = Operator.retry_all(filter_of(relation), by: ACTOR)
     def discard_all_jobs(relation) = Operator.discard_all(filter_of(relation), by: ACTOR)
 
@@ -87,8 +90,6 @@ module Bobbin
     private
       def mission_control_scope(relation)
         scope = filter_of(relation).scope
-        scope = scope.where(enqueued_at: relation.enqueued_at) if relation.enqueued_at
-        scope = scope.where(finished_at: relation.finished_at) if relation.finished_at
         scope = scope.where(run_at: relation.scheduled_at) if relation.scheduled_at
         if relation.recurring_task_id
           scope = scope.where(id: RecurringRun.where(task_key: relation.recurring_task_id).where.not(job_id: nil).select(:job_id))
@@ -96,10 +97,15 @@ module Bobbin
         scope
       end
 
+      # The operator's filter for a relation; its date ranges too, so "Discard selection" and "Retry selection" act on
+      # the jobs listed and no others.
       def filter_of(relation)
         Operator::Filter.new(state: STATES[relation.status], queue: relation.queue_name, class_name: relation.job_class_name,
-                             process_id: relation.worker_id)
+                             process_id: relation.worker_id, **window(:enqueued, relation.enqueued_at), **window(:finished, relation.finished_at))
       end
+
+      # A Mission Control date range (either end may be open) as the filter's NAME_after and NAME_before (exclusive).
+      def window(name, range) = range ? { "#{name}_after": range.begin, "#{name}_before": range.end } : {}
 
       # Active Job jobs are found by their job id; Bobbin::Job rows (no Active Job id) by "bobbin-ID".
       def job_row(job_id)

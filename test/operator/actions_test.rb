@@ -11,7 +11,7 @@ class OperatorActionsTest < Bobbin::TestCase
     pids = []
     ensure_killed(pids) do
       2.times { pids << spawn_bobbin("work", "--fibers", "25", "--polling-interval", "0.05", log: log) }
-      slow = Array.new(4) { |i| SleepJob.enqueue(3, "slow-#{i}") }
+      slow = Array.new(4) { |i| GatedJob.enqueue("slow", "slow-#{i}") } # running until the gate opens below
       wait_for("the slow jobs to run") { Bobbin::JobRecord.where(id: slow, state: "running").count == 4 }
       running = Bobbin::JobRecord.where(id: slow).pluck(:id, :claimed_by, :attempts)
 
@@ -19,9 +19,10 @@ class OperatorActionsTest < Bobbin::TestCase
       # Two operators press "retry all" at once, over every job: each failed job is retried by one of them.
       totals = Array.new(2) { |n| Thread.new { Bobbin::Operator.retry_all({}, by: "ops-#{n}") } }.map(&:value)
       assert_equal 10_000, totals.sum, "each failed job retried once (#{totals.inspect})"
-      assert_equal 0, Bobbin::Operator.discard_all({ queue: "default", class_name: "SleepJob" }, by: "ops"), "running jobs are not discarded"
+      assert_equal 0, Bobbin::Operator.discard_all({ queue: "default", class_name: "GatedJob" }, by: "ops"), "running jobs are not discarded"
       assert_equal running, Bobbin::JobRecord.where(id: slow).pluck(:id, :claimed_by, :attempts), "running jobs untouched"
       assert_equal [ "running" ], Bobbin::JobRecord.where(id: slow).distinct.pluck(:state)
+      GatedJob.open_gate("slow")
 
       wait_for("every retried job to finish", timeout: 180, interval: 0.5) { LedgerEntry.where("key LIKE 'f-%'").count == 10_000 }
       assert_equal 10_000, StartEntry.count, "no retried job started twice"

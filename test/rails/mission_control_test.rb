@@ -6,7 +6,8 @@ require_relative "generated_app"
 require_relative "../dashboard/browser_helper"
 
 # Mission Control – Jobs mounted in the generated Rails 8 app with Bobbin as its queue adapter, driven in headless
-# Chromium against `bin/rails server`: its pages list Bobbin's jobs, and its Retry makes a failed job succeed.
+# Chromium against `bin/rails server`: its pages list Bobbin's jobs, its Retry makes a failed job succeed, and its
+# Discard, Discard selection and Retry all act on exactly the jobs it shows, recording Mission Control as the operator.
 class MissionControlTest < BrowserTestCase
   def app = GeneratedApp.installed
 
@@ -33,6 +34,47 @@ class MissionControlTest < BrowserTestCase
 
   def free_port = TCPServer.open("127.0.0.1", 0).then { |server| server.addr[1].tap { server.close } }
 
+  # Runs `bin/rails server` and points a Capybara session of its own (made without Capybara's server: the dashboard
+  # tests' default session keeps its own) at it for the block; start_worker adds workers, killed with the server.
+  # On a failure, the end of the server's log and the page's text explain it.
+  def serving_mission_control
+    port = free_port
+    log = app.path("log/mc-server-#{port}.log")
+    @processes = [ app.spawn("bin/rails", "server", "-b", "127.0.0.1", "-p", port.to_s, "-P", app.path("tmp/pids/mc-#{port}.pid"), log: log) ]
+    ensure_killed(@processes) do
+      wait_for("the Rails server", timeout: 90) { (Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/up")) rescue nil)&.code == "200" }
+      Capybara.app_host = "http://127.0.0.1:#{port}"
+      Capybara.run_server = false
+      Capybara.session_name = :mission_control
+      yield
+    rescue Exception # rubocop:disable Lint/RescueException -- the server's log explains a failure, then it is re-raised
+      warn(File.read(log).lines.grep(/Error|error|Completed|Started/).last(30).join) if File.exist?(log)
+      warn(page.text[0, 1500]) rescue nil
+      raise
+    ensure
+      Capybara.session_name = :default
+      Capybara.app_host = nil
+      Capybara.run_server = true
+    end
+  end
+
+  def start_worker(*options) = @processes << app.spawn("bin/bobbin", "work", "--threads", "2", *options, log: app.path("log/mc-worker.log"))
+
+  # The app's FlakyJob rows by their argument: [state, operation, operated_by, operated_at].
+  def flaky_rows
+    JSON.parse(app.run!("bin/rails", "runner", <<~RUBY).lines.last)
+      puts(Bobbin::JobRecord.where(class_name: "FlakyJob").to_h do |j|
+        [ JSON.parse(j.arguments)["arguments"][0], [ j.state, j.operation, j.operated_by, j.operated_at&.utc&.iso8601(6) ] ]
+      end.to_json)
+    RUBY
+  end
+
+  # Asserts Mission Control did `operation` to the job of `row` (see flaky_rows), leaving it `state`, at or after `since`.
+  def assert_operated(row, state, operation, since)
+    assert_equal [ state, operation, "mission_control" ], row.first(3)
+    assert_operator Time.iso8601(row[3]), :>=, since.floor, "operated_at is when Mission Control acted"
+  end
+
   test "Mission Control lists Bobbin's queues and failed jobs, and its Retry makes a failed job succeed" do
     with_mission_control
     FileUtils.rm_f([ app.path("tmp/flaky-ok"), app.path("tmp/mc-retried") ])
@@ -40,16 +82,8 @@ class MissionControlTest < BrowserTestCase
     app.run!("bin/bobbin", "work", "--threads", "2", "--drain")
     assert_match(/state=failed/, app.run!("bin/rails", "runner", 'puts "state=#{Bobbin::JobRecord.find_by(class_name: "FlakyJob").state}"'))
 
-    port = free_port
-    log = app.path("log/mc-server.log")
-    pid = app.spawn("bin/rails", "server", "-b", "127.0.0.1", "-p", port.to_s, "-P", app.path("tmp/pids/mc.pid"), log: log)
-    worker = app.spawn("bin/bobbin", "work", "--threads", "2", "--queues", "default", log: app.path("log/mc-worker.log"))
-    ensure_killed(pid, worker) do
-      wait_for("the Rails server", timeout: 90) { (Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/up")) rescue nil)&.code == "200" }
-      # A session of its own, made without Capybara's server: the dashboard tests' default session keeps its own.
-      Capybara.app_host = "http://127.0.0.1:#{port}"
-      Capybara.run_server = false
-      Capybara.session_name = :mission_control
+    serving_mission_control do
+      start_worker("--queues", "default")
       visit "/jobs"
       assert_text "default"
       assert_text "later"
@@ -82,14 +116,71 @@ class MissionControlTest < BrowserTestCase
       assert_equal "ok", File.read(app.path("tmp/mc-retried"))
       output = app.run!("bin/rails", "runner", 'j = Bobbin::JobRecord.find_by(class_name: "FlakyJob"); puts "state=#{j.state} by=#{j.operated_by}"')
       assert_match(/state=succeeded by=mission_control/, output)
-    rescue Exception # rubocop:disable Lint/RescueException -- the server's log explains a failure, then it is re-raised
-      warn(File.read(log).lines.grep(/Error|error|Completed|Started/).last(30).join) if File.exist?(log)
-      warn(page.text[0, 1500]) rescue nil
-      raise
-    ensure
-      Capybara.session_name = :default
-      Capybara.app_host = nil
-      Capybara.run_server = true
+    end
+  end
+
+  # Mission Control 1.3.1 drops a date range from its bulk buttons' URLs (it writes filter[enqueued_at]=RANGE but
+  # reads filter[enqueued_at_start]), so the pages select by queue and class; the date window is its Ruby API's.
+  test "Mission Control's Discard, Discard selection, date-filtered discard_all and Retry all act on exactly the failed jobs they select" do
+    with_mission_control
+    names = %w[mc-one mc-kept mc-mail-1 mc-mail-2 mc-archive-new mc-archive-old]
+    FileUtils.rm_f(names.map { |name| app.path("tmp/#{name}") } << app.path("tmp/flaky-ok"))
+    app.run!("bin/rails", "runner", <<~RUBY)
+      Bobbin::JobRecord.delete_all
+      %w[mc-one mc-kept].each { |name| FlakyJob.perform_later(name) }
+      %w[mc-mail-1 mc-mail-2].each { |name| FlakyJob.set(queue: "mail").perform_later(name) }
+      %w[mc-archive-new mc-archive-old].each { |name| FlakyJob.set(queue: "archive").perform_later(name) }
+      Bobbin::JobRecord.where("arguments LIKE '%mc-archive-old%'").update_all(enqueued_at: 2.days.ago)
+    RUBY
+    app.run!("bin/bobbin", "work", "--threads", "2", "--drain")
+    untouched = [ "failed", nil, nil, nil ]
+
+    serving_mission_control do
+      visit "/jobs/failed/jobs"
+      assert_selector "tr.job", count: 6
+      since = Time.now.utc
+      within("tr.job", text: "mc-one") { accept_confirm { click_button "Discard" } }
+      assert_text "Discarded job"
+      assert_selector "tr.job", count: 5
+      rows = flaky_rows
+      assert_operated(rows["mc-one"], "discarded", "discarded", since)
+      assert_equal [ untouched ] * 5, rows.except("mc-one").values, "only the job discarded"
+
+      fill_in "Queue name", with: "mail" # Mission Control submits its filter form on change
+      assert_text "2 jobs found"
+      assert_selector "tr.job", count: 2
+      since = Time.now.utc
+      accept_confirm { click_button "Discard selection" }
+      assert_text "Discarded 2 jobs"
+      assert_selector "tr.job", count: 3
+      rows = flaky_rows
+      %w[mc-mail-1 mc-mail-2].each { |name| assert_operated(rows[name], "discarded", "discarded", since) }
+      assert_equal [ untouched ] * 3, rows.values_at("mc-kept", "mc-archive-new", "mc-archive-old"), "other queues: not selected"
+
+      since = Time.now.utc
+      app.run!("bin/rails", "runner", 'ActiveJob::Base.jobs.failed.where(queue_name: "archive", enqueued_at: 1.day.ago..).discard_all')
+      rows = flaky_rows
+      assert_operated(rows["mc-archive-new"], "discarded", "discarded", since)
+      assert_equal untouched, rows["mc-archive-old"], "enqueued before the window: not selected"
+
+      File.write(app.path("tmp/flaky-ok"), "")
+      visit "/jobs/failed/jobs"
+      assert_selector "tr.job", count: 2
+      since = Time.now.utc
+      click_button "Retry all"
+      assert_text "Retried 2 jobs"
+      assert_selector "tr.job", count: 0
+      retried = %w[mc-kept mc-archive-old]
+      rows = flaky_rows
+      retried.each { |name| assert_operated(rows[name], "ready", "retried", since) }
+      start_worker # every queue
+      wait_for("the retried jobs to run", timeout: 60) { retried.all? { |name| File.exist?(app.path("tmp/#{name}")) } }
+      rows = wait_for("their outcomes", timeout: 30, interval: 0.5) { flaky_rows.then { |r| r if r.values_at(*retried).all? { |row| row[0] == "succeeded" } } }
+      retried.each { |name| assert_operated(rows[name], "succeeded", "retried", since) }
+      (names - retried).each do |name|
+        assert_equal [ "discarded", "discarded", "mission_control" ], rows[name].first(3), "#{name}: Retry all leaves discarded jobs"
+        refute File.exist?(app.path("tmp/#{name}")), "#{name} never ran"
+      end
     end
   end
 end

@@ -44,6 +44,21 @@ class SleepJob
   end
 end
 
+# Holds its worker until the test opens its gate (the ledger row "open GATE"), then records KEY: it stays running
+# for as long as the test needs, however slow the machine, where a fixed sleep can end before the test looks.
+class GatedJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  # Lets every job waiting at `gate` finish.
+  def self.open_gate(gate) = LedgerEntry.create!(key: "open #{gate}", pid: Process.pid)
+
+  def perform(gate, key)
+    sleep(0.05) until LedgerEntry.exists?(key: "open #{gate}")
+    LedgerEntry.create!(key: key, pid: Process.pid)
+  end
+end
+
 class StartEntry < ActiveRecord::Base
   self.table_name = "bobbin_test_starts"
 end
