@@ -74,7 +74,8 @@ module Bobbin
       db_connections_in_use: [ "Database connections checked out", ->(view) { view.db_in_use } ],
       heartbeat_age_seconds: [ "Seconds since the process's last heartbeat", ->(view) { view.heartbeat_age } ],
       loop_lag_seconds: [ "Event-loop lag of a fiber pool now", ->(view) { view.health["loop_lag_ms"]&./(1000.0) } ],
-      max_loop_lag_seconds: [ "Longest event-loop lag of a fiber pool since it started", ->(view) { view.health["max_loop_lag_ms"]&./(1000.0) } ]
+      max_loop_lag_seconds: [ "Longest event-loop lag of a fiber pool since it started", ->(view) { view.health["max_loop_lag_ms"]&./(1000.0) } ],
+      stalls: [ "Times a job held a fiber pool's event loop past its stall threshold, since the process started", ->(view) { view.health["stalls"] } ]
     }.freeze
 
     def processes(registry, now)

@@ -23,6 +23,7 @@ class MetricsTest < Bobbin::TestCase
     Bobbin::Operator.pause("mail")
     Bobbin::ProcessRecord.register(kind: "worker", name: "llm-pool",
                                    metadata: { mode: "fibers", capacity: 200, busy: 17, queued: 3, rss_kb: 102_400, db_pool: 4, db_in_use: 1 })
+    Bobbin::ProcessRecord.where(name: "llm-pool").update_all(loop_lag_ms: 4, max_loop_lag_ms: 250, stalls: 2)
 
     text = Bobbin::Metrics.text
     assert_match(/^# TYPE bobbin_jobs gauge$/, text)
@@ -43,7 +44,8 @@ class MetricsTest < Bobbin::TestCase
     by_metric = process.transform_keys { |name| name[/\A\w+/] }
     assert_equal({ "bobbin_process_capacity" => 200.0, "bobbin_process_busy" => 17.0, "bobbin_process_queued" => 3.0,
                    "bobbin_process_resident_memory_bytes" => 104_857_600.0, "bobbin_process_db_connections" => 4.0,
-                   "bobbin_process_db_connections_in_use" => 1.0 }, by_metric.except("bobbin_process_heartbeat_age_seconds"))
+                   "bobbin_process_db_connections_in_use" => 1.0, "bobbin_process_loop_lag_seconds" => 0.004,
+                   "bobbin_process_max_loop_lag_seconds" => 0.25, "bobbin_process_stalls" => 2.0 }, by_metric.except("bobbin_process_heartbeat_age_seconds"))
     assert_match(/os_pid="#{Process.pid}"/, process.keys.first)
     assert_match(/mode="fibers"/, process.keys.first)
   end
