@@ -37,6 +37,14 @@ class OperatorFilterTest < Bobbin::TestCase
     assert_equal [], ids(queue: "mail", state: "failed")
   end
 
+  test "stalled: the jobs that held a fiber pool's event loop at least once" do
+    Bobbin::JobRecord.where(id: @succeeded + @running).update_all(stalls: 2, longest_stall_ms: 480)
+    assert_equal (@succeeded + @running).sort, ids(stalled: "true")
+    assert_equal @running, ids(stalled: true, state: "running")
+    assert_equal 9, ids(stalled: "false").size, "false is no criterion"
+    assert_raises(ArgumentError) { ids(stalled: "maybe") }
+  end
+
   test "enqueued and finished time windows" do
     now = Time.now.utc
     assert_equal @mail, ids(enqueued_before: (now - 3600).iso8601)

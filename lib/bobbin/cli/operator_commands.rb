@@ -68,6 +68,7 @@ module Bobbin
             o.on("--class CLASS", "job class name") { |v| filter[:class_name] = v }
             o.on("--search TEXT", "substring of the arguments or last error") { |v| filter[:search] = v }
             o.on("--process ID", "jobs claimed by process ID") { |v| filter[:process_id] = v }
+            o.on("--stalled", "jobs that held a fiber pool's event loop past its stall threshold") { filter[:stalled] = true }
             o.on("--finished-before TIME", "ISO 8601") { |v| filter[:finished_before] = v }
             o.on("--finished-after TIME", "ISO 8601") { |v| filter[:finished_after] = v }
             if command == "jobs"

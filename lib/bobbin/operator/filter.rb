@@ -4,12 +4,13 @@ module Bobbin
   module Operator
     # Which jobs an operator means: every criterion optional, all of them ANDed. `state` is one of STATES
     # ("scheduled" and "ready" split the stored ready state by run_at); `search` looks for a substring in the
-    # arguments and the last error's class and message. Built from a Hash of strings or symbols (CLI options,
+    # arguments and the last error's class and message; `stalled` keeps the jobs that held a fiber pool's event loop
+    # past its stall threshold at least once. Built from a Hash of strings or symbols (CLI options,
     # query parameters), so unknown keys and bad values are refused with a message naming them.
     class Filter
       STATES = %w[ready scheduled blocked running succeeded failed discarded].freeze
       TIMES = %i[enqueued_after enqueued_before finished_after finished_before].freeze
-      KEYS = (%i[state queue class_name process_id active_job_id search] + TIMES).freeze
+      KEYS = (%i[state queue class_name process_id active_job_id search stalled] + TIMES).freeze
 
       attr_reader(*KEYS)
 
@@ -29,6 +30,7 @@ module Bobbin
 
         @queue, @class_name, @active_job_id, @search = criteria.values_at(:queue, :class_name, :active_job_id, :search).map { |v| v&.to_s }
         @process_id = number(:process_id, criteria[:process_id])
+        @stalled = flag(:stalled, criteria[:stalled])
         TIMES.each { |key| instance_variable_set(:"@#{key}", time(key, criteria[key])) }
       end
 
@@ -46,6 +48,7 @@ module Bobbin
         relation = relation.where(class_name: class_name) if class_name
         relation = relation.where(claimed_by: process_id) if process_id
         relation = relation.where(active_job_id: active_job_id) if active_job_id
+        relation = relation.where(table[:stalls].gt(0)) if stalled
         relation = relation.where(table[:enqueued_at].gteq(enqueued_after)) if enqueued_after
         relation = relation.where(table[:enqueued_at].lt(enqueued_before)) if enqueued_before
         relation = relation.where(table[:finished_at].gteq(finished_after)) if finished_after
@@ -70,6 +73,15 @@ module Bobbin
           pattern = "%#{JobRecord.sanitize_sql_like(search)}%"
           table = JobRecord.arel_table
           %i[arguments last_error_message last_error_class].map { |column| table[column].matches(pattern, "\\", true) }.reduce(:or)
+        end
+
+        # true for true/"true"/"1"/"yes"; nil (no criterion) for false/"false"/"0"/"no".
+        def flag(key, value)
+          case value.to_s.downcase
+          when "", "false", "0", "no" then nil
+          when "true", "1", "yes" then true
+          else raise ArgumentError, "#{key} must be true or false, not #{value.inspect}"
+          end
         end
 
         def number(key, value)
