@@ -4,15 +4,39 @@
 # versions): what an upgrade meets in an old install. Copied, not derived from Bobbin::Schema, so a change there
 # cannot quietly change the starting point of the upgrade tests.
 module VersionOneSchema
+  # The database the old rows are written to: the tests' own, unless a test points it elsewhere (establish_connection).
+  class Record < ActiveRecord::Base
+    self.abstract_class = true
+  end
+
   # A row of the old jobs table, written with only the columns version 1 has.
-  class JobRow < ActiveRecord::Base
+  class JobRow < Record
     self.table_name = "bobbin_jobs"
   end
 
   # A row of the old processes table.
-  class ProcessRow < ActiveRecord::Base
+  class ProcessRow < Record
     self.table_name = "bobbin_processes"
   end
+
+  # The Rails files of an old install, as the install generator wrote them before it noted schema versions: the
+  # migration (primary database) and db/queue_schema.rb (a queue database of its own).
+  RAILS_MIGRATION = <<~RUBY
+    # Bobbin's tables (bobbin_jobs, bobbin_processes, …), versioned by Bobbin::Schema: after upgrading the gem, a
+    # migration calling Bobbin::Schema.up again (or `bin/bobbin migrate`) brings them up to date.
+    class CreateBobbinTables < ActiveRecord::Migration[8.1]
+      def up = Bobbin::Schema.up(connection)
+
+      def down = Bobbin::Schema.down(connection)
+    end
+  RUBY
+  QUEUE_SCHEMA_FILE = <<~RUBY
+    # Bobbin's tables, loaded into the queue database by bin/rails db:prepare (db:schema:load). A later
+    # `bin/rails db:schema:dump` may replace this file with a dump of the same tables; both load the same schema.
+    ActiveRecord::Schema[8.1].define do
+      Bobbin::Schema.up(connection)
+    end
+  RUBY
 
   module_function
 
