@@ -19,6 +19,9 @@ module Bobbin
       create_pauses(connection)
       STEPS.each_value { |step| send(step, connection) }
       record_version(connection)
+      # SQLite's prepared statements keep the column list they were prepared with: a `SELECT *` of bobbin_jobs
+      # cached before the upgrade would go on returning rows without the new columns.
+      connection.clear_cache!
     end
 
     # Drops Bobbin's tables (tests and `rails db:rollback`).
@@ -41,14 +44,18 @@ module Bobbin
       connection.columns(:bobbin_schema).find { |column| column.name == "version" }&.default.to_i
     end
 
+    # What creates the tables, or brings them up to date, for the messages that refuse to start without: the command
+    # line, or in a Rails app the generator (on an older install it adds an upgrade migration) and then the migrations.
+    INSTALL = "run `bobbin migrate` (in a Rails app: bin/rails generate bobbin:install, then bin/rails db:prepare)"
+    UPGRADE = "run `bobbin migrate` (in a Rails app: bin/rails generate bobbin:install, then bin/rails db:migrate)"
+
     # Raises ConfigurationError unless the database has the schema this code needs, saying how to upgrade.
     def check!(connection)
       found = version(connection)
       return if found >= VERSION
 
-      raise ConfigurationError, found.zero? ? "Bobbin's tables are missing: run `bobbin migrate` (or bin/rails db:migrate)" :
-        "Bobbin's tables are at schema version #{found} but this Bobbin needs #{VERSION}: run `bobbin migrate` " \
-        "(or add a migration calling Bobbin::Schema.up(connection) and run bin/rails db:migrate)"
+      raise ConfigurationError, found.zero? ? "Bobbin's tables are missing: #{INSTALL}" :
+        "Bobbin's tables are at schema version #{found} but this Bobbin needs #{VERSION}: #{UPGRADE}"
     end
 
     # Version 2: how many crashes each job was in flight for (quarantine and crash blame).

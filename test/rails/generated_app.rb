@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "digest"
+require "erb"
 require "open3"
 
 # A Rails 8 app made by `rails new` in a temporary directory, once per test process, on the tests' database kind
@@ -66,6 +67,15 @@ class GeneratedApp
   end
 
   def path(file) = File.join(@dir, file)
+
+  # The development queue database of config/database.yml, for a connection from the test process: SQLite's path
+  # made absolute, PostgreSQL's port as the app's commands get it.
+  def queue_database
+    config = YAML.safe_load(ERB.new(read("config/database.yml")).result, aliases: true).dig("development", "queue")
+    return config.merge("database" => path(config["database"])) unless postgres?
+
+    config.merge("port" => environment["PGPORT"].to_i)
+  end
 
   def read(file) = File.read(path(file))
 

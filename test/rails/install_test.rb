@@ -2,6 +2,7 @@
 
 require "test_helper"
 require_relative "generated_app"
+require_relative "../support/version_one_schema"
 
 # A real Rails 8 app (`rails new`, `bundle add bobbin`, `bin/rails generate bobbin:install`, `bin/rails db:prepare`)
 # with Bobbin's tables in a separate queue database, run in real processes: bin/bobbin, Puma with the plugin.
@@ -52,6 +53,36 @@ class RailsInstallTest < Bobbin::TestCase
       assert wait_exit(pid, timeout: 60)&.success?, File.read(app.path("log/bobbin-start.log"))
     end
     assert_not File.exist?(app.path("tmp/rolled-back"))
+  end
+
+  test "an app installed before schema versions: bobbin:install adds an upgrade migration, db:migrate runs it on the queue database" do
+    VersionOneSchema::Record.establish_connection(app.queue_database)
+    old_app = VersionOneSchema::Record.connection_pool
+    old_app.with_connection { |connection| VersionOneSchema.install(connection) }
+    ids = VersionOneSchema.jobs_in_flight(ready: %w[old-0])
+    old_app.disconnect!
+    File.write(app.path("db/queue_schema.rb"), VersionOneSchema::QUEUE_SCHEMA_FILE)
+    before = app.snapshot
+
+    output = app.run!("bin/rails", "generate", "bobbin:install", "--environments", "all")
+    assert_match(%r{create\s+db/queue_migrate/\d+_upgrade_bobbin_tables_to_#{Bobbin::Schema::VERSION}\.rb}, output)
+    assert_match(/bin\/rails db:migrate\s+bring Bobbin's tables from schema version 1 to #{Bobbin::Schema::VERSION} \(in the queue database/, output)
+    added = app.snapshot.keys - before.keys
+    assert_equal [ "db/queue_migrate/" ], added.map { |file| file[%r{\A.*/}] }, "the one new file is the migration"
+    assert_equal before, app.snapshot.slice(*before.keys), "no other file changed"
+
+    app.run!("bin/rails", "db:migrate")
+    old_app.with_connection do |connection|
+      assert_equal Bobbin::Schema::VERSION, Bobbin::Schema.version(connection)
+      [ VersionOneSchema::JobRow, VersionOneSchema::ProcessRow ].each(&:reset_column_information)
+      assert_equal [ [ ids["ready"].first, "ready" ], [ ids["running"].first, "running" ], [ ids["failed"].first, "failed" ] ],
+                   VersionOneSchema::JobRow.order(:id).pluck(:id, :state), "the old install's jobs are as they were"
+      assert_equal [ 0 ], VersionOneSchema::JobRow.distinct.pluck(:stalls)
+      VersionOneSchema::JobRow.delete_all # the app is shared with this file's other tests
+      VersionOneSchema::ProcessRow.delete_all
+    end
+  ensure
+    VersionOneSchema::Record.remove_connection
   end
 
   test "the Puma plugin runs the supervisor beside Puma, and stops it with Puma" do

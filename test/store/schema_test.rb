@@ -1,36 +1,68 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../support/version_one_schema"
 
 class SchemaTest < Bobbin::TestCase
   def with_connection(&) = ActiveRecord::Base.connection_pool.with_connection(&)
 
-  # Turns the tables back into what installs before schema versions have (version 1).
-  def downgrade_to_version_one
-    with_connection do |connection|
-      connection.drop_table(:bobbin_schema)
-      connection.remove_column(:bobbin_jobs, :crashes)
-    end
-    Bobbin::JobRecord.reset_column_information
+  def version = with_connection { |connection| Bobbin::Schema.version(connection) }
+
+  # Whatever a test leaves, the next one starts from the current schema.
+  teardown do
+    Bobbin.migrate!
+    [ Bobbin::JobRecord, Bobbin::ProcessRecord ].each(&:reset_column_information)
   end
 
-  test "an install from before schema versions is upgraded in place with jobs in flight, and a worker refuses it until then" do
-    ids = Bobbin.enqueue_all(Array.new(3) { |i| [ LedgerJob, [ "old-#{i}" ] ] })
-    worker = Bobbin::ProcessRecord.register(kind: "worker", name: "old version")
-    Bobbin::JobRecord.where(id: ids.first).update_all(state: "running", claimed_by: worker.id, attempts: 1)
-    downgrade_to_version_one
-    assert_equal 1, with_connection { |c| Bobbin::Schema.version(c) }
+  test "an install from Bobbin's first schema, with jobs in flight, is refused by a worker, then upgraded in place; its jobs carry on" do
+    with_connection { |connection| VersionOneSchema.install(connection) }
+    ids = VersionOneSchema.jobs_in_flight(ready: %w[old-0 old-1])
+    assert_equal 1, version
+
     error = assert_raises(Bobbin::ConfigurationError) { drain(fibers: 2) }
-    assert_match(/schema version 1 but this Bobbin needs #{Bobbin::Schema::VERSION}: run `bobbin migrate`/, error.message)
+    assert_equal "Bobbin's tables are at schema version 1 but this Bobbin needs #{Bobbin::Schema::VERSION}: run `bobbin migrate` " \
+                 "(in a Rails app: bin/rails generate bobbin:install, then bin/rails db:migrate)", error.message
+    assert_equal %w[ready ready], VersionOneSchema::JobRow.where(id: ids["ready"]).pluck(:state), "the refused worker claimed nothing"
 
+    before = VersionOneSchema::JobRow.order(:id).map(&:attributes)
     2.times { Bobbin.migrate! }
-    Bobbin::JobRecord.reset_column_information
-    assert_equal Bobbin::Schema::VERSION, with_connection { |c| Bobbin::Schema.version(c) }
-    assert_equal [ 0 ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:crashes)
-    assert_equal [ "running", worker.id, 1 ], Bobbin::JobRecord.where(id: ids.first).pick(:state, :claimed_by, :attempts),
-                 "the job in flight under the old version is untouched by the upgrade"
-    Bobbin::JobRecord.where(id: ids.first).update_all(state: "ready")
+    [ Bobbin::JobRecord, Bobbin::ProcessRecord ].each(&:reset_column_information)
+    assert_equal Bobbin::Schema::VERSION, version
+    after = Bobbin::JobRecord.order(:id).map(&:attributes)
+    assert_equal before, after.map { |row| row.slice(*before.first.keys) }, "every old column of every row is as it was"
+    assert_equal [ [ 0, 0 ] ], after.map { |row| row.values_at("crashes", "stalls") }.uniq, "new columns take their defaults"
+
+    assert_equal 1, Bobbin::Recovery.prune, "the running job of the old worker (silent for an hour) is recovered as any other"
     drain(fibers: 2)
-    assert_equal %w[old-0 old-1 old-2], LedgerEntry.order(:key).pluck(:key)
+    assert_equal %w[old-0 old-1 was-running], LedgerEntry.order(:key).pluck(:key)
+    assert_equal({ "succeeded" => 3, "failed" => 1 }, Bobbin.counts.slice("succeeded", "failed"))
+    assert Bobbin.retry(ids["failed"].first), "an old failed job can be retried"
+    drain(fibers: 2)
+    assert_equal "succeeded", Bobbin::JobRecord.find(ids["failed"].first).state
   end
+
+  test "every version's step runs on old tables: the columns and indexes of version 8 are there after the upgrade" do
+    fresh = with_connection { |connection| shape(connection) }
+    with_connection { |connection| VersionOneSchema.install(connection) }
+    Bobbin.migrate!
+    assert_equal fresh, with_connection { |connection| shape(connection) }, "an upgraded install has the tables of a new one"
+  end
+
+  test "without tables the version is 0 and a worker says how to create them" do
+    with_connection { |connection| Bobbin::Schema.down(connection) }
+    assert_equal 0, version
+    error = assert_raises(Bobbin::ConfigurationError) { drain(threads: 1) }
+    assert_match(/tables are missing: run `bobbin migrate` \(in a Rails app: bin\/rails generate bobbin:install, then bin\/rails db:prepare\)/,
+                 error.message)
+  end
+
+  private
+    # Bobbin's tables as the database describes them: columns (name, type, null, default) and indexes.
+    def shape(connection)
+      %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_recurring_tasks bobbin_recurring_runs bobbin_schema].to_h do |table|
+        columns = connection.columns(table).map { |c| [ c.name, c.sql_type, c.null, c.default ] }.sort
+        indexes = connection.indexes(table).map { |i| [ i.name, i.columns, i.unique, i.where ] }.sort_by(&:first)
+        [ table, { columns: columns, indexes: indexes } ]
+      end
+    end
 end

@@ -60,6 +60,35 @@ class InstrumentationTest < Bobbin::TestCase
     Bobbin.config.instance_variable_set(:@perform_hooks, saved)
   end
 
+  test "a worker stopped with jobs in flight publishes release: its process id and how many jobs went back to ready" do
+    ids = Bobbin.enqueue_all(Array.new(2) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
+    worker = Bobbin::Worker.new(fibers: 2, shutdown_timeout: 0, polling_interval: 0.05)
+    seen = events do
+      runner = Thread.new { worker.run }
+      wait_for("2 jobs running") { Bobbin.counts["running"] == 2 }
+      worker.stop
+      runner.join
+    end
+    assert_equal [ { process_id: worker.process_id, count: 2 } ], seen["release"]
+    assert_equal [ [ "ready", 0 ] ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state, :attempts)
+  end
+
+  test "recovering a killed worker's job publishes recover: the process, why, how many went back or failed, the blamed job" do
+    id = SleepJob.enqueue(60, "in-flight")
+    pids = []
+    ensure_killed(pids) do
+      pid = spawn_bobbin("work", "--fibers", "2", "--polling-interval", "0.05")
+      pids << pid
+      process_id = wait_for("the job running") { Bobbin::JobRecord.where(id: id, state: "running").pick(:claimed_by) }
+      Process.kill(:KILL, pid)
+      status = wait_exit(pid)
+      seen = events { assert_equal 1, Bobbin::Recovery.process_exited(pid, status) }
+      assert_equal [ { process_id: process_id, reason: "process #{pid} exited (#{status})", ready: 1, failed: 0, blamed: [ id ] } ],
+                   seen["recover"], "the job alone in flight is blamed; it has runs left, so it is ready again"
+    end
+    assert_equal [ "ready", "Bobbin::ProcessDied", 1 ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class, :crashes)
+  end
+
   test "a hook that is not callable is a configuration error" do
     assert_raises(Bobbin::ConfigurationError) { Bobbin::Configuration.new.around_perform(42) }
   end

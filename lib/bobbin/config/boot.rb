@@ -73,8 +73,7 @@ module Bobbin
     def check_tables
       Record.with_connection do |connection|
         missing = TABLES.reject { |table| connection.data_source_exists?(table) }
-        raise ConfigurationError, "Bobbin's tables are missing (#{missing.join(', ')}): run `bobbin migrate` " \
-                                  "(or, in a Rails app, add the migration from the README and run it)" if missing.any?
+        raise ConfigurationError, "Bobbin's tables are missing (#{missing.join(', ')}): #{Schema::INSTALL}" if missing.any?
 
         Schema.check!(connection)
       end

@@ -3,12 +3,15 @@
 require "rails/generators"
 require "rails/generators/active_record/migration"
 require_relative "database_config"
+require_relative "installed_schema"
 
 module Bobbin
   module Generators
     # `bin/rails generate bobbin:install [--database queue|primary] [--environments production|all]`: config/bobbin.yml,
     # config/recurring.yml, bin/bobbin, Bobbin's schema (db/queue_schema.rb for its own database, or a migration),
-    # the Active Job adapter, the fiber isolation level, the Puma plugin line. Running it again changes nothing.
+    # the Active Job adapter, the fiber isolation level, the Puma plugin line. Running it again changes nothing, unless
+    # Bobbin's files in the app are at an older schema version (after a gem upgrade): then it adds a migration that
+    # brings the tables up to date (InstalledSchema), once.
     class InstallGenerator < ::Rails::Generators::Base
       include ::ActiveRecord::Generators::Migration
 
@@ -30,14 +33,18 @@ module Bobbin
         chmod "bin/bobbin", 0o755 & ~File.umask, verbose: false
       end
 
+      # A new install gets Bobbin's schema (db/queue_schema.rb, or a migration in the primary database); an install
+      # whose files bring the tables to an older schema version (a gem upgrade) gets an upgrade migration; an
+      # install at this version gets nothing.
       def create_schema
-        return separate_database if separate?
-
-        if Dir[File.join(destination_root, "db/migrate/*_create_bobbin_tables.rb")].any?
-          say_status :identical, "db/migrate/*_create_bobbin_tables.rb", :blue
-        else
+        if installed.outdated?
+          migration_template "db/upgrade_bobbin_tables.rb", "#{migrations}/#{InstalledSchema.upgrade_migration(Schema::VERSION)}.rb"
+        elsif installed.version
+          say_status :identical, "Bobbin's schema (version #{installed.version}, #{migrations})", :blue
+        elsif !separate?
           migration_template "db/create_bobbin_tables.rb", "db/migrate/create_bobbin_tables.rb"
         end
+        separate_database if separate?
       end
 
       def set_adapter
@@ -71,7 +78,7 @@ module Bobbin
           Active Job uses Bobbin in #{all? ? 'every environment (config/application.rb)' : 'production (config/environments/production.rb)'}.
           Bobbin's tables live in #{separate? ? "the #{database} database (config.bobbin.connects_to; db/queue_schema.rb)" : 'the primary database (a migration in db/migrate)'}.
           Next:
-            bin/rails db:prepare            create the database and Bobbin's tables
+            #{next_schema_step}
             bin/bobbin start                run the workers of config/bobbin.yml (bin/bobbin doctor checks them first)
             BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev
           Recurring jobs go in config/recurring.yml.
@@ -89,6 +96,21 @@ module Bobbin
         def all? = options[:environments] == "all"
 
         def connects_to = "config.bobbin.connects_to = { database: { writing: :#{database} } }"
+
+        # The folder of the migrations of the database Bobbin's tables are in.
+        def migrations = separate? ? "db/#{database}_migrate" : "db/migrate"
+
+        # What Bobbin's files in the app install, read once before this run writes any.
+        def installed
+          @installed ||= InstalledSchema.new(destination_root, migrations: migrations, schema_file: ("db/#{database}_schema.rb" if separate?))
+        end
+
+        def next_schema_step
+          return "bin/rails db:prepare            create the database and Bobbin's tables" unless installed.outdated?
+
+          "bin/rails db:migrate            bring Bobbin's tables from schema version #{installed.version} to #{Schema::VERSION} " \
+            "(#{separate? ? "in the #{database} database; " : ''}or bin/rails bobbin:migrate)"
+        end
 
         def separate_database
           template "db/queue_schema.rb", "db/#{database}_schema.rb", skip: true

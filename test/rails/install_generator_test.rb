@@ -1,0 +1,97 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "rails/generators"
+require_relative "../support/version_one_schema"
+require_relative "../../lib/generators/bobbin/install/install_generator"
+
+# The install generator run in this process on a bare app skeleton (config/application.rb): what it writes for a
+# new install, for an install whose files are at an older schema version, and that a second run writes nothing.
+# The generated Rails app (install_test.rb) runs the same generator and migrations for real.
+class InstallGeneratorTest < Bobbin::TestCase
+  VERSION = Bobbin::Schema::VERSION
+
+  setup do
+    @app = Dir.mktmpdir("bobbin-generator")
+    write("config/application.rb", "module App\n  class Application < Rails::Application\n    config.load_defaults 8.1\n  end\nend\n")
+  end
+
+  teardown { FileUtils.rm_rf(@app) }
+
+  def write(file, text) = FileUtils.mkdir_p(File.dirname(path(file))).then { File.write(path(file), text) }
+
+  def path(file) = File.join(@app, file)
+
+  # Runs `bin/rails generate bobbin:install ARGS`; returns what it printed.
+  def generate(*args)
+    capture_io { Bobbin::Generators::InstallGenerator.start(args, destination_root: @app) }.first
+  end
+
+  def files(pattern) = Dir.glob(pattern, base: @app).sort
+
+  def upgrades(folder) = files("#{folder}/*_upgrade_bobbin_tables_to_*.rb")
+
+  test "primary database: a new install gets the create migration, noting the version; a second run adds nothing" do
+    output = generate("--database", "primary")
+    assert_equal 1, files("db/migrate/*_create_bobbin_tables.rb").size
+    assert_includes File.read(path(files("db/migrate/*.rb").first)), "Bobbin schema version #{VERSION}."
+    assert_match(/bin\/rails db:prepare/, output)
+
+    output = generate("--database", "primary")
+    assert_equal 1, files("db/migrate/*.rb").size, "nothing new"
+    assert_match(/identical\s+Bobbin's schema \(version #{VERSION}, db\/migrate\)/, output)
+  end
+
+  test "primary database: an install from before versions gets one upgrade migration that runs Schema.up; again, nothing new" do
+    write("db/migrate/20250101000000_create_bobbin_tables.rb", VersionOneSchema::RAILS_MIGRATION)
+    output = generate("--database", "primary")
+    upgrade = upgrades("db/migrate")
+    assert_equal [ "upgrade_bobbin_tables_to_#{VERSION}.rb" ], upgrade.map { |f| File.basename(f).sub(/\A\d+_/, "") }
+    text = File.read(path(upgrade.first))
+    assert_match(/class UpgradeBobbinTablesTo#{VERSION} < ActiveRecord::Migration\[\d\.\d\]\n  def up = Bobbin::Schema.up\(connection\)/, text)
+    assert_match(/bin\/rails db:migrate\s+bring Bobbin's tables from schema version 1 to #{VERSION}/, output)
+
+    generate("--database", "primary")
+    assert_equal upgrade, upgrades("db/migrate"), "a second run adds nothing"
+  end
+
+  test "primary database: an upgrade migration of an older version is followed by one to this version" do
+    write("db/migrate/20250101000000_create_bobbin_tables.rb", VersionOneSchema::RAILS_MIGRATION.sub("# Bobbin's tables", "# Bobbin schema version 2. Bobbin's tables"))
+    write("db/migrate/20250601000000_upgrade_bobbin_tables_to_5.rb", "class UpgradeBobbinTablesTo5; end\n")
+    generate("--database", "primary")
+    assert_equal [ "5", VERSION.to_s ], upgrades("db/migrate").map { |f| f[/to_(\d+)\.rb/, 1] }
+  end
+
+  test "queue database: a new install gets db/queue_schema.rb, noting the version; a second run adds nothing" do
+    generate
+    assert_includes File.read(path("db/queue_schema.rb")), "Bobbin schema version #{VERSION},"
+    generate
+    assert_equal [], files("db/queue_migrate/*")
+  end
+
+  test "queue database: an old queue_schema.rb, or a dump of old tables, gets an upgrade migration in db/queue_migrate; again, nothing new" do
+    write("db/queue_schema.rb", VersionOneSchema::QUEUE_SCHEMA_FILE)
+    output = generate
+    assert_equal 1, upgrades("db/queue_migrate").size
+    assert_match(/in the queue database/, output)
+    generate
+    assert_equal 1, upgrades("db/queue_migrate").size, "a second run adds nothing"
+    assert_equal VersionOneSchema::QUEUE_SCHEMA_FILE, File.read(path("db/queue_schema.rb")), "the schema file is the app's: left as it is"
+  end
+
+  test "queue database: a schema dump is read by its bobbin_schema version default" do
+    dump = ->(version) { %(ActiveRecord::Schema[8.1].define(version: 2025_01_01_000000) do\n  create_table "bobbin_jobs", force: :cascade do |t|\n  end\n\n) + (version ? %(  create_table "bobbin_schema", id: false, force: :cascade do |t|\n    t.integer "version", default: #{version}, null: false\n  end\n) : "") + "end\n" }
+    { VERSION => [], 7 => [ VERSION ], nil => [ VERSION ] }.each do |dumped, expected|
+      FileUtils.rm_rf(path("db"))
+      write("db/queue_schema.rb", dump.call(dumped))
+      generate
+      assert_equal expected, upgrades("db/queue_migrate").map { |f| f[/to_(\d+)\.rb/, 1].to_i }, "dumped at #{dumped.inspect}"
+    end
+  end
+
+  test "queue database: another gem's queue_schema.rb (Solid Queue's) gets a migration that adds Bobbin's tables" do
+    write("db/queue_schema.rb", %(ActiveRecord::Schema[7.1].define(version: 1) do\n  create_table "solid_queue_jobs", force: :cascade do |t|\n  end\nend\n))
+    generate
+    assert_equal 1, upgrades("db/queue_migrate").size
+  end
+end
