@@ -121,11 +121,11 @@ class DashboardBrowserTest < BrowserTestCase
   test "processes page shows a live worker" do
     pids = []
     ensure_killed(pids) do
-      pids << spawn_bobbin("work", "--fibers", "10", "--thread-lane", "2", "--queues", "none", log: File::NULL)
+      pids << spawn_bobbin("work", "--fibers", "10", "--queues", "none", log: File::NULL)
       wait_for("the worker to register") { Bobbin::ProcessRecord.exists? }
       visit "/processes"
       assert_selector "#processes td", text: "fibers"
-      assert_selector "#processes td", text: "0/12" # busy/capacity: 10 fibers and the 2 threads of their lane
+      assert_selector "#processes td", text: "0/10" # busy/capacity: an idle thread lane adds none
       screenshot("processes")
     end
   end

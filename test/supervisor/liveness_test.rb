@@ -81,6 +81,6 @@ class LivenessTest < Bobbin::TestCase
     end
     assert_each_started_once
     assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state)
-    assert_match(/pruned as dead while alive; (registered again and )?took back 5 of its jobs/, File.read(log))
+    assert_match(/pruned as dead while alive; (registered again and )?took back \d+ of its jobs/, File.read(log), "its claims or its heartbeat took them back")
   end
 end

@@ -4,8 +4,10 @@ module Bobbin
   class Worker
     # A fiber pool with a thread lane: jobs whose class must not run as a fiber (`runs_on: :thread`) go to a small
     # ThreadExecutor beside the event loop; every other job runs as a fiber. The claim loop and shutdown see one
-    # executor: capacity, busy, held jobs and interrupts add up over both, so a lane job is claimed, finished,
-    # released on TERM and recovered after a crash like any other.
+    # executor: busy, held jobs and interrupts add up over both, so a lane job is claimed, finished, released on TERM
+    # and recovered after a crash like any other. The lane adds capacity only while it runs jobs: an idle lane
+    # claims nothing extra (no job waits for a fiber while another worker could run it), and lane jobs waiting for
+    # a lane thread take fiber slots, so a burst of them cannot make a worker hoard jobs.
     class Lanes
       attr_reader :fibers, :lane
 
@@ -20,8 +22,8 @@ module Bobbin
       # :fibers
       def mode = @fibers.mode
 
-      # Fiber slots plus lane threads.
-      def capacity = @both.sum(&:capacity)
+      # Fiber slots, plus the lane threads in use.
+      def capacity = @fibers.capacity + [ @lane.busy, @lane.capacity ].min
 
       # Jobs handed over and not done, in both.
       def busy = @both.sum(&:busy)

@@ -109,13 +109,17 @@ module Bobbin
 
         # The loop has not turned for half the threshold while `job` runs: note where it is now, while it runs,
         # and count switches from now on.
+        # Everything that needs the loop thread paused comes first: reading /proc below lets go of the GVL, and a job
+        # busy in Ruby then runs on.
         def suspect(job)
           since = [ @beat, @loop_thread[STARTED] || @beat ].max
+          at = monotonic
           @backtrace = stack
-          @suspect = { id: job, job: @jobs.call(job), since: since, at: monotonic, clocks: clocks }
           @trace = TracePoint.new(:fiber_switch) { @switched_at ||= monotonic }
           @trace.enable(target_thread: @loop_thread)
-          reset if @loop_thread[JOB] != job # it switched before the trace was on
+          return reset if @loop_thread[JOB] != job # it switched before the trace was on
+
+          @suspect = { id: job, job: @jobs.call(job), since: since, at: at, clocks: clocks }
         end
 
         # The same job ran without a switch past the threshold: where it is stuck now.
