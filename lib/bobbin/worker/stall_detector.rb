@@ -108,9 +108,8 @@ module Bobbin
         end
 
         # The loop has not turned for half the threshold while `job` runs: note where it is now, while it runs,
-        # and count switches from now on.
-        # Everything that needs the loop thread paused comes first: reading /proc below lets go of the GVL, and a job
-        # busy in Ruby then runs on.
+        # and count switches from now on. What needs the loop thread paused comes first: reading /proc (`clocks`)
+        # lets go of the GVL, and a job busy in Ruby runs on meanwhile.
         def suspect(job)
           since = [ @beat, @loop_thread[STARTED] || @beat ].max
           at = monotonic
