@@ -99,8 +99,9 @@ class Results
         mine = systems.dig("bobbin-fibers-aj", "median") or next
         "| #{workload} | #{fmt(mine)} | " + peers.map { |p| (m = systems.dig(p, "median")) ? "#{fmt(m)} (#{fmt(mine.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
       end
-      if (one = @enqueue.dig("bobbin-fibers-aj", "median"))
-        rows << "| perform_later, one at a time | #{fmt(one)} | " + peers.map { |p| (m = @enqueue.dig(p, "median")) ? "#{fmt(m)} (#{fmt(one.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
+      { "bobbin-fibers-aj" => "perform_later, one at a time", Plan::NONDURABLE => "perform_later, one at a time, `durable_enqueue = false`" }.each do |system, label|
+        one = @enqueue.dig(system, "median") or next
+        rows << "| #{label} | #{fmt(one)} | " + peers.map { |p| (m = @enqueue.dig(p, "median")) ? "#{fmt(m)} (#{fmt(one.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
       end
       "## Through Active Job\n\nEvery system through `perform_later`/`perform_all_later` and its Active Job adapter, in the " \
         "production Rails app of `bench/app`, one worker process; jobs/s median (Bobbin ÷ that system). Targets: noop ≥ 2× " \
