@@ -19,6 +19,8 @@ class Report
   # Re-renders the CSV, charts and RESULTS.md of saved runs (`bin/bench --report results/A.json[,results/B.json]`).
   # With several runs, a workload's cells come from the first run that has it (e.g. a full run of the main
   # workloads completed by a quick run of the rest); the stress matrix, the sweep and one-at-a-time enqueue from the first run that has each.
+  # The "Through Active Job" table compares systems within one run: all of it comes from the first run that measured
+  # Bobbin through Active Job.
   def self.rerender(json_paths)
     runs = json_paths.map do |json_path|
       json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
@@ -28,9 +30,17 @@ class Report
       have = taken.map { |c| part(c) }.uniq
       taken.concat(run["cells"].reject { |c| have.include?(part(c)) }.map { |c| c.merge("run" => run["name"]) })
     end
-    used = runs.select { |run| cells.any? { |c| c["run"] == run["name"] } }
+    aj_run = runs.find { |run| active_job_cells(run["cells"]).any? { |c| c["system"] == Plan::ACTIVE_JOB.first } }
+    active_job = aj_run && active_job_cells(aj_run["cells"]).map { |c| c.merge("run" => aj_run["name"]) }
+    used = runs.select { |run| run.equal?(aj_run) || cells.any? { |c| c["run"] == run["name"] } }
     new(cells, runs: used.map { |run| { "name" => run["name"], "options" => run["options"] } }, server_check: runs.first["server_check"],
-               facts: runs.first["facts"]).write(json: false)
+               facts: runs.first["facts"], active_job: active_job).write(json: false)
+  end
+
+  # The cells of the "Through Active Job" table: workloads and one-at-a-time enqueue of the systems it compares.
+  def self.active_job_cells(cells)
+    systems = Plan::ACTIVE_JOB + [ Plan::NONDURABLE ]
+    cells.select { |c| systems.include?(c["system"]) && (c["enqueue"] || !PARTS.include?(part(c))) }
   end
 
   # The parts of a run that are not a workload's tables; a cell of one is flagged with the part's name.
@@ -52,12 +62,14 @@ class Report
   def self.run_name(options, at = Time.now.utc) = "#{at.strftime('%Y-%m-%d-%H%M')}-#{options[:quick] ? 'quick' : 'full'}"
 
   # runs: [{ "name" =>, "options" => }] the cells come from, the first giving the options for sizing and titles.
-  def initialize(cells, runs:, server_check:, facts: nil)
+  # active_job: the cells of the "Through Active Job" table when they come from another run than `cells` (rerender).
+  def initialize(cells, runs:, server_check:, facts: nil, active_job: nil)
     @cells = cells
     @runs = runs.map { |run| run.merge("options" => run["options"].transform_keys(&:to_s)) }
     @options = @runs.first["options"]
     @name = @runs.map { |run| run["name"] }.join("+")
     @cells = @cells.map { |c| c["run"] ? c : c.merge("run" => @runs.first["name"]) }
+    @active_job = active_job || self.class.active_job_cells(@cells)
     @server_check = server_check
     @facts = facts || Facts.collect
   end
@@ -70,15 +82,17 @@ class Report
     File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] },
                                                            sweep: sweep, enqueue: enqueue, origins: origins,
                                                            producers: @cells.select { |c| c["producers_cell"] }, idle: @cells.select { |c| c["idle"] },
-                                                           sqlite_pickup: @cells.select { |c| c["sqlite_pickup"] }).to_s)
+                                                           sqlite_pickup: @cells.select { |c| c["sqlite_pickup"] }, active_job: active_job).to_s)
     puts "wrote #{[ (path('json') if json), path('csv') ].compact.join(', ')}, bench/results/charts/ and bench/RESULTS.md"
   end
 
   # { workload => { system => stats } } over measured (non-warm-up) rounds.
-  def summary
-    @summary ||= @cells.reject { |c| c["warmup"] || PARTS.include?(self.class.part(c)) }.group_by { |c| c["workload"] }.transform_values do |cells|
-      cells.group_by { |c| c["system"] }.transform_values { |runs| stats(runs) }
-    end
+  def summary = @summary ||= summarize(@cells)
+
+  # The "Through Active Job" table's numbers: { summary:, enqueue:, run: } from its cells' run.
+  def active_job
+    @active_job_numbers ||= { summary: summarize(@active_job), enqueue: enqueue_stats(@active_job, summarize(@active_job)),
+                              run: @active_job.first&.fetch("run", nil) }
   end
 
   # { system => { concurrency => jobs/s or nil (a bad cell) } } from the sweep's cells.
@@ -92,13 +106,21 @@ class Report
   def origins = @cells.select { |c| PARTS.include?(self.class.part(c)) }.to_h { |c| [ self.class.part(c), c["run"] ] }
 
   # { system => stats } of one-at-a-time enqueue over its rounds, with the bulk rate from the noop cells.
-  def enqueue
-    @enqueue ||= @cells.select { |c| c["enqueue"] }.group_by { |c| c["system"] }.to_h do |system, cells|
-      [ system, spread(cells, "enqueue_one_per_second").merge("bulk" => summary.dig(Plan::ENQUEUE[:workload], system, "enqueue_per_second")) ]
-    end
-  end
+  def enqueue = @enqueue ||= enqueue_stats(@cells, summary)
 
   private
+    def summarize(cells)
+      cells.reject { |c| c["warmup"] || PARTS.include?(self.class.part(c)) }.group_by { |c| c["workload"] }.transform_values do |of_workload|
+        of_workload.group_by { |c| c["system"] }.transform_values { |runs| stats(runs) }
+      end
+    end
+
+    def enqueue_stats(cells, summary)
+      cells.select { |c| c["enqueue"] }.group_by { |c| c["system"] }.to_h do |system, of_system|
+        [ system, spread(of_system, "enqueue_one_per_second").merge("bulk" => summary.dig(Plan::ENQUEUE[:workload], system, "enqueue_per_second")) ]
+      end
+    end
+
     def path(ext) = File.join(DIR, "results", "#{@name}.#{ext}")
 
     # Median, min and max of `key` over the good rounds; how many rounds were bad, and their errors.

@@ -17,8 +17,11 @@ class Results
   PARTS = { matrix: "stress matrix", sweep: "throughput-vs-concurrency sweep", enqueue: "one-at-a-time enqueue",
             producers_cell: "enqueue from many producers", idle: "idle load", sqlite_pickup: "SQLite pickup" }.freeze
 
-  # origins: { part => the run its cells come from } for the parts that are not workloads (PARTS).
-  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {}, producers: [], idle: [], sqlite_pickup: [])
+  # origins: { part => the run its cells come from } for the parts that are not workloads (PARTS). active_job: the
+  # "Through Active Job" table's { summary:, enqueue:, run: } (Report#active_job), when not the summary's own.
+  def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {}, producers: [], idle: [], sqlite_pickup: [],
+                 active_job: nil)
+    @active_job = active_job || { summary: summary, enqueue: enqueue }
     @producers = producers
     @sqlite_pickup = sqlite_pickup
     @idle = idle
@@ -78,6 +81,10 @@ class Results
       once = %i[matrix sweep producers_cell idle sqlite_pickup].filter_map { |part| PARTS[part] if @origins[part] == name }
       parts << "#{once.join(' and ')}, one round per cell#{' of reduced job counts' if quick}" if once.any?
       parts << "#{PARTS[:enqueue]}, " + (quick ? "1 round of reduced job counts" : "#{options['rounds']} rounds") if @origins[:enqueue] == name
+      if @active_job[:run] == name && parts.empty?
+        parts << "the Through Active Job table (#{@active_job[:summary].keys.join(', ')}, one-at-a-time perform_later), " +
+                 (quick ? "1 round of reduced job counts" : "#{options['rounds']} measured rounds after a warm-up round")
+      end
       "- Run `#{name}` (`bin/bench#{' --quick' if quick}`): #{parts.join('; ')}."
     end
 
@@ -92,20 +99,30 @@ class Results
 
     # Bobbin through Active Job against every system's Active Job path, in the same run: jobs/s and the ratio.
     def active_job
-      peers = Plan::ACTIVE_JOB.drop(1).select { |p| @summary.values.any? { |s| s.key?(p) } || @enqueue.key?(p) }
-      return if peers.empty? || (@summary.values.none? { |s| s.key?("bobbin-fibers-aj") } && !@enqueue.key?("bobbin-fibers-aj"))
+      summary, enqueue = @active_job.values_at(:summary, :enqueue)
+      peers = Plan::ACTIVE_JOB.drop(1).select { |p| summary.values.any? { |s| s.key?(p) } || enqueue.key?(p) }
+      return if peers.empty? || (summary.values.none? { |s| s.key?("bobbin-fibers-aj") } && !enqueue.key?("bobbin-fibers-aj"))
 
-      rows = @summary.filter_map do |workload, systems|
+      rows = summary.filter_map do |workload, systems|
         mine = systems.dig("bobbin-fibers-aj", "median") or next
         "| #{workload} | #{fmt(mine)} | " + peers.map { |p| (m = systems.dig(p, "median")) ? "#{fmt(m)} (#{fmt(mine.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
       end
-      if (one = @enqueue.dig("bobbin-fibers-aj", "median"))
-        rows << "| perform_later, one at a time | #{fmt(one)} | " + peers.map { |p| (m = @enqueue.dig(p, "median")) ? "#{fmt(m)} (#{fmt(one.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
+      { "bobbin-fibers-aj" => "perform_later, one at a time", Plan::NONDURABLE => "perform_later, one at a time, `durable_enqueue = false`" }.each do |system, label|
+        one = enqueue.dig(system, "median") or next
+        rows << "| #{label} | #{fmt(one)} | " + peers.map { |p| (m = enqueue.dig(p, "median")) ? "#{fmt(m)} (#{fmt(one.fdiv(m), 2)}×)" : "—" }.join(" | ") + " |"
       end
       "## Through Active Job\n\nEvery system through `perform_later`/`perform_all_later` and its Active Job adapter, in the " \
-        "production Rails app of `bench/app`, one worker process; jobs/s median (Bobbin ÷ that system). Targets: noop ≥ 2× " \
-        "sidekiq-aj; one-at-a-time perform_later ≥ sidekiq-aj.\n\n| workload | bobbin-fibers-aj | #{peers.join(' | ')} |\n" \
-        "|---|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n"
+        "production Rails app of `bench/app`, one worker process; jobs/s median (Bobbin ÷ that system)#{" of run `#{@active_job[:run]}`" if @active_job[:run]}. " \
+        "Targets: noop ≥ 2× sidekiq-aj; one-at-a-time perform_later ≥ sidekiq-aj.\n\n| workload | bobbin-fibers-aj | #{peers.join(' | ')} |\n" \
+        "|---|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n#{active_job_spread(summary, enqueue)}"
+    end
+
+    # Each system's range over the rounds, and its bad rounds, under the table.
+    def active_job_spread(summary, enqueue)
+      cells = summary.flat_map { |workload, systems| systems.map { |system, s| [ workload, system, s ] } } +
+              enqueue.map { |system, s| [ "perform_later one at a time", system, s ] }
+      ranges = cells.map { |what, system, s| "#{system} #{what} #{fmt(s['min'])}–#{fmt(s['max'])}#{" (#{s['bad_rounds']}/#{s['rounds']} bad: #{s['errors'].first&.slice(0, 60) || 'missing/duplicate/timeout'})" if s['bad_rounds'].positive?}" }
+      "\nRange over the rounds (min–max jobs/s): #{ranges.join('; ')}.\n"
     end
 
     def throughput

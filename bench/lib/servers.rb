@@ -26,7 +26,7 @@ module Servers
   def env(system, pool, ledger_path, http_url)
     { "DATABASE_URL" => system[:database] && "postgres:///#{system[:database]}?port=#{port}&pool=#{pool}",
       "BENCH_LEDGER" => ledger_path, "BENCH_HTTP_URL" => http_url, "REDIS_URL" => "redis://127.0.0.1:6379/0",
-      "RAILS_ENV" => "production", "RACK_ENV" => "production", "BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile") }
+      "RAILS_ENV" => "production", "RACK_ENV" => "production", "BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile") }.merge(system.fetch(:env, {}))
   end
 
   # The fake LLM/delay server from demo/, run as its own process.

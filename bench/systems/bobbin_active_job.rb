@@ -7,6 +7,7 @@ ENV["BENCH_FIBERS"] = "1" if ARGV[0] == "work" && ARGV[1] == "fibers"
 require_relative "../app/application"
 
 Bobbin.config.logger.level = Logger::WARN
+Bobbin.config.durable_enqueue = false if ENV["BENCH_DURABLE_ENQUEUE"] == "0" # the bobbin-fibers-aj-nondurable variant
 command, *args = ARGV
 case command
 when "reset"

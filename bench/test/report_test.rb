@@ -84,6 +84,24 @@ class ReportTest < Minitest::Test
     assert_includes text, "- Run `parts-run` (`bin/bench`): throughput-vs-concurrency sweep, one round per cell; one-at-a-time enqueue, 2 rounds.\n"
   end
 
+  def test_the_active_job_table_compares_systems_of_one_run
+    main = (sleep_cells("bobbin-fibers", [ 1_950 ]) + sleep_cells("sidekiq-aj", [ 1_000 ])).map { |c| c.merge("run" => "main-run") }
+    producers = { "system" => "bobbin-fibers-aj", "workload" => "noop", "producers_cell" => true, "jobs_per_second" => 9 }
+    one = { "system" => Plan::NONDURABLE, "workload" => "noop", "jobs" => 2_000, "enqueue_one_per_second" => 1_800, "round" => 1, "enqueue" => true }
+    aj = Report.active_job_cells(sleep_cells("bobbin-fibers-aj", [ 1_800 ]) + sleep_cells("sidekiq-aj", [ 900 ]) + [ producers, one ])
+               .map { |c| c.merge("run" => "aj-run") }
+    runs = [ { "name" => "main-run", "options" => { "rounds" => 3 } }, { "name" => "aj-run", "options" => { "rounds" => 3 } } ]
+    report = Report.new(main, runs: runs, server_check: {}, facts: FACTS, active_job: aj)
+    text = Results.new(report.summary, facts: FACTS, runs: runs, server_check: { "concurrent_requests" => 2, "seconds" => 1.0 },
+                       enqueue: report.enqueue, active_job: report.active_job).to_s
+
+    assert_equal 3, aj.size
+    assert_includes text, "| sleep | 1800 | 900 (2.0×) |"
+    assert_includes text, "| perform_later, one at a time, `durable_enqueue = false` | 1800 | — |"
+    assert_includes text, "- Run `aj-run` (`bin/bench`): the Through Active Job table (sleep, one-at-a-time perform_later), 3 measured rounds"
+    assert_equal 1_000, report.summary.dig("sleep", "sidekiq-aj", "median")
+  end
+
   def test_steady_cells_run_at_least_ten_times_the_concurrency_and_at_most_the_cap
     spec = Plan::WORKLOADS.fetch("sleep")
 

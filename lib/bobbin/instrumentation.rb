@@ -20,7 +20,8 @@ module Bobbin
   #                  (a job held its fiber pool's event loop past stall_threshold; published when it let go)
   #
   # LogSubscriber turns them into log lines (Rails attaches it; plain Ruby: Bobbin::LogSubscriber.attach_to(:bobbin)).
-  # With no subscriber an event costs a lookup and the payload hash.
+  # With no subscriber (or only ones silenced by the log level) a hot-path event costs a lookup: its payload is built
+  # only when `listening?`.
   module Instrumentation
     EVENTS = %w[enqueue claim perform_start perform retry fail discard release recover start_process stop_process recurring stall].freeze
     NAMES = EVENTS.to_h { |event| [ event.to_sym, "#{event}.bobbin".freeze ] }.freeze
@@ -32,5 +33,8 @@ module Bobbin
     def instrument(event, payload = {}, &block)
       ActiveSupport::Notifications.instrument(NAMES.fetch(event), payload, &block)
     end
+
+    # True when some subscriber would receive `event` now (one not silenced by its log level).
+    def listening?(event) = ActiveSupport::Notifications.notifier.listening?(NAMES.fetch(event))
   end
 end

@@ -68,6 +68,8 @@ module Bobbin
 
     # When new rows first become due, in epoch seconds: nil when one of them is due now.
     def self.due_at(rows)
+      return nil if rows.any? { |row| row[:run_at].nil? }
+
       now = timestamp(Time.now)
       first = rows.map { |row| row[:run_at] || now }.min
       first > now ? epoch(first) : nil

@@ -108,6 +108,23 @@ class PickupTest < Bobbin::TestCase
     end
   end
 
+  test "with durable_enqueue off a lone enqueue still wakes the idle worker once, and one in a rolled-back transaction stores nothing" do
+    Bobbin.config.durable_enqueue = false
+    with_idle_worker do
+      Bobbin::Record.transaction do
+        SleepJob.enqueue(0, "fast-rolled-back")
+        raise ActiveRecord::Rollback
+      end
+      id = SleepJob.enqueue(0, "fast")
+      run_soon("fast")
+      assert_heard(1)
+      assert_equal "fast", Bobbin::JobRecord.find(id).parsed_arguments.last
+      assert_equal 0, Bobbin::JobRecord.where("arguments LIKE '%fast-rolled-back%'").count
+    end
+  ensure
+    Bobbin.config.durable_enqueue = true
+  end
+
   test "enqueue_all of 10,000 jobs sends one announcement" do
     with_idle_worker do
       Bobbin.enqueue_all(Array.new(10_000) { |i| [ SleepJob, [ 0 ], { queue: "bulk#{i % 3}" } ] })

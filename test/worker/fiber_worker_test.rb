@@ -31,6 +31,19 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_equal [ "failed", "NotImplementedError", "not yet" ], [ failed.state, failed.last_error_class, failed.last_error_message ]
   end
 
+  test "jobs that never wait still let the loop turn between them, so the claim loop need not wait for the line to empty" do
+    executor = Bobbin::Worker::FiberExecutor.new(1, on_done: -> { })
+    order = []
+    executor.run do
+      3.times { |i| executor.post(Bobbin::Store::ClaimedJob.new(i)) { order << "job #{i}" } }
+      while executor.busy.positive?
+        order << "loop"
+        Async::Task.current.yield
+      end
+    end
+    assert_equal [ "job 0", "loop", "job 1", "loop", "job 2" ], order.drop_while { |step| step == "loop" }.first(5)
+  end
+
   test "the worker registers its process while it runs and removes it when it stops" do
     seen = nil
     job = Class.new do

@@ -93,7 +93,7 @@ module Bobbin
           # A job this worker still runs (or has an unwritten outcome for) comes back ready if the worker was pruned as
           # dead while alive: the claim just took its row back, and it must not start a second time.
           jobs = jobs.reject { |job| @worker.held?(job.id) }
-          Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any?
+          Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any? && Instrumentation.listening?(:claim)
           jobs
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: #{error.message}; retrying") unless @failures

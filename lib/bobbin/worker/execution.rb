@@ -31,6 +31,8 @@ module Bobbin
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.
       def call(job)
+        return outcome(job) unless Instrumentation.listening?(:perform_start) || Instrumentation.listening?(:perform)
+
         Instrumentation.instrument(:perform_start, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts)
         Instrumentation.instrument(:perform, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts) do |payload|
           outcome(job).tap { |result| payload[:state] = result.state }
@@ -45,7 +47,7 @@ module Bobbin
           else
             around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
           end
-          Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now)).tap { |done| done.concurrency_key = job.concurrency_key }
+          Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key)
         rescue UnrunnableJob => error
           failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker

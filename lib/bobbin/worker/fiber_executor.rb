@@ -80,6 +80,16 @@ module Bobbin
           raise ConfigurationError, "could not create #{@capacity} fibers (#{error.message}); lower fibers: for this pool"
         end
 
+        # A fiber takes queued jobs without waiting, so jobs that never wait (noop, CPU) would run back to back and
+        # keep the loop from turning until the line is empty: the claim loop could send its next claim only then, and
+        # every claim's round trip left the pool idle. Between two jobs the fiber lets the loop turn once.
+        def work_loop
+          while (item = @queue.pop)
+            run_one(*item)
+            Fiber.scheduler.yield unless @queue.empty?
+          end
+        end
+
         def current_runner = Async::Task.current
 
         # Raises Async::Stop inside the job's fiber at its current wait.

@@ -7,16 +7,25 @@ module Bobbin
     class Waker
       def initialize
         @reader, @writer = IO.pipe
+        @pending = false
       end
 
-      # Makes the current or next `wait` return at once.
-      def wake = @writer.write_nonblock(".", exception: false)
+      # Makes the current or next `wait` return at once. While a wake is pending (every finished job wakes) it writes
+      # nothing more: one byte per wait, not one per job.
+      def wake
+        return if @pending
+
+        @pending = true
+        @writer.write_nonblock(".", exception: false)
+      end
 
       # Sleeps up to `timeout` seconds or until woken. A deadline that passed between the caller's check and
-      # this call waits zero, not a negative interval (IO#wait_readable raises on that).
+      # this call waits zero, not a negative interval (IO#wait_readable raises on that). The flag clears after the
+      # pipe is drained: a wake in between writes nothing, but its caller changed state before waking, and every
+      # caller of `wait` looks at that state again after it returns.
       def wait(timeout)
         @reader.wait_readable([ timeout, 0 ].max)
-        @reader.read_nonblock(4096, exception: false)
+        @reader.read_nonblock(4096, exception: false).tap { @pending = false }
       end
     end
   end
