@@ -113,7 +113,8 @@ class Results
       end
       "## Through Active Job\n\nEvery system through `perform_later`/`perform_all_later` and its Active Job adapter, in the " \
         "production Rails app of `bench/app`, one worker process; jobs/s median (Bobbin ÷ that system)#{" of run `#{@active_job[:run]}`" if @active_job[:run]}. " \
-        "Targets: noop ≥ 2× sidekiq-aj; one-at-a-time perform_later ≥ sidekiq-aj.\n\n| workload | bobbin-fibers-aj | #{peers.join(' | ')} |\n" \
+        "Targets: noop ≥ 2× sidekiq-aj; one-at-a-time perform_later ≥ sidekiq-aj (other runs, and what limits Bobbin: " \
+        "\"Through Active Job (issue 18)\" below).\n\n| workload | bobbin-fibers-aj | #{peers.join(' | ')} |\n" \
         "|---|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n#{active_job_spread(summary, enqueue)}"
     end
 
