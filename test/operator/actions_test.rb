@@ -11,7 +11,8 @@ class OperatorActionsTest < Bobbin::TestCase
     pids = []
     ensure_killed(pids) do
       2.times { pids << spawn_bobbin("work", "--fibers", "25", "--polling-interval", "0.05", log: log) }
-      slow = Array.new(4) { |i| GatedJob.enqueue("slow", "slow-#{i}") } # running until the gate opens below
+      gate = GatedJob.gate("slow")
+      slow = Array.new(4) { |i| GatedJob.enqueue(gate, "slow-#{i}") } # running until the gate opens below
       wait_for("the slow jobs to run") { Bobbin::JobRecord.where(id: slow, state: "running").count == 4 }
       running = Bobbin::JobRecord.where(id: slow).pluck(:id, :claimed_by, :attempts)
 
@@ -22,7 +23,7 @@ class OperatorActionsTest < Bobbin::TestCase
       assert_equal 0, Bobbin::Operator.discard_all({ queue: "default", class_name: "GatedJob" }, by: "ops"), "running jobs are not discarded"
       assert_equal running, Bobbin::JobRecord.where(id: slow).pluck(:id, :claimed_by, :attempts), "running jobs untouched"
       assert_equal [ "running" ], Bobbin::JobRecord.where(id: slow).distinct.pluck(:state)
-      GatedJob.open_gate("slow")
+      GatedJob.open_gate(gate)
 
       wait_for("every retried job to finish", timeout: 180, interval: 0.5) { LedgerEntry.where("key LIKE 'f-%'").count == 10_000 }
       assert_equal 10_000, StartEntry.count, "no retried job started twice"

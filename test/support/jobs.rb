@@ -44,17 +44,21 @@ class SleepJob
   end
 end
 
-# Holds its worker until the test opens its gate (the ledger row "open GATE"), then records KEY: it stays running
-# for as long as the test needs, however slow the machine, where a fixed sleep can end before the test looks.
+# Holds its worker until the test opens its gate (creates the file GATE), then records KEY: it stays running for as
+# long as the test needs, however slow the machine, where a fixed sleep can end before the test looks. The gate is
+# a file, not a row: on SQLite a write from the test could wait out the busy timeout behind the workers' writes.
 class GatedJob
   include Bobbin::Job
   bobbin_options retries: 0
 
+  # A gate for this test process (an absolute path; closed until opened).
+  def self.gate(name) = File.expand_path("../../tmp/gate-#{name}-#{Process.pid}", __dir__).tap { |path| FileUtils.rm_f(path) }
+
   # Lets every job waiting at `gate` finish.
-  def self.open_gate(gate) = LedgerEntry.create!(key: "open #{gate}", pid: Process.pid)
+  def self.open_gate(gate) = FileUtils.touch(gate)
 
   def perform(gate, key)
-    sleep(0.05) until LedgerEntry.exists?(key: "open #{gate}")
+    sleep(0.05) until File.exist?(gate)
     LedgerEntry.create!(key: key, pid: Process.pid)
   end
 end
