@@ -8,7 +8,8 @@
 #   lag              ten jobs holding the loop 40 ms and one 80 ms in one loop turn: none past the threshold
 #   offload          3 × deflate 32 MB beside a fiber waking every 5 ms: its worst lateness, Bobbin offload on/off,
 #                    async without a worker pool, async with a thread per call
-#   cost             noop and sleep 50 ms on fibers: 100, detector on/off, offload on/off: jobs/s, CPU per job
+#   cost             noop and sleep 50 ms on fibers: 100, detector on/off, offload on/off (A B C C B A in one process):
+#                    jobs/s, CPU per job; an idle pool's CPU per second
 #   false_positives  fibers: 10,000 fed 10,000 × sleep 1 s waves, 500 noop/s and garbage-making jobs: stalls reported
 # Prints markdown tables and writes bench/results/<date>-fiber_safety.json.
 #   ruby bench/fiber_safety.rb [--quick] [--rounds N] [--only falcon,busy,ongoing,lag,offload,cost,false_positives]
@@ -27,9 +28,8 @@ require_relative "lib/fiber_safety/summary"
 DATABASE = ENV.fetch("BENCH_DATABASE_URL", "postgres:///bench_fiber_safety?port=#{Servers.port}")
 SIZES = { full: { rounds: 7, noop_jobs: 20_000, sleep_jobs: 10_000, deflate_mb: 32, fp_seconds: 20, fp_rounds: 3 },
           quick: { rounds: 2, noop_jobs: 5_000, sleep_jobs: 2_000, deflate_mb: 32, fp_seconds: 8, fp_rounds: 1 } }.freeze
-COST = %w[noop sleep].product([ "detector on/offload on", "detector off/offload on", "detector on/offload off" ]).map { |w, v| "#{w}/#{v}" }
 EXPERIMENTS = { "falcon" => [ "alone", "fibers", "thread lane" ], "busy" => [ "300 ms" ], "ongoing" => [ "2 s" ], "lag" => [ "10 × 40 ms + 80 ms" ],
-                "offload" => [ "offload 4", "offload 0", "async, no worker pool", "async, a thread per call" ], "cost" => COST }.freeze
+                "offload" => [ "offload 4", "offload 0", "async, no worker pool", "async, a thread per call" ], "cost" => %w[noop sleep idle] }.freeze
 LOG = File.join(__dir__, "tmp", "fiber_safety.log")
 
 if ARGV.first == "--cell" || ARGV.first == "--produce"
@@ -40,7 +40,7 @@ if ARGV.first == "--cell" || ARGV.first == "--produce"
     puts JSON.generate(FiberSafety::Producer.new(sizes[:fp_seconds]).run)
   else
     cells = FiberSafety::Cells.new(url: DATABASE, http_url: ENV.fetch("BENCH_HTTP_URL"), sizes: sizes)
-    puts JSON.generate(cells.public_send(ARGV[1], ARGV[2]))
+    puts JSON.generate(cells.public_send(ARGV[1], ARGV[2]).merge(jobs: cells.jobs))
   end
   exit
 end

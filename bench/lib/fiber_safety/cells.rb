@@ -28,6 +28,9 @@ module FiberSafety
       def close = nil
     end
 
+    # Jobs enqueued and succeeded in this cell's drains.
+    attr_reader :jobs
+
     def initialize(url:, http_url:, sizes:)
       @http_url = http_url
       @sizes = sizes
@@ -35,6 +38,7 @@ module FiberSafety
       Bobbin.config.logger = Logger.new(@log, level: Logger::WARN)
       Bobbin.connect(url)
       @stalls = Thread::Queue.new
+      @jobs = { enqueued: 0, succeeded: 0 }
       ActiveSupport::Notifications.subscribe("stall.bobbin") { |event| @stalls << [ FiberSafety.now, event.payload ] }
     end
 
@@ -85,19 +89,18 @@ module FiberSafety
         .merge(max_loop_lag_ms: @worker.detector.health[:max_loop_lag_ms], stalls: stalls)
     end
 
-    # `jobs` noop jobs (or sleep 50 ms) on fibers: 100, with the detector on or off and offload on or off.
-    def cost(variant)
-      workload, detector, offload = variant.split("/")
-      Bobbin.config.offload_threads = offload == "offload off" ? 0 : 4
-      job = workload == "noop" ? Noop : Sleep50
-      jobs = @sizes[:"#{workload}_jobs"]
-      cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
-      drain(Array.new(jobs) { [ job, [] ] }, fibers: 100, stall_threshold: detector == "detector off" ? false : nil,
-                                             cpu_from: -> { cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) })
-      cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu
-      finished = @times.sort
-      first = workload == "noop" ? finished.first : finished.first - 0.05
-      { jobs: finished.size, jobs_per_second: (jobs / (finished.last - first)).round(1), cpu_us_per_job: (cpu / jobs * 1e6).round(1), stalls: stalls }
+    # The setups compared for cost, each run twice per cell in the order A B C C B A (so a drift over the cell
+    # weighs on all alike): the default (detector on, offload on), the detector off, offload off.
+    SETUPS = { "default" => [ nil, 4 ], "detector off" => [ false, 4 ], "offload off" => [ nil, 0 ] }.freeze
+
+    # `workload` ("noop", "sleep": 50 ms) drained by fibers: 100 in each setup: jobs/s and CPU per job; or ("idle") a
+    # fiber pool of 100 with nothing to do for 3 s: the process's CPU per second, where the detector's own ticks show.
+    def cost(workload)
+      runs = (SETUPS.keys + SETUPS.keys.reverse).map do |setup|
+        threshold, Bobbin.config.offload_threads = SETUPS.fetch(setup)
+        { setup: setup, **(workload == "idle" ? idle(threshold) : drain_for_cost(workload, threshold)) }
+      end
+      { runs: runs, stalls: stalls }
     end
 
     # A fiber pool of 10,000 left running until TERM while bench/fiber_safety.rb's producer feeds it.
@@ -118,7 +121,8 @@ module FiberSafety
     private
       def truncate = Bobbin::Record.connection_pool.with_connection { |c| c.execute("TRUNCATE bobbin_jobs, bobbin_processes") }
 
-      # Enqueues `pairs` in slices, then runs a worker until they are done; keeps the ids and the jobs' times.
+      # Enqueues `pairs` in slices, then runs a worker until they are done; keeps the ids, the jobs' times and how many
+      # of the cell's jobs succeeded.
       def drain(pairs, cpu_from: nil, **worker)
         truncate
         @ids = pairs.each_slice(5_000).flat_map { |slice| Bobbin.enqueue_all(slice) }
@@ -128,6 +132,7 @@ module FiberSafety
         cpu_from&.call
         @worker.run_until_empty
         @times = FiberSafety.times
+        @jobs = { enqueued: @jobs[:enqueued] + @ids.size, succeeded: @jobs[:succeeded] + Bobbin.counts.fetch("succeeded", 0) }
       end
 
       # Each job of `kind`: its id, how long it ran, and when the detector named it (event, log line), from its start.
@@ -172,6 +177,33 @@ module FiberSafety
           before_first_offload_ms: firsts.map { |started, first| first && ms(first - started) },
           worst_lateness_after_ms: offloaded && ticks.select { |asked, _| asked > offloaded }.map(&:last).max&.round(1) }
       end
+
+      def drain_for_cost(workload, threshold)
+        jobs = @sizes[:"#{workload}_jobs"]
+        cpu = nil
+        drain(Array.new(jobs) { [ workload == "noop" ? Noop : Sleep50, [] ] }, fibers: 100, stall_threshold: threshold,
+                                                                               cpu_from: -> { cpu = cpu_now })
+        cpu = cpu_now - cpu
+        finished = @times.sort
+        first = workload == "noop" ? finished.first : finished.first - 0.05
+        { jobs: finished.size, jobs_per_second: (jobs / (finished.last - first)).round(1), cpu_us_per_job: (cpu / jobs * 1e6).round(1) }
+      end
+
+      # The whole process's CPU per second of wall time while its pool has nothing to do (after a second to boot).
+      def idle(threshold, seconds = 3)
+        truncate
+        worker = Bobbin::Worker.new(fibers: 100, stall_threshold: threshold)
+        meter = Thread.new do
+          sleep(1)
+          cpu, wall = cpu_now, FiberSafety.now
+          sleep(seconds)
+          ((cpu_now - cpu) / (FiberSafety.now - wall) * 1000).round(2).tap { worker.stop }
+        end
+        worker.run
+        { cpu_ms_per_second: meter.value }
+      end
+
+      def cpu_now = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
 
       def span_ms(times) = ms(times.map { |t| t[3] }.max - times.map { |t| t[2] }.min)
 

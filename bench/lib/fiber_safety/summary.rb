@@ -3,8 +3,7 @@
 module FiberSafety
   # The markdown tables of bench/fiber_safety.rb's cells (medians and min–max over rounds) and the issue's targets.
   class Summary
-    BASELINE = "detector on/offload on"
-    COST_VARIANTS = [ BASELINE, "detector off/offload on", "detector on/offload off" ].freeze
+    SETUPS = [ "default", "detector off", "offload off" ].freeze
 
     def initialize(cells, sizes)
       @cells = cells.reject { |cell| cell.dig("result", "error") }
@@ -13,8 +12,7 @@ module FiberSafety
     end
 
     def to_s
-      [ falcon, busy, lag, offload, cost, false_positives, targets, ("#{@failed} cells failed (bench/tmp/fiber_safety.log)" if @failed.positive?) ]
-        .compact.join("\n")
+      [ falcon, busy, lag, offload, cost, false_positives, targets, outcomes ].compact.join("\n")
     end
 
     private
@@ -110,25 +108,29 @@ module FiberSafety
       def cost
         return if results("cost").empty?
 
-        rows = %w[noop sleep].flat_map do |workload|
-          COST_VARIANTS.map do |variant|
-            rs = results("cost", "#{workload}/#{variant}")
-            "| #{workload} | #{variant} | #{range(rs.map { |r| r['jobs_per_second'] })} | #{range(rs.map { |r| r['cpu_us_per_job'] })} | " \
-              "#{variant == BASELINE ? '—' : range(paired(workload, variant, 'jobs_per_second'), 3)} | #{rs.sum { |r| r['stalls'].size }} |"
+        rows = %w[noop sleep idle].flat_map do |workload|
+          key = workload == "idle" ? "cpu_ms_per_second" : "jobs_per_second"
+          SETUPS.map do |setup|
+            runs = results("cost", workload).flat_map { |r| r["runs"].select { |run| run["setup"] == setup } }
+            "| #{workload} | #{setup} | #{range(runs.map { |run| run['jobs_per_second'] })} | #{range(runs.map { |run| run['cpu_us_per_job'] })} | " \
+              "#{range(runs.map { |run| run['cpu_ms_per_second'] })} | #{setup == 'default' ? '—' : range(paired(workload, setup, key), 3)} |"
           end
         end
-        "### The detector's and offload's cost (#{rounds('cost')} rounds)\n\n#{@sizes[:noop_jobs]} noop jobs, #{@sizes[:sleep_jobs]} × sleep " \
-          "50 ms, drained by `fibers: 100` (thread_lane 2); jobs/s from the first job to the last; CPU of the worker process per " \
-          "job. The last column pairs each round's cell with the default's (#{BASELINE}) of the same round.\n\n" \
-          "| workload | setup | jobs/s | CPU µs per job | jobs/s ÷ default, same round | stalls reported |\n|---|---|---:|---:|---:|---:|\n" \
-          "#{rows.join("\n")}\n"
+        "### The detector's and offload's cost (#{rounds('cost')} rounds)\n\nEach cell is one process that runs the three setups twice, in the " \
+          "order default, detector off, offload off, offload off, detector off, default (the default: stall_threshold 0.1 and " \
+          "offload_threads 4): #{@sizes[:noop_jobs]} noop jobs, or #{@sizes[:sleep_jobs]} × sleep 50 ms, drained by `fibers: 100` " \
+          "(jobs/s from the first job to the last; the process's CPU per job), or a `fibers: 100` pool with nothing to do for 3 s " \
+          "(the process's CPU per second: the detector's own ticks). The last column is each cell's setup ÷ its default, " \
+          "median (min–max) over cells.\n\n| workload | setup | jobs/s | CPU µs per job | idle CPU ms per s | ÷ default, same cell |\n" \
+          "|---|---|---:|---:|---:|---:|\n#{rows.join("\n")}\n"
       end
 
-      # Per round: `variant`'s value ÷ the default's.
-      def paired(workload, variant, key)
-        by_round = ->(v) { @cells.select { |c| c["variant"] == "#{workload}/#{v}" }.to_h { |c| [ c["round"], c.dig("result", key) ] } }
-        base = by_round.call(BASELINE)
-        by_round.call(variant).filter_map { |round, value| value / base[round] if base[round] }
+      # Per cell: the mean of `setup`'s runs ÷ the mean of the default's.
+      def paired(workload, setup, key)
+        results("cost", workload).filter_map do |r|
+          mean = ->(name) { r["runs"].select { |run| run["setup"] == name }.sum { |run| run[key] }.fdiv(2) }
+          mean.call(setup) / mean.call("default") if mean.call("default").positive?
+        end
       end
 
       def false_positives
@@ -200,12 +202,22 @@ module FiberSafety
       def cost_targets
         return [] if results("cost").empty?
 
-        %w[noop sleep].flat_map do |workload|
-          detector = 1 - median(paired(workload, "detector off/offload on", "jobs_per_second").map { |r| 1 / r })
-          offload = median(paired(workload, "detector on/offload off", "jobs_per_second").map { |r| 1 / r })
-          [ (row("detector's cost on noop throughput", "≤ 3 %", "#{(detector * 100).round(1)} %", detector <= 0.03) if workload == "noop"),
-            row("offload on ÷ off, #{workload} (no loss)", "≥ 0.97×", "#{offload.round(3)}×", offload >= 0.97) ].compact
-        end
+        detector = 1 - median(paired("noop", "detector off", "jobs_per_second").map { |r| 1 / r })
+        idle = paired("idle", "detector off", "cpu_ms_per_second").empty? ? nil : idle_cost
+        [ row("detector's cost on noop throughput", "≤ 3 %", "#{(detector * 100).round(1)} %", detector <= 0.03),
+          (row("…its own CPU, an idle pool (on − off)", "reported", "#{idle.round(1)} ms per s", nil) if idle),
+          *%w[noop sleep].map do |workload|
+            offload = median(paired(workload, "offload off", "jobs_per_second").map { |r| 1 / r })
+            row("offload on ÷ off, #{workload} (no loss)", "≥ 0.97×", "#{offload.round(3)}×", offload >= 0.97)
+          end ].compact
+      end
+
+      # The detector's standing CPU: an idle pool's CPU per second with it on, minus off (median over cells).
+      def idle_cost
+        median(results("cost", "idle").map do |r|
+          mean = ->(name) { r["runs"].select { |run| run["setup"] == name }.sum { |run| run["cpu_ms_per_second"] } / 2.0 }
+          mean.call("default") - mean.call("detector off")
+        end)
       end
 
       def fp_target
@@ -216,7 +228,17 @@ module FiberSafety
         row("stalls reported that no job caused (fibers: 10,000, 500 noop/s, GC pressure)", "0", stalls.to_s, stalls.zero?)
       end
 
-      def row(target, goal, measured, met) = "| #{target} | #{goal} | #{measured} | #{met ? 'met' : 'missed'} |"
+      # Whether every job of every cell succeeded (and every cell ran).
+      def outcomes
+        short = @cells.select { |c| (jobs = c.dig("result", "jobs")) && jobs["succeeded"] != jobs["enqueued"] }
+        fp = results("false_positives").reject { |r| r.dig("counts", "succeeded") == r["produced"].values.sum }
+        lines = short.map { |c| "#{c['experiment']} #{c['variant']} round #{c['round']}: #{c.dig('result', 'jobs')}" }
+        lines << "#{fp.size} false-positive rounds with jobs not succeeded" if fp.any?
+        lines << "#{@failed} cells failed (bench/tmp/fiber_safety.log)" if @failed.positive?
+        lines.empty? ? "Every job of every cell succeeded; no cell failed.\n" : "**Cells with jobs not succeeded or failed:**\n\n- #{lines.join("\n- ")}\n"
+      end
+
+      def row(target, goal, measured, met) = "| #{target} | #{goal} | #{measured} | #{{ true => 'met', false => 'missed' }.fetch(met, '—')} |"
 
       def median(values)
         sorted = values.compact.sort
