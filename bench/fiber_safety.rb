@@ -13,6 +13,7 @@
 #   false_positives  fibers: 10,000 fed 10,000 × sleep 1 s waves, 500 noop/s and garbage-making jobs: stalls reported
 # Prints markdown tables and writes bench/results/<date>-fiber_safety.json.
 #   ruby bench/fiber_safety.rb [--quick] [--rounds N] [--only falcon,busy,ongoing,lag,offload,cost,false_positives]
+#   ruby bench/fiber_safety.rb --report results/<run>.json    (the tables again, from a saved run)
 # Database: BENCH_DATABASE_URL, else postgres:///bench_fiber_safety on the port of .database_url.
 require "bobbin"
 require "fileutils"
@@ -26,12 +27,17 @@ require_relative "lib/fiber_safety/producer"
 require_relative "lib/fiber_safety/summary"
 
 DATABASE = ENV.fetch("BENCH_DATABASE_URL", "postgres:///bench_fiber_safety?port=#{Servers.port}")
-SIZES = { full: { rounds: 7, noop_jobs: 20_000, sleep_jobs: 10_000, deflate_mb: 32, fp_seconds: 20, fp_rounds: 3 },
-          quick: { rounds: 2, noop_jobs: 5_000, sleep_jobs: 2_000, deflate_mb: 32, fp_seconds: 8, fp_rounds: 1 } }.freeze
+SIZES = { full: { rounds: 7, noop_jobs: 50_000, sleep_jobs: 10_000, cost_repeats: 2, deflate_mb: 32, fp_seconds: 20, fp_rounds: 3 },
+          quick: { rounds: 2, noop_jobs: 5_000, sleep_jobs: 2_000, cost_repeats: 1, deflate_mb: 32, fp_seconds: 8, fp_rounds: 1 } }.freeze
 EXPERIMENTS = { "falcon" => [ "alone", "fibers", "thread lane" ], "busy" => [ "300 ms" ], "ongoing" => [ "2 s" ], "lag" => [ "10 × 40 ms + 80 ms" ],
                 "offload" => [ "offload 4", "offload 0", "async, no worker pool", "async, a thread per call" ], "cost" => %w[noop sleep idle] }.freeze
 LOG = File.join(__dir__, "tmp", "fiber_safety.log")
 
+if ARGV.first == "--report" # re-renders the tables of a saved run
+  run = JSON.parse(File.read(ARGV.fetch(1)))
+  puts FiberSafety::Summary.new(run["cells"], run["sizes"].transform_keys(&:to_sym))
+  exit
+end
 if ARGV.first == "--cell" || ARGV.first == "--produce"
   Bobbin.config.logger.level = Logger::WARN
   sizes = JSON.parse(ENV.fetch("BENCH_SIZES"), symbolize_names: true)

@@ -89,14 +89,18 @@ module FiberSafety
         .merge(max_loop_lag_ms: @worker.detector.health[:max_loop_lag_ms], stalls: stalls)
     end
 
-    # The setups compared for cost, each run twice per cell in the order A B C C B A (so a drift over the cell
+    # The setups compared for cost, run in the order A B C C B A (`cost_repeats` times per cell, so a drift over the cell
     # weighs on all alike): the default (detector on, offload on), the detector off, offload off.
     SETUPS = { "default" => [ nil, 4 ], "detector off" => [ false, 4 ], "offload off" => [ nil, 0 ] }.freeze
 
     # `workload` ("noop", "sleep": 50 ms) drained by fibers: 100 in each setup: jobs/s and CPU per job; or ("idle") a
     # fiber pool of 100 with nothing to do for 3 s: the process's CPU per second, where the detector's own ticks show.
+    # A process's first drain is slower whatever the setup (cold code paths and caches: ~20 % on noop), so one drain
+    # warms up first and is not counted.
     def cost(workload)
-      runs = (SETUPS.keys + SETUPS.keys.reverse).map do |setup|
+      drain_for_cost(workload, nil) unless workload == "idle"
+      order = (SETUPS.keys + SETUPS.keys.reverse) * @sizes.fetch(:cost_repeats, 1)
+      runs = order.map do |setup|
         threshold, Bobbin.config.offload_threads = SETUPS.fetch(setup)
         { setup: setup, **(workload == "idle" ? idle(threshold) : drain_for_cost(workload, threshold)) }
       end
