@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # bin/bench [--quick] [--only WORKLOAD[,…]|enqueue|stress|sweep] [--systems a,b] [--rounds N] [--[no-]stress] [--report JSON]
-# [--profile]: Bobbin side by side with its peers.
+# [--profile]: Bobbin side by side with its peers. --only fiber_safety runs bench/fiber_safety.rb (issue 17) instead.
 require "fileutils"
 require "json"
 require "optparse"
@@ -18,7 +18,9 @@ options = { rounds: 5, quick: false, workloads: Plan::WORKLOADS.keys, systems: P
 EXTRA = %w[enqueue stress sweep producers idle sqlite].freeze
 parser = OptionParser.new do |o|
   o.on("--quick", "reduced run for CI: one round, no warm-up, fewer jobs (< 10 min)") { options.merge!(quick: true, rounds: 1) }
-  o.on("--only LIST", Array, "workloads, and/or enqueue, stress, sweep, producers, idle, sqlite") do |v|
+  o.on("--only LIST", Array, "workloads, and/or enqueue, stress, sweep, producers, idle, sqlite; or fiber_safety (alone)") do |v|
+    options[:fiber_safety] = v.include?("fiber_safety")
+    v -= [ "fiber_safety" ]
     options.merge!(workloads: v - EXTRA, enqueue: v.include?("enqueue"), stress: v.include?("stress"),
                    sweep: v.include?("sweep") && Plan::SWEEP[:concurrency], producers: v.include?("producers"), idle: v.include?("idle"),
                    sqlite: v.include?("sqlite"))
@@ -30,7 +32,7 @@ parser = OptionParser.new do |o|
     options[:sweep] = v.nil? ? Plan::SWEEP[:concurrency] : (v && v.map(&:to_i))
   end
   o.on("--systems LIST", Array) { |v| options[:systems] = v }
-  o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options[:rounds] = v }
+  o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options.merge!(rounds: v, rounds_given: true) }
   o.on("--profile", "profile Bobbin alone: per-statement costs, 10,000 in-flight 2 s jobs, concurrency limits (bench/profile.rb), " \
                     "an Active Job job's pieces (bench/profile_active_job.rb)") do
     system({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile.rb")) or exit(1)
@@ -46,6 +48,10 @@ begin
   parser.parse!
 rescue OptionParser::ParseError => error
   abort("bin/bench: #{error.message}")
+end
+if options[:fiber_safety] # the stall detector, offload and the thread lane (bench/fiber_safety.rb): its own tables and JSON
+  exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "fiber_safety.rb"), *("--quick" if options[:quick]),
+       *("--rounds=#{options[:rounds]}" if options[:rounds_given]))
 end
 options[:stress] = !options[:quick] if options[:stress].nil?
 options[:producers] = !options[:quick] if options[:producers].nil?
