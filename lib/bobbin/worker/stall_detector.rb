@@ -86,6 +86,7 @@ module Bobbin
         # One look: idle → suspecting (trace on) → stuck (confirmed) → reported once a switch or the next job ends it.
         def check
           job = @loop_thread[JOB]
+          seen(job)
           let_go(job) if @suspect && (@switched_at || job != @suspect[:id])
           age = monotonic - @beat
           if @suspect.nil?
@@ -95,6 +96,16 @@ module Bobbin
           else
             ongoing
           end
+        end
+
+        # When the running job changed between two looks, it started holding the loop somewhere between them: the
+        # midpoint is the estimate (so jobs that held the loop one after another in one turn are not charged each
+        # other's time).
+        def seen(job)
+          now = monotonic
+          @current_since = @last_look ? (@last_look + now) / 2 : now if job != @current_job
+          @current_job = job
+          @last_look = now
         end
 
         # The suspect let go of the loop: at the switch, or when its fiber went straight on to its next job. It held
@@ -111,7 +122,7 @@ module Bobbin
         # and count switches from now on. What needs the loop thread paused comes first: reading /proc (`clocks`)
         # lets go of the GVL, and a job busy in Ruby runs on meanwhile.
         def suspect(job)
-          since = [ @beat, @loop_thread[STARTED] || @beat ].max
+          since = [ @beat, @loop_thread[STARTED] || @beat, @current_since ].max
           at = monotonic
           @backtrace = stack
           @trace = TracePoint.new(:fiber_switch) { @switched_at ||= monotonic }
