@@ -66,6 +66,19 @@ class FiberSafetyTest < Bobbin::TestCase
     Bobbin.config.logger = Logger.new(File::NULL)
   end
 
+  test "a job still holding the loop after half a second is named in the log while it is stuck" do
+    log = StringIO.new
+    Bobbin.config.logger = Logger.new(log)
+    id = BlockingCallJob.enqueue(1_500, "long")
+    drain(fibers: 2)
+
+    so_far, done = log.string.lines.grep(/held the event loop/)
+    assert_match(%r{BlockingCallJob #{id} has held the event loop for 0\.\ds so far at \S*test/support/jobs\.rb:\d+}, so_far)
+    assert_match(/BlockingCallJob #{id} held the event loop \d+ms/, done, "and once more when it lets go, with the duration")
+  ensure
+    Bobbin.config.logger = Logger.new(File::NULL)
+  end
+
   test "a job busy in Ruby for 300 ms is named" do
     id = BusyRubyJob.enqueue(300, "busy")
     Bobbin.enqueue_all(Array.new(10) { |i| [ SleepJob, [ 0.05, "sleep-#{i}" ] ] })

@@ -23,7 +23,7 @@ module Bobbin
       # Stalls the process row keeps for the dashboard.
       RECENT = 5
       # A stall still going on after this many seconds is logged once before it ends.
-      ONGOING = 1.0
+      ONGOING = 0.5
       # Where frames that are not the app's own code come from: Bobbin, installed gems, Ruby's own library.
       LIBRARY_FRAMES = [ File.expand_path("../..", __dir__), *Gem.path, RbConfig::CONFIG["rubylibdir"], "<internal:" ].uniq.freeze
 
