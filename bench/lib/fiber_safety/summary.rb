@@ -6,8 +6,7 @@ module FiberSafety
     SETUPS = [ "default", "detector off", "offload off" ].freeze
 
     def initialize(cells, sizes)
-      @cells = cells.reject { |cell| cell.dig("result", "error") }
-      @failed = cells.size - @cells.size
+      @cells, @failed = cells.partition { |cell| cell.dig("result", "error").nil? }
       @sizes = sizes
     end
 
@@ -116,7 +115,8 @@ module FiberSafety
               "#{range(runs.map { |run| run['cpu_ms_per_second'] })} | #{setup == 'default' ? '—' : range(paired(workload, setup, key), 3)} |"
           end
         end
-        "### The detector's and offload's cost (#{rounds('cost')} rounds)\n\nEach cell is one process that, after a drain it does not count, " \
+        warm = @sizes.key?(:cost_repeats) ? ", after a drain it does not count," : "" # runs before cost_repeats had no warm-up drain
+        "### The detector's and offload's cost (#{rounds('cost')} rounds)\n\nEach cell is one process that#{warm} " \
           "runs the three setups in the order default, detector off, offload off, offload off, detector off, default " \
           "(#{@sizes.fetch(:cost_repeats, 1)} times; the default: stall_threshold 0.1 and offload_threads 4): #{@sizes[:noop_jobs]} noop jobs, or #{@sizes[:sleep_jobs]} × sleep 50 ms, drained by `fibers: 100` " \
           "(jobs/s from the first job to the last; the process's CPU per job), or a `fibers: 100` pool with nothing to do for 3 s " \
@@ -205,8 +205,8 @@ module FiberSafety
         costs = paired("noop", "detector off", "jobs_per_second").map { |r| 1 - 1 / r }
         detector = median(costs)
         idle = paired("idle", "detector off", "cpu_ms_per_second").empty? ? nil : idle_cost
-        [ row("detector's cost on noop throughput (median over cells; their range)", "≤ 3 %",
-              "#{(detector * 100).round(1)} % (#{(costs.min * 100).round(1)} … #{(costs.max * 100).round(1)} %)", detector <= 0.03),
+        [ (row("detector's cost on noop throughput (median over cells; their range)", "≤ 3 %",
+               "#{(detector * 100).round(1)} % (#{(costs.min * 100).round(1)} … #{(costs.max * 100).round(1)} %)", detector <= 0.03) if detector),
           (row("…its own CPU, an idle pool (on − off)", "reported", "#{idle.round(1)} ms per s", nil) if idle),
           *%w[noop sleep].filter_map do |workload|
             offload = median(paired(workload, "offload off", "jobs_per_second").map { |r| 1 / r }) or next
@@ -236,7 +236,7 @@ module FiberSafety
         fp = results("false_positives").reject { |r| r.dig("counts", "succeeded") == r["produced"].values.sum }
         lines = short.map { |c| "#{c['experiment']} #{c['variant']} round #{c['round']}: #{c.dig('result', 'jobs')}" }
         lines << "#{fp.size} false-positive rounds with jobs not succeeded" if fp.any?
-        lines << "#{@failed} cells failed (bench/tmp/fiber_safety.log)" if @failed.positive?
+        lines << "#{@failed.size} cells failed (bench/tmp/fiber_safety.log): #{@failed.map { |c| "#{c['experiment']} #{c['variant']} round #{c['round']}" }.join(', ')}" if @failed.any?
         lines.empty? ? "Every job of every cell succeeded; no cell failed.\n" : "**Cells with jobs not succeeded or failed:**\n\n- #{lines.join("\n- ")}\n"
       end
 
