@@ -103,9 +103,18 @@ module Bobbin
         # other's time).
         def seen(job)
           now = monotonic
-          @current_since = @last_look ? (@last_look + now) / 2 : now if job != @current_job
+          @current_since = since_between(@last_look, now) if job != @current_job
           @current_job = job
           @last_look = now
+        end
+
+        # A job that started after the last look started holding the loop then (its own recorded start); one resumed
+        # between the looks, at their midpoint.
+        def since_between(last_look, now)
+          started = @loop_thread[STARTED]
+          return started if started && (last_look.nil? || started > last_look)
+
+          last_look ? (last_look + now) / 2 : now
         end
 
         # The suspect let go of the loop: at the switch, or when its fiber went straight on to its next job. It held
