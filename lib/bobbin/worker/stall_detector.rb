@@ -27,8 +27,6 @@ module Bobbin
       # Where frames that are not the app's own code come from: Bobbin, installed gems, Ruby's own library.
       LIBRARY_FRAMES = [ File.expand_path("../..", __dir__), *Gem.path, RbConfig::CONFIG["rubylibdir"], "<internal:" ].uniq.freeze
 
-      attr_reader :threshold, :stalls
-
       # `jobs` answers the claimed job for an id (nil when gone); `on_stall` gets each Stall once it ends.
       def initialize(threshold, jobs:, on_stall:)
         @threshold = threshold
