@@ -39,6 +39,16 @@ class ClaimTest < Bobbin::TestCase
     assert_equal [ ids["default"] ], store([ "default", "other" ]).claim(@process_id, 10).map(&:id)
   end
 
+  test "PostgreSQL: a store whose session was replaced prepares its statements again on the new one" do
+    skip_unless_postgres
+    Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
+    assert_equal 1, store.claim(@process_id, 1).size
+    Bobbin::Record.connection.select_all("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    assert_raises(Bobbin::Store::Unavailable) { @store.claim(@process_id, 1) }
+    assert_equal 1, @store.claim(@process_id, 1).size, "claims after reconnecting (on a session that never saw the statements)"
+    assert_equal 1, @store.claim(@process_id, 1).size
+  end
+
   test "a paused queue is skipped by the claim until resumed" do
     Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "llm")
     Bobbin.pause("llm")

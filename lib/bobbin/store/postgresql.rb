@@ -245,6 +245,7 @@ module Bobbin
         @claim_sql = claim_sql
         @next_run_at_sql = next_run_at_sql
         @array = PG::TextEncoder::Array.new
+        @prepared = @adapter.prepared_statements? ? {}.compare_by_identity : nil
         configure
       end
 
@@ -327,8 +328,20 @@ module Bobbin
           @adapter.raw_connection.exec("SET enable_sort = off; SET jit = off")
         end
 
+        # Runs one of this store's statements. Each is prepared once per server session (the backend pid tells a new
+        # one) unless the app turned prepared statements off (PgBouncer in transaction mode): planning the claim
+        # costs more than running it (~230 of ~500 µs), and an idle worker woken per job claims once per job.
         def exec(sql, binds)
-          @adapter.raw_connection.exec_params(sql, binds)
+          raw = @adapter.raw_connection
+          return raw.exec_params(sql, binds) unless @prepared
+
+          raw.exec_prepared(prepared(raw, sql), binds)
+        end
+
+        # The name of `sql` (one of this store's frozen statements, looked up by identity) prepared on `raw`.
+        def prepared(raw, sql)
+          @prepared.clear.store(:pid, raw.backend_pid) if @prepared[:pid] != raw.backend_pid
+          @prepared[sql] ||= "bobbin_store_#{@prepared.size}".tap { |name| raw.prepare(name, sql) }
         end
 
         def claim_sql
