@@ -50,6 +50,13 @@ module Bobbin
     # may poll at notified_polling_interval. (SQLite's watcher sees only inserts from other processes.)
     def listening? = @source.is_a?(Listener) && @pid == ::Process.pid && @source.healthy?
 
+    # The shortest polling_interval of this process's workers (the configured one without workers): how long a
+    # listener that went silent may go unnoticed.
+    def polling_interval
+      @lock.synchronize { @workers.filter_map { |worker| worker.polling_interval if worker.respond_to?(:polling_interval) }.min } ||
+        Bobbin.config.polling_interval
+    end
+
     # Tells this process's workers that jobs are ready in `queues` (nil: any queue), or become due at `at`
     # (epoch seconds; nil: now). With `paused:` it says instead that `queues` were paused (true: nothing to claim,
     # so no worker is told) or resumed (false: their waiting jobs are ready).

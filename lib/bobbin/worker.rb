@@ -103,6 +103,9 @@ module Bobbin
     # Where the stalls the detector reports go (nil before boot and for thread pools).
     attr_reader :stall_log
 
+    # Seconds between safety polls while notifications do not reach this worker.
+    def polling_interval = @pacer.polling_interval
+
     # Hears that jobs are ready in `queues` (nil: any) or become due at `at` (epoch seconds); called by Wakeups from
     # any thread. Wakes the claim loop when they concern this worker's queues, not all paused, and it has room (or
     # must sleep less).

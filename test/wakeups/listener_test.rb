@@ -14,7 +14,7 @@ class ListenerTest < Bobbin::TestCase
   # The backend pids of this process's listening sessions.
   def listeners
     Bobbin::Record.connection.select_values(<<~SQL, "listeners", [ TestDatabase.application_name ]).map(&:to_i)
-      SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN %' AND pid <> pg_backend_pid()
+      SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND (query LIKE '%LISTEN %' OR query LIKE '%bobbin_listener_ping%') AND pid <> pg_backend_pid()
     SQL
   end
 
@@ -80,9 +80,11 @@ class ListenerTest < Bobbin::TestCase
       old = listeners
       assert_equal 1, proxy.cut_listeners, "the listening connection goes silent"
       enqueue_to("default", "while-cut") # its NOTIFY is lost in the silent connection
-      wait_for("workers to fall back to polling", timeout: 30) { !Bobbin::Wakeups.listening? }
-      assert_match(/notifications lost \(PG::ConnectionBad: PostgreSQL did not answer/, log.string)
       assert wait_for("the job enqueued after the cut", timeout: 20) { ran?("while-cut") }
+      assert_no_match(/notifications lost/, log.string, "idle workers polled once the listener's ping was late (after a " \
+                                                         "polling_interval of silence), before it gave the connection up")
+      assert wait_for("the listener to give the connection up", timeout: 30) { log.string.include?("notifications lost") }
+      assert_match(/notifications lost \(PG::ConnectionBad: PostgreSQL did not answer/, log.string)
       assert_notifications_resume("after")
       assert_not_equal old, listeners, "a new listening session"
     end

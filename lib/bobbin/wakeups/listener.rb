@@ -10,19 +10,25 @@ module Bobbin
     # Bobbin and PostgreSQL) turns notifications off for the process, with one log line saying so.
     #
     # A cut that drops packets without a reset (a NAT or firewall forgetting an idle flow, a host gone from the
-    # network) leaves a listening socket that is merely quiet, and libpq's TCP keepalives default to ~2 h: after
-    # PING_AFTER seconds without a word from PostgreSQL the listener sends `SELECT 1` and counts the connection as
-    # lost when no answer comes within PING_TIMEOUT. That is one trivial round trip per 5 s per process, and none
-    # while notifications flow; no claim. Keepalives and tcp_user_timeout (KEEPALIVE) bound the listener's other
-    # statements and connect_timeout its reconnects the same way.
+    # network) leaves a listening socket that is merely quiet, and libpq's TCP keepalives default to ~2 h. So no
+    # job waits longer than a polling_interval for it (`quiet`: the process's shortest, within QUIET): after half
+    # of it without a word from PostgreSQL the listener sends `SELECT 1`; when the answer is not back after the
+    # other half, the listener counts as unhealthy and idle workers poll at once and every polling_interval, while
+    # it waits up to PING_TIMEOUT for the answer (a late one makes it healthy again); none by then is a lost
+    # connection. That is one trivial round trip per quiet/2 per idle process, none while notifications flow, and
+    # no claim. Keepalives and tcp_user_timeout (KEEPALIVE) bound the listener's other statements and
+    # connect_timeout its reconnects the same way.
     class Listener
       CHANNEL = "bobbin_jobs"
       # Seconds a probe NOTIFY may take to come back before we conclude notifications do not work here.
       PROBE_TIMEOUT = 2.0
-      # Seconds of silence on the listening connection before a ping, and how long its answer may take: a silent
-      # cut is noticed within 7 s, before the 10 s notified poll (notified_polling_interval) would come round.
-      PING_AFTER = 5.0
+      # The seconds a silent cut may go unnoticed (the workers' polling_interval, kept within this range: a ping
+      # at most every 0.25 s, and at least one per 3.5 s of silence), and how long a ping's answer may take
+      # before the connection counts as lost.
+      QUIET = 0.5..7.0
       PING_TIMEOUT = 2.0
+      # Named, so that pg_stat_activity tells an idle listener's session apart from the others.
+      PING = "SELECT 1 AS bobbin_listener_ping"
       # libpq settings of the listener's sessions (a database config's own values win): the kernel gives up on a
       # peer that stops acknowledging within seconds rather than hours.
       KEEPALIVE = { connect_timeout: 5, keepalives: 1, keepalives_idle: 5, keepalives_interval: 2, keepalives_count: 3,
@@ -117,27 +123,43 @@ module Bobbin
         end
 
         def receive
-          heard = @connection.wait_for_notify(0.5) { |channel, _pid, payload| deliver(payload) if channel == CHANNEL }
+          half = Wakeups.polling_interval.clamp(QUIET) / 2
+          heard = @connection.wait_for_notify(half) { |channel, _pid, payload| deliver(payload) if channel == CHANNEL }
           @heard_at = monotonic if heard
-          ping if monotonic - @heard_at >= PING_AFTER
+          ping(half) if monotonic - @heard_at >= half
         end
 
-        # Raises PG::ConnectionBad when PostgreSQL does not answer within PING_TIMEOUT. Notifications read
-        # meanwhile stay queued in libpq for the next wait_for_notify.
-        def ping
-          @connection.send_query("SELECT 1")
-          deadline = monotonic + PING_TIMEOUT
-          loop do
-            @connection.consume_input
-            break unless @connection.is_busy
+        # Sends `SELECT 1`; an answer not back after `half` seconds makes the listener unhealthy (idle workers poll)
+        # until it comes; none within PING_TIMEOUT (or `half`, if longer) raises PG::ConnectionBad. Notifications
+        # read meanwhile stay queued in libpq for the next wait_for_notify.
+        def ping(half)
+          @connection.send_query(PING)
+          sent = monotonic
+          late_at = sent + half
+          deadline = sent + [ PING_TIMEOUT, half ].max
+          until answered?
+            now = monotonic
+            late if now >= late_at
+            raise PG::ConnectionBad, "PostgreSQL did not answer within #{(deadline - sent).round(1)}s (a network cut that dropped the connection silently?)" if now >= deadline
 
-            left = deadline - monotonic
-            next if left.positive? && @connection.socket_io.wait_readable(left)
-
-            raise PG::ConnectionBad, "PostgreSQL did not answer within #{PING_TIMEOUT}s (a network cut that dropped the connection silently?)"
+            @connection.socket_io.wait_readable((now < late_at ? late_at : deadline) - now)
           end
           @connection.get_last_result
           @heard_at = monotonic
+          @healthy = true
+        end
+
+        def answered?
+          @connection.consume_input
+          !@connection.is_busy
+        end
+
+        # The ping's answer is late: idle workers poll at polling_interval from now (and at once) until it comes.
+        def late
+          return unless @healthy
+
+          @healthy = false
+          Wakeups.deliver(nil)
         end
 
         def deliver(payload)

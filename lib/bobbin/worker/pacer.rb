@@ -18,6 +18,9 @@ module Bobbin
         @refreshed_at = nil
       end
 
+      # Seconds between safety polls while notifications do not reach this process.
+      attr_reader :polling_interval
+
       # Notes that a job of this worker's queues becomes due at `at` (epoch seconds).
       def note(at)
         @lock.synchronize { @due = at if @due.nil? || at < @due }
