@@ -29,11 +29,12 @@ module PickupSections
       return if @idle.empty?
 
       rows = @idle.map do |c|
-        "| #{c['system']} | #{c['error'] ? 'failed' : fmt(c['transactions_per_minute'])} | #{fmt(c['claims_per_minute'], 1)} |"
+        "| #{label(c['system'], c)} | #{c['error'] ? 'failed' : fmt(c['transactions_per_minute'])} | #{fmt(c['claims_per_minute'], 1)} |"
       end
       "## An idle worker's load on PostgreSQL\n\nOne worker process with nothing to do for #{@idle.first['idle_seconds']} s (after 5 s to settle), " \
         "in its documented production setup: transactions its database commits per minute (pg_stat_database), and for Bobbin the " \
-        "claim statements it sends (its own counter).\n\n| system | transactions / min | claims / min |\n|---|---|---|\n#{rows.join("\n")}\n"
+        "claim statements it sends (its own counter); Bobbin's listener also sends a `SELECT 1` after each half polling_interval " \
+        "without a word from PostgreSQL (≥ 0.25 s), so that a silently cut connection is noticed within a polling_interval.\n\n| system | transactions / min | claims / min |\n|---|---|---|\n#{rows.join("\n")}\n"
     end
 
     def sqlite_pickup

@@ -26,16 +26,36 @@ class Report
       json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
       JSON.parse(File.read(json_path)).merge("name" => File.basename(json_path, ".json"))
     end
-    cells = runs.each_with_object([]) do |run, taken|
-      have = taken.map { |c| part(c) }.uniq
-      taken.concat(run["cells"].reject { |c| have.include?(part(c)) }.map { |c| c.merge("run" => run["name"]) })
-    end
+    cells = take(runs)
     aj_run = runs.find { |run| active_job_cells(run["cells"]).any? { |c| c["system"] == Plan::ACTIVE_JOB.first } }
     active_job = aj_run && active_job_cells(aj_run["cells"]).map { |c| c.merge("run" => aj_run["name"]) }
     used = runs.select { |run| run.equal?(aj_run) || cells.any? { |c| c["run"] == run["name"] } }
     new(cells, runs: used.map { |run| { "name" => run["name"], "options" => run["options"] } }, server_check: runs.first["server_check"],
                facts: runs.first["facts"], active_job: active_job).write(json: false)
   end
+
+  # A part's cells (a workload's, the stress matrix's, …) come from the first run that has it. A later run adds the
+  # systems that part lacks (a peer measured after the others, e.g. River), each flagged "added", with that run's own
+  # Bobbin fibers cells of the part kept as its "reference": the same-run Bobbin the added system is compared with.
+  # Systems of the "Through Active Job" table are never added (that table is one run's).
+  def self.take(runs)
+    runs.each_with_object([]) do |run, taken|
+      run["cells"].group_by { |c| part(c) }.each do |part, cells|
+        cells = cells.map { |c| c.merge("run" => run["name"]) }
+        have = taken.filter_map { |c| c["system"] if part(c) == part && !c["reference"] }.uniq
+        next taken.concat(cells) if have.empty?
+
+        added = cells.reject { |c| have.include?(c["system"]) || (Plan::ACTIVE_JOB + [ Plan::NONDURABLE ]).include?(c["system"]) }
+        next if added.empty?
+
+        taken.concat(added.map { |c| c.merge("added" => true) })
+        taken.concat(cells.select { |c| c["system"] == REFERENCE }.map { |c| c.merge("reference" => true) })
+      end
+    end
+  end
+
+  # The system added systems are compared with in their own run.
+  REFERENCE = "bobbin-fibers"
 
   # The cells of the "Through Active Job" table: workloads and one-at-a-time enqueue of the systems it compares.
   def self.active_job_cells(cells)
@@ -64,7 +84,8 @@ class Report
   # runs: [{ "name" =>, "options" => }] the cells come from, the first giving the options for sizing and titles.
   # active_job: the cells of the "Through Active Job" table when they come from another run than `cells` (rerender).
   def initialize(cells, runs:, server_check:, facts: nil, active_job: nil)
-    @cells = cells
+    @references = cells.select { |c| c["reference"] }
+    @cells = cells.reject { |c| c["reference"] }
     @runs = runs.map { |run| run.merge("options" => run["options"].transform_keys(&:to_s)) }
     @options = @runs.first["options"]
     @name = @runs.map { |run| run["name"] }.join("+")
@@ -80,6 +101,7 @@ class Report
     write_csv
     charts
     File.write(File.join(DIR, "RESULTS.md"), Results.new(summary, facts: @facts, runs: @runs, server_check: @server_check, matrix: @cells.select { |c| c["matrix"] },
+                                                           references: references, added: added,
                                                            sweep: sweep, enqueue: enqueue, origins: origins,
                                                            producers: @cells.select { |c| c["producers_cell"] }, idle: @cells.select { |c| c["idle"] },
                                                            sqlite_pickup: @cells.select { |c| c["sqlite_pickup"] }, active_job: active_job).to_s)
@@ -103,7 +125,22 @@ class Report
   end
 
   # { part => run } for the stress matrix, the sweep and one-at-a-time enqueue: the run each came from.
-  def origins = @cells.select { |c| PARTS.include?(self.class.part(c)) }.to_h { |c| [ self.class.part(c), c["run"] ] }
+  def origins = @cells.select { |c| PARTS.include?(self.class.part(c)) && !c["added"] }.to_h { |c| [ self.class.part(c), c["run"] ] }
+
+  # { run => { summary:, enqueue:, matrix: } } of the reference cells (see Report.take) of each run that added systems.
+  def references
+    @references.group_by { |c| c["run"] }.transform_values do |cells|
+      summary = summarize(cells)
+      { summary: summary, enqueue: enqueue_stats(cells, summary) }
+    end
+  end
+
+  # { run => { systems:, parts: } }: what each run added to parts that came from earlier runs.
+  def added
+    @cells.select { |c| c["added"] }.group_by { |c| c["run"] }.transform_values do |cells|
+      { systems: cells.map { |c| c["system"] }.uniq, parts: cells.map { |c| self.class.part(c) }.uniq }
+    end
+  end
 
   # { system => stats } of one-at-a-time enqueue over its rounds, with the bulk rate from the noop cells.
   def enqueue = @enqueue ||= enqueue_stats(@cells, summary)
@@ -117,7 +154,8 @@ class Report
 
     def enqueue_stats(cells, summary)
       cells.select { |c| c["enqueue"] }.group_by { |c| c["system"] }.to_h do |system, of_system|
-        [ system, spread(of_system, "enqueue_one_per_second").merge("bulk" => summary.dig(Plan::ENQUEUE[:workload], system, "enqueue_per_second")) ]
+        [ system, spread(of_system, "enqueue_one_per_second").merge("bulk" => summary.dig(Plan::ENQUEUE[:workload], system, "enqueue_per_second"),
+                                                                           "run" => of_system.first["run"]) ]
       end
     end
 

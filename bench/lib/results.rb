@@ -19,8 +19,12 @@ class Results
 
   # origins: { part => the run its cells come from } for the parts that are not workloads (PARTS). active_job: the
   # "Through Active Job" table's { summary:, enqueue:, run: } (Report#active_job), when not the summary's own.
+  # references, added: Report#references and Report#added (systems a later run added, and the same-run Bobbin they
+  # are compared with).
   def initialize(summary, facts:, runs:, server_check:, matrix: [], sweep: {}, enqueue: {}, origins: {}, producers: [], idle: [], sqlite_pickup: [],
-                 active_job: nil)
+                 active_job: nil, references: {}, added: {})
+    @references = references
+    @added = added
     @active_job = active_job || { summary: summary, enqueue: enqueue }
     @producers = producers
     @sqlite_pickup = sqlite_pickup
@@ -43,6 +47,25 @@ class Results
     def fmt(value, digits = 0) = value.nil? ? "—" : (digits.zero? ? value.round.to_s : value.round(digits).to_s)
 
     def bobbin(workload) = @summary.dig(workload, "bobbin-fibers")
+
+    # True when `system`'s numbers (stats or a cell, with its "run") come from a later run that added it.
+    def added?(system, numbers) = @added.dig(numbers && numbers["run"], :systems)&.include?(system) || false
+
+    # Marks a system measured in a later run than the rest of its table.
+    def label(system, numbers) = added?(system, numbers) ? "#{system} †" : system
+
+    # The note under a table with added systems.
+    def added_note(used)
+      return "" if used.empty?
+
+      "\n† #{used.uniq.map { |run| "#{@added[run][:systems].join(', ')}: run `#{run}`" }.join('; ')}, added after the rest of the table " \
+        "was measured; ratios against it use Bobbin fibers of that same run (#{used.uniq.map { |run| reference_line(run) }.join('; ')}).\n"
+    end
+
+    def reference_line(run)
+      ref = @references.dig(run, :summary) || {}
+      ref.filter_map { |workload, systems| (m = systems.dig(Report::REFERENCE, "median")) && "#{workload} #{fmt(m)}" }.join(", ").then { |t| t.empty? ? "no workloads" : "jobs/s #{t}" }
+    end
 
     def header
       <<~MD
@@ -74,7 +97,7 @@ class Results
     def run_line(run)
       name, options = run.values_at("name", "options")
       quick = options["quick"]
-      workloads = @summary.keys.select { |w| @summary[w].values.any? { |s| s["run"] == name } }
+      workloads = @summary.keys.select { |w| @summary[w].any? { |system, s| s["run"] == name && !added?(system, s) } }
       parts = []
       parts << "#{workloads.join(', ')}, " + (quick ? "1 round of reduced job counts, no warm-up" :
         "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s") if workloads.any?
@@ -85,16 +108,29 @@ class Results
         parts << "the Through Active Job table (#{@active_job[:summary].keys.join(', ')}, one-at-a-time perform_later), " +
                  (quick ? "1 round of reduced job counts" : "#{options['rounds']} measured rounds after a warm-up round")
       end
+      if (added = @added[name])
+        rounds = quick ? "1 round of reduced job counts" : "#{options['rounds']} measured rounds"
+        parts << "#{added[:systems].join(', ')} added to #{added[:parts].map { |part| PARTS[part.to_sym] || part }.join(', ')} " \
+                 "(#{rounds}; marked †), beside Bobbin fibers of the same run"
+      end
       "- Run `#{name}` (`bin/bench#{' --quick' if quick}`): #{parts.join('; ')}."
     end
 
     def ratios
       peers = Report::PEERS.select { |p| @summary.values.any? { |s| s.key?(p) } }
+      used = []
       rows = @summary.reject { |workload, _| Plan::WORKLOADS.dig(workload, :rate) }.map do |workload, systems|
-        mine = systems.dig("bobbin-fibers", "median")
-        "| #{workload} | " + peers.map { |p| (m = systems.dig(p, "median")) && mine ? "#{fmt(mine.fdiv(m), 2)}×" : "—" }.join(" | ") + " |"
+        "| #{workload} | " + peers.map do |p|
+          m = systems.dig(p, "median")
+          mine = systems.dig("bobbin-fibers", "median")
+          if added?(p, systems[p])
+            used << systems[p]["run"]
+            mine = @references.dig(systems[p]["run"], :summary, workload, Report::REFERENCE, "median")
+          end
+          m && mine ? "#{fmt(mine.fdiv(m), 2)}×#{' †' if added?(p, systems[p])}" : "—"
+        end.join(" | ") + " |"
       end
-      "## Bobbin (fibers) ÷ each peer, median jobs/s\n\n| workload | #{peers.join(' | ')} |\n|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n"
+      "## Bobbin (fibers) ÷ each peer, median jobs/s\n\n| workload | #{peers.join(' | ')} |\n|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n#{added_note(used)}"
     end
 
     # Bobbin through Active Job against every system's Active Job path, in the same run: jobs/s and the ratio.
@@ -133,7 +169,7 @@ class Results
           ideal = latency && s["concurrency"] / latency
           ideal = s["jobs"] / 2.0 if workload == "burst" && s["concurrency"] >= s["jobs"] # all at once: the slowest (2 s) bounds it
           eff = ideal && s["median"] ? "#{fmt(100.0 * [ s['median'] / ideal, 1 ].min)} %" : "—"
-          "| #{workload} | #{system} | #{s['concurrency']} | #{s['pool'] || '—'} | #{fmt(s['median'])} (#{fmt(s['min'])}–#{fmt(s['max'])}) | #{eff} | #{fmt(s['enqueue_per_second'])} | #{s['bad_rounds']}/#{s['rounds']} #{s['errors'].first&.slice(0, 60)} |"
+          "| #{workload} | #{label(system, s)} | #{s['concurrency']} | #{s['pool'] || '—'} | #{fmt(s['median'])} (#{fmt(s['min'])}–#{fmt(s['max'])}) | #{eff} | #{fmt(s['enqueue_per_second'])} | #{s['bad_rounds']}/#{s['rounds']} #{s['errors'].first&.slice(0, 60)} |"
         end
       end
       "## Throughput\n\nEfficiency = achieved ÷ ideal (concurrency ÷ latency; burst with every job in flight at once: jobs ÷ 2.0 s).\n\n" \
@@ -159,7 +195,13 @@ class Results
       return if @enqueue.empty?
 
       rows = @enqueue.map do |system, s|
-        "| #{system} | #{fmt(s['bulk'])} | #{fmt(s['median'])} (#{fmt(s['min'])}–#{fmt(s['max'])}) | #{s['bad_rounds']}/#{s['rounds']} #{s['errors'].first&.slice(0, 60)} |"
+        "| #{label(system, s)} | #{fmt(s['bulk'])} | #{fmt(s['median'])} (#{fmt(s['min'])}–#{fmt(s['max'])}) | #{s['bad_rounds']}/#{s['rounds']} #{s['errors'].first&.slice(0, 60)} |"
+      end
+      @enqueue.each do |system, s|
+        next unless added?(system, s) && (ref = @references.dig(s["run"], :enqueue, Report::REFERENCE))
+
+        rows << "| #{Report::REFERENCE} (run `#{s['run']}`, beside #{system}) | #{fmt(ref['bulk'])} | #{fmt(ref['median'])} (#{fmt(ref['min'])}–#{fmt(ref['max'])}) | " \
+                "#{ref['bad_rounds']}/#{ref['rounds']} |"
       end
       "## Enqueue\n\nOne process enqueuing no-op jobs. Bulk: each system's bulk API (Bobbin `enqueue_all`, Active Job " \
         "`perform_all_later`, Sidekiq `push_bulk`; Async::Job has none, so one `call` per job), timed before each noop cell, median. " \
@@ -190,7 +232,7 @@ class Results
 
       rows = @matrix.map do |c|
         state = Report.bad?(c) ? "**incomplete**" : "completed"
-        "| #{c['system']} | #{c['processes']} | #{c['concurrency']} | #{c['pool']} | #{state} | #{c['missing'] || '—'} | #{c['duplicates'] || '—'} | " \
+        "| #{label(c['system'], c)} | #{c['processes']} | #{c['concurrency']} | #{c['pool']} | #{state} | #{c['missing'] || '—'} | #{c['duplicates'] || '—'} | " \
           "#{c['peak_connections'] || '—'} | #{fmt(c['jobs_per_second'])} | #{c['error']&.slice(0, 80)} |"
       end
       "## Stress matrix (PostgreSQL max_connections #{@facts['max_connections']})\n\n" \
@@ -237,7 +279,7 @@ class Results
 
     def resources
       rows = @summary.flat_map do |workload, systems|
-        systems.map { |system, s| "| #{workload} | #{system} | #{s['peak_rss_mb']} | #{s['peak_connections']} | #{fmt(s['cpu_seconds'], 1)} | #{s['missing']} | #{s['duplicates']} |" }
+        systems.map { |system, s| "| #{workload} | #{label(system, s)} | #{s['peak_rss_mb']} | #{s['peak_connections']} | #{fmt(s['cpu_seconds'], 1)} | #{s['missing']} | #{s['duplicates']} |" }
       end
       "## Resources and correctness (worst round)\n\n| workload | system | peak RSS MB | peak PG sessions | worker CPU s (median) | missing | duplicates |\n|---|---|---|---|---|---|---|\n#{rows.join("\n")}\n"
     end

@@ -102,6 +102,32 @@ class ReportTest < Minitest::Test
     assert_equal 1_000, report.summary.dig("sleep", "sidekiq-aj", "median")
   end
 
+  def test_a_later_run_adds_the_peers_a_table_lacks_compared_with_its_own_bobbin
+    first = { "name" => "first-run", "options" => { "rounds" => 3 },
+              "cells" => sleep_cells("bobbin-fibers", [ 1_900 ]) + sleep_cells("sidekiq", [ 950 ]) + [ stress_cell("bobbin-fibers") ] }
+    later = { "name" => "later-run", "options" => { "rounds" => 3 },
+              "cells" => sleep_cells("bobbin-fibers", [ 1_500 ]) + sleep_cells("sidekiq", [ 100 ]) + sleep_cells("river", [ 300 ]) +
+                         sleep_cells("sidekiq-aj", [ 10 ]) + [ stress_cell("river", missing: 5), stress_cell("bobbin-fibers") ] }
+    cells = Report.take([ first, later ])
+    runs = [ first, later ].map { |run| run.slice("name", "options") }
+    report = Report.new(cells, runs: runs, server_check: {}, facts: FACTS)
+    text = Results.new(report.summary, facts: FACTS, runs: runs, server_check: { "concurrent_requests" => 2, "seconds" => 1.0 },
+                       matrix: cells.select { |c| c["matrix"] && !c["reference"] }, origins: report.origins,
+                       references: report.references, added: report.added).to_s
+
+    assert_equal 950, report.summary.dig("sleep", "sidekiq", "median"), "a system the first run has keeps its numbers"
+    assert_equal 300, report.summary.dig("sleep", "river", "median")
+    assert_nil report.summary.dig("sleep", "sidekiq-aj"), "Active Job systems have a table of their own"
+    assert_equal 1_900, report.summary.dig("sleep", "bobbin-fibers", "median"), "the later run's Bobbin is only a reference"
+    assert_equal({ "later-run" => { systems: [ "river" ], parts: [ "sleep", :matrix ] } }, report.added)
+    assert_equal({ matrix: "first-run" }, report.origins)
+    assert_includes text, "| sleep | 2.0× | 5.0× † |", "river's ratio is the later run's Bobbin (1500) ÷ its 300"
+    assert_includes text, "† river: run `later-run`, added after the rest of the table was measured; ratios against it use Bobbin fibers of that same run (jobs/s sleep 1500)."
+    assert_match(/\| sleep \| river † \| 100 \|/, text)
+    assert_includes text, "| river † | 6 | 100 | 102 | **incomplete** | 5 |"
+    assert_match(/^- Run `later-run` \(`bin\/bench`\): river added to sleep, stress matrix \(3 measured rounds; marked †\), beside Bobbin fibers of the same run\.$/, text)
+  end
+
   def test_steady_cells_run_at_least_ten_times_the_concurrency_and_at_most_the_cap
     spec = Plan::WORKLOADS.fetch("sleep")
 
