@@ -34,17 +34,20 @@ class Report
                facts: runs.first["facts"], active_job: active_job).write(json: false)
   end
 
-  # A part's cells (a workload's, the stress matrix's, …) come from the first run that has it. A later run adds the
-  # systems that part lacks (a peer measured after the others, e.g. River), each flagged "added", with that run's own
-  # Bobbin fibers cells of the part kept as its "reference": the same-run Bobbin the added system is compared with.
-  # Systems of the "Through Active Job" table are never added (that table is one run's).
+  # A part's cells (a workload's, the stress matrix's, …) come from the first run that has it. A run measured after
+  # that one (its name, a start time, sorts later) adds the systems the part lacks (a peer measured after the others,
+  # e.g. River), each flagged "added", with that run's own Bobbin fibers cells of the part kept as its "reference":
+  # the same-run Bobbin the added system is compared with. An older run adds nothing (its engine and machine are not
+  # the table's), nor are systems of the "Through Active Job" table added (that table is one run's).
   def self.take(runs)
     runs.each_with_object([]) do |run, taken|
       run["cells"].group_by { |c| part(c) }.each do |part, cells|
         cells = cells.map { |c| c.merge("run" => run["name"]) }
-        have = taken.filter_map { |c| c["system"] if part(c) == part && !c["reference"] }.uniq
-        next taken.concat(cells) if have.empty?
+        mine = taken.select { |c| part(c) == part && !c["reference"] && !c["added"] }
+        next taken.concat(cells) if mine.empty?
+        next unless run["name"] > mine.first["run"]
 
+        have = taken.filter_map { |c| c["system"] if part(c) == part && !c["reference"] }.uniq
         added = cells.reject { |c| have.include?(c["system"]) || (Plan::ACTIVE_JOB + [ Plan::NONDURABLE ]).include?(c["system"]) }
         next if added.empty?
 
@@ -155,7 +158,7 @@ class Report
     def enqueue_stats(cells, summary)
       cells.select { |c| c["enqueue"] }.group_by { |c| c["system"] }.to_h do |system, of_system|
         [ system, spread(of_system, "enqueue_one_per_second").merge("bulk" => summary.dig(Plan::ENQUEUE[:workload], system, "enqueue_per_second"),
-                                                                           "run" => of_system.first["run"]) ]
+                                                                           "run" => of_system.first["run"], "added" => of_system.first["added"]).compact ]
       end
     end
 
@@ -175,7 +178,7 @@ class Report
         "peak_rss_mb" => runs.map { |r| r["peak_rss_mb"].to_i }.max, "peak_connections" => runs.map { |r| r["peak_connections"].to_i }.max,
         "cpu_seconds" => median(runs.map { |r| r["cpu_seconds"] }.compact.sort), "pool" => runs.first["pool"],
         "concurrency" => runs.first["concurrency"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
-        "latency_ms" => latency(runs), "run" => runs.first["run"]).compact
+        "latency_ms" => latency(runs), "run" => runs.first["run"], "added" => runs.first["added"]).compact
     end
 
     # Open-loop cells: the median over good rounds of each enqueue → start percentile.

@@ -48,11 +48,11 @@ class Results
 
     def bobbin(workload) = @summary.dig(workload, "bobbin-fibers")
 
-    # True when `system`'s numbers (stats or a cell, with its "run") come from a later run that added it.
-    def added?(system, numbers) = @added.dig(numbers && numbers["run"], :systems)&.include?(system) || false
+    # True when these numbers (a system's stats or a cell) come from a later run that added the system to its table.
+    def added?(numbers) = numbers&.dig("added") || false
 
     # Marks a system measured in a later run than the rest of its table.
-    def label(system, numbers) = added?(system, numbers) ? "#{system} †" : system
+    def label(system, numbers) = added?(numbers) ? "#{system} †" : system
 
     # The note under a table with added systems.
     def added_note(used)
@@ -97,7 +97,7 @@ class Results
     def run_line(run)
       name, options = run.values_at("name", "options")
       quick = options["quick"]
-      workloads = @summary.keys.select { |w| @summary[w].any? { |system, s| s["run"] == name && !added?(system, s) } }
+      workloads = @summary.keys.select { |w| @summary[w].values.any? { |s| s["run"] == name && !added?(s) } }
       parts = []
       parts << "#{workloads.join(', ')}, " + (quick ? "1 round of reduced job counts, no warm-up" :
         "#{options['rounds']} measured rounds after a warm-up round whose throughput sizes each steady cell to ≥ #{Plan::STEADY_SECONDS} s") if workloads.any?
@@ -123,11 +123,11 @@ class Results
         "| #{workload} | " + peers.map do |p|
           m = systems.dig(p, "median")
           mine = systems.dig("bobbin-fibers", "median")
-          if added?(p, systems[p])
+          if added?(systems[p])
             used << systems[p]["run"]
             mine = @references.dig(systems[p]["run"], :summary, workload, Report::REFERENCE, "median")
           end
-          m && mine ? "#{fmt(mine.fdiv(m), 2)}×#{' †' if added?(p, systems[p])}" : "—"
+          m && mine ? "#{fmt(mine.fdiv(m), 2)}×#{' †' if added?(systems[p])}" : "—"
         end.join(" | ") + " |"
       end
       "## Bobbin (fibers) ÷ each peer, median jobs/s\n\n| workload | #{peers.join(' | ')} |\n|---|#{'---|' * peers.size}\n#{rows.join("\n")}\n#{added_note(used)}"
@@ -198,7 +198,7 @@ class Results
         "| #{label(system, s)} | #{fmt(s['bulk'])} | #{fmt(s['median'])} (#{fmt(s['min'])}–#{fmt(s['max'])}) | #{s['bad_rounds']}/#{s['rounds']} #{s['errors'].first&.slice(0, 60)} |"
       end
       @enqueue.each do |system, s|
-        next unless added?(system, s) && (ref = @references.dig(s["run"], :enqueue, Report::REFERENCE))
+        next unless added?(s) && (ref = @references.dig(s["run"], :enqueue, Report::REFERENCE))
 
         rows << "| #{Report::REFERENCE} (run `#{s['run']}`, beside #{system}) | #{fmt(ref['bulk'])} | #{fmt(ref['median'])} (#{fmt(ref['min'])}–#{fmt(ref['max'])}) | " \
                 "#{ref['bad_rounds']}/#{ref['rounds']} |"

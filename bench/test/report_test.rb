@@ -126,6 +126,8 @@ class ReportTest < Minitest::Test
     assert_match(/\| sleep \| river † \| 100 \|/, text)
     assert_includes text, "| river † | 6 | 100 | 102 | **incomplete** | 5 |"
     assert_match(/^- Run `later-run` \(`bin\/bench`\): river added to sleep, stress matrix \(3 measured rounds; marked †\), beside Bobbin fibers of the same run\.$/, text)
+    older = Report.take([ later, first.merge("cells" => first["cells"] + sleep_cells("good_job", [ 90 ])) ])
+    assert_empty older.select { |c| c["run"] == "first-run" }, "a run older than the table's adds nothing (run names sort by start time)"
   end
 
   def test_steady_cells_run_at_least_ten_times_the_concurrency_and_at_most_the_cap
