@@ -49,6 +49,22 @@ class ClaimTest < Bobbin::TestCase
     assert_equal 1, @store.claim(@process_id, 1).size
   end
 
+  test "PostgreSQL: the worker's statements are prepared on its session, unless the config turns prepared statements off" do
+    skip_unless_postgres
+    Bobbin.enqueue_all(Array.new(2) { |i| [ SleepJob, [ i ] ] })
+    config = Bobbin::Record.connection_db_config
+    prepared = { true => 0, false => 0 }
+    [ true, false ].each do |setting|
+      adapter = ActiveRecord::DatabaseConfigurations::HashConfig.new("test", "store", config.configuration_hash.merge(prepared_statements: setting)).new_connection
+      store = Bobbin::Store::PostgreSQL.new(adapter, Bobbin::Store::QueueSelection.new([ "*" ]))
+      assert_equal 1, store.claim(@process_id, 1).size
+      prepared[setting] = adapter.raw_connection.exec("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'bobbin_store_%'").getvalue(0, 0).to_i
+    ensure
+      adapter&.disconnect!
+    end
+    assert_equal({ true => 1, false => 0 }, prepared, "behind PgBouncer in transaction mode (prepared_statements: false) nothing may be prepared")
+  end
+
   test "a paused queue is skipped by the claim until resumed" do
     Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "llm")
     Bobbin.pause("llm")
