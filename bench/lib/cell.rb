@@ -28,6 +28,7 @@ class Cell
   def run(timeout:)
     script(@env, "reset")
     AppDB.reset(@system[:database], ENV.fetch("BENCH_PG_PORT")) if @system[:database]
+    settle
     enqueue = enqueue_seconds(@env) unless @rate
     pids = Array.new(@processes) do
       Process.spawn(@env, RbConfig.ruby, script_path, "work", @system[:mode], @concurrency.to_s,
@@ -89,7 +90,38 @@ class Cell
     stop([ pid ]) if pid
   end
 
+  # Seconds `settle` waits at most for the machine to go quiet, and how idle (the share of CPU time) counts as quiet.
+  SETTLE = { seconds: 15, idle: 0.85, window: 0.5 }.freeze
+
   private
+    # Lets what the previous cell left behind finish before this one starts, so that no system pays for another's
+    # (a killed worker's backlog being vacuumed, dirty pages being written): a CHECKPOINT, then until the CPUs are
+    # idle for SETTLE[:idle] of a SETTLE[:window] (at most SETTLE[:seconds]). Only where /proc/stat exists.
+    def settle
+      if @system[:database]
+        db = PG.connect(dbname: @system[:database], port: ENV.fetch("BENCH_PG_PORT"))
+        db.exec("CHECKPOINT")
+      end
+      return unless File.exist?("/proc/stat")
+
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SETTLE[:seconds]
+      until Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        before = cpu_times
+        sleep SETTLE[:window]
+        busy, idle = cpu_times.zip(before).map { |now, was| now - was }
+        break if idle >= SETTLE[:idle] * (busy + idle)
+      end
+    ensure
+      db&.close
+    end
+
+    # The machine's [busy, idle] CPU time so far (ticks; iowait counts as idle).
+    def cpu_times
+      fields = File.foreach("/proc/stat").first.split.drop(1).map(&:to_i)
+      idle = fields[3] + fields[4]
+      [ fields.take(8).sum - idle, idle ]
+    end
+
     # Transactions committed in the system's database so far; Bobbin's claim statements from its process row, with the
     # time of the last one counted (a heartbeat writes the count; the claims between two such times give an exact rate).
     def idle_counters
