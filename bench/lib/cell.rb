@@ -95,13 +95,10 @@ class Cell
 
   private
     # Lets what the previous cell left behind finish before this one starts, so that no system pays for another's
-    # (a killed worker's backlog being vacuumed, dirty pages being written): a CHECKPOINT, then until the CPUs are
-    # idle for SETTLE[:idle] of a SETTLE[:window] (at most SETTLE[:seconds]). Only where /proc/stat exists.
+    # (a killed worker's backlog being vacuumed or written out): waits until the CPUs are idle for SETTLE[:idle] of a
+    # SETTLE[:window] (at most SETTLE[:seconds]). Only where /proc/stat exists. (Not a CHECKPOINT: the first write of
+    # each page after one puts the whole page in the WAL, which would slow the next cell's commits instead.)
     def settle
-      if @system[:database]
-        db = PG.connect(dbname: @system[:database], port: ENV.fetch("BENCH_PG_PORT"))
-        db.exec("CHECKPOINT")
-      end
       return unless File.exist?("/proc/stat")
 
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SETTLE[:seconds]
@@ -111,8 +108,6 @@ class Cell
         busy, idle = cpu_times.zip(before).map { |now, was| now - was }
         break if idle >= SETTLE[:idle] * (busy + idle)
       end
-    ensure
-      db&.close
     end
 
     # The machine's [busy, idle] CPU time so far (ticks; iowait counts as idle).
