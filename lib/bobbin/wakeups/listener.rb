@@ -118,7 +118,7 @@ module Bobbin
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
           @healthy = true
           @heard_at = monotonic
-          Wakeups.deliver(nil) if @lost
+          Wakeups.deliver(nil) # work may have arrived while this process was not listening yet (or any more)
           @lost = false
         end
 
