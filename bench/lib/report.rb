@@ -48,7 +48,7 @@ class Report
         next unless run["name"] > mine.first["run"]
 
         have = taken.filter_map { |c| c["system"] if part(c) == part && !c["reference"] }.uniq
-        added = cells.reject { |c| have.include?(c["system"]) || (Plan::ACTIVE_JOB + [ Plan::NONDURABLE ]).include?(c["system"]) }
+        added = cells.reject { |c| have.include?(c["system"]) || ACTIVE_JOB_SYSTEMS.include?(c["system"]) }
         next if added.empty?
 
         taken.concat(added.map { |c| c.merge("added" => true) })
@@ -60,10 +60,12 @@ class Report
   # The system added systems are compared with in their own run.
   REFERENCE = "bobbin-fibers"
 
+  # The systems of the "Through Active Job" table.
+  ACTIVE_JOB_SYSTEMS = (Plan::ACTIVE_JOB + [ Plan::NONDURABLE ]).freeze
+
   # The cells of the "Through Active Job" table: workloads and one-at-a-time enqueue of the systems it compares.
   def self.active_job_cells(cells)
-    systems = Plan::ACTIVE_JOB + [ Plan::NONDURABLE ]
-    cells.select { |c| systems.include?(c["system"]) && (c["enqueue"] || !PARTS.include?(part(c))) }
+    cells.select { |c| ACTIVE_JOB_SYSTEMS.include?(c["system"]) && (c["enqueue"] || !PARTS.include?(part(c))) }
   end
 
   # The parts of a run that are not a workload's tables; a cell of one is flagged with the part's name.
@@ -130,7 +132,7 @@ class Report
   # { part => run } for the stress matrix, the sweep and one-at-a-time enqueue: the run each came from.
   def origins = @cells.select { |c| PARTS.include?(self.class.part(c)) && !c["added"] }.to_h { |c| [ self.class.part(c), c["run"] ] }
 
-  # { run => { summary:, enqueue:, matrix: } } of the reference cells (see Report.take) of each run that added systems.
+  # { run => { summary:, enqueue: } } of the reference cells (see Report.take) of each run that added systems.
   def references
     @references.group_by { |c| c["run"] }.transform_values do |cells|
       summary = summarize(cells)
