@@ -103,4 +103,27 @@ class ListenerTest < Bobbin::TestCase
       assert_notifications_resume("notified")
     end
   end
+
+  test "stop ends the listener mid-wait, and a stopped listener tells this process's workers nothing more" do
+    interval = Bobbin.config.polling_interval
+    Bobbin.config.polling_interval = 60 # the listener waits on its socket for 3.5 s at a time
+    probe = Probe.new
+    Bobbin::Wakeups.subscribe(probe)
+    Bobbin::Wakeups.unsubscribe(probe) # the process's own listener is gone; the one below is the test's
+    listener = Bobbin::Wakeups::Listener.new(Bobbin::Record.connection_db_config).start
+    wait_for("the listener to listen") { listener.healthy? }
+    Bobbin::Wakeups.subscribe(probe) # a listener of the process again, beside the test's
+    wait_for("the process's listener to listen") { Bobbin::Wakeups.listening? }
+    probe.take
+    thread = listener.instance_variable_get(:@thread)
+    listener.stop # while it waits on the socket
+    assert_not thread.alive?, "the listener's thread ended when stop returned"
+    enqueue_to("default", "after-stop")
+    wait_for("the process's listener to hear the job") { probe.count >= 1 }
+    sleep(0.3)
+    assert_equal [ [ "default" ] ], probe.take.map(&:queues), "heard once, by the listener still running"
+  ensure
+    Bobbin::Wakeups.unsubscribe(probe)
+    Bobbin.config.polling_interval = interval
+  end
 end

@@ -71,6 +71,7 @@ module Bobbin
         @logger = logger
         @healthy = false
         @stop = Thread::Queue.new
+        @wake, @waker = IO.pipe # a stop interrupts the listener's waits on the socket
       end
 
       # Starts listening on a thread; returns self.
@@ -83,10 +84,15 @@ module Bobbin
       # True while the connection listens.
       def healthy? = @healthy
 
-      # Stops listening and closes the connection.
+      # Stops listening and closes the connection. Once called, the listener tells the workers nothing more (a
+      # listener still finishing must not hand its last notifications to the workers of the next one).
       def stop
         @stop << :stop
-        @thread&.join(PROBE_TIMEOUT + 1)
+        @waker.write_nonblock(".", exception: false)
+        return unless @thread.nil? || @thread.join(PROBE_TIMEOUT + 1)
+
+        @wake.close
+        @waker.close
       end
 
       private
@@ -116,34 +122,60 @@ module Bobbin
           return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
 
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
+          tell(nil) # work may have arrived while this process was not listening yet (or any more)
           @healthy = true
           @heard_at = monotonic
-          Wakeups.deliver(nil) # work may have arrived while this process was not listening yet (or any more)
           @lost = false
         end
 
         def receive
           half = Wakeups.polling_interval.clamp(QUIET) / 2
-          heard = @connection.wait_for_notify(half) { |channel, _pid, payload| deliver(payload) if channel == CHANNEL }
-          @heard_at = monotonic if heard
+          @heard_at = monotonic if notified?(half)
           ping(half) if monotonic - @heard_at >= half
+        end
+
+        # True when notifications came within `timeout` seconds (or were read before); delivers them. Returns early,
+        # false, when other data came or the listener is stopped.
+        def notified?(timeout)
+          return true if take_notifications
+          return false unless readable?(timeout)
+
+          @connection.consume_input
+          take_notifications
+        end
+
+        def take_notifications
+          heard = false
+          while (notification = @connection.notifies)
+            heard = true
+            deliver(notification[:extra]) if notification[:relname] == CHANNEL
+          end
+          heard
+        end
+
+        # Waits up to `timeout` seconds for the socket to be readable; false on a stop or a timeout.
+        def readable?(timeout)
+          ready, = IO.select([ @connection.socket_io, @wake ], nil, nil, timeout)
+          ready&.include?(@connection.socket_io) && !stopping?
         end
 
         # Sends `SELECT 1`; an answer not back after `half` seconds makes the listener unhealthy (idle workers poll)
         # until it comes; none within PING_TIMEOUT (or `half`, if longer) raises PG::ConnectionBad. Notifications
-        # read meanwhile stay queued in libpq for the next wait_for_notify.
+        # read meanwhile stay queued in libpq for the next wait.
         def ping(half)
           @connection.send_query(PING)
           sent = monotonic
           late_at = sent + half
           deadline = sent + [ PING_TIMEOUT, half ].max
-          until answered?
+          until answered? || stopping?
             now = monotonic
             late if now >= late_at
             raise PG::ConnectionBad, "PostgreSQL did not answer within #{(deadline - sent).round(1)}s (a network cut that dropped the connection silently?)" if now >= deadline
 
-            @connection.socket_io.wait_readable((now < late_at ? late_at : deadline) - now)
+            readable?((now < late_at ? late_at : deadline) - now)
           end
+          return if stopping?
+
           @connection.get_last_result
           @heard_at = monotonic
           @healthy = true
@@ -159,13 +191,15 @@ module Bobbin
           return unless @healthy
 
           @healthy = false
-          Wakeups.deliver(nil)
+          tell(nil)
         end
 
         def deliver(payload)
           notice = Notice.parse(payload)
-          Wakeups.deliver(notice.queues, notice.at, paused: notice.paused)
+          tell(notice.queues, notice.at, paused: notice.paused)
         end
+
+        def tell(queues, at = nil, paused: nil) = (Wakeups.deliver(queues, at, paused: paused) unless stopping?)
 
         def pooled!
           @logger.warn("bobbin: a NOTIFY did not come back within #{PROBE_TIMEOUT}s (a pooler such as PgBouncer in transaction " \
@@ -179,7 +213,7 @@ module Bobbin
                        "polling_interval until the listener reconnects") unless @lost
           @healthy = false
           @lost = true
-          Wakeups.deliver(nil)
+          tell(nil)
         end
 
         def close
