@@ -30,7 +30,7 @@ module Bobbin
       @lock.synchronize do
         forked! if @pid != ::Process.pid
         @workers |= [ worker ]
-        @source ||= start_source
+        @source ||= (@paused = [].freeze; start_source) # what was heard without a listener is stale: it reads them anew
       end
     end
 

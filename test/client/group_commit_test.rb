@@ -31,6 +31,10 @@ class GroupCommitTest < Bobbin::TestCase
   test "callers arriving while a write waits share the next statement; each gets the ids of its own rows" do
     @probe = Probe.new
     Bobbin::Wakeups.subscribe(@probe)
+    if postgres?
+      wait_for("the listener to listen") { Bobbin::Wakeups.listening? }
+      @probe.take # the listener's wake-up on listening, not an enqueue's announcement
+    end
     results = Queue.new
     holding_write_lock do
       first = Thread.new { results << [ "first", SleepJob.enqueue(0, "first") ] }
