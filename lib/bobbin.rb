@@ -128,7 +128,7 @@ else
   ActiveJob::QueueAdapters.autoload(:BobbinAdapter, File.expand_path("active_job/queue_adapters/bobbin_adapter", __dir__))
   require_relative "bobbin/concurrency/controls"
   ActiveSupport.on_load(:active_job) do
-    ActiveJob::QueueAdapters::BobbinAdapter
+    ActiveJob::QueueAdapters.const_get(:BobbinAdapter) # loads it with Active Job
     include Bobbin::Concurrency::Controls
     include Bobbin::RunsOn
   end

@@ -3,11 +3,10 @@
 require "test_helper"
 require_relative "../support/active_jobs"
 
-# Bobbin's equivalent of Rails' Active Job integration suite (activejob/test/integration/queuing_test.rb, which
-# Rails runs against each adapter with AJ_ADAPTER; it ships only in the rails/rails repository, not in a gem).
-# The same scenarios, against :bobbin, with a real worker process listening on the integration_tests queue.
-# `bin/rake test:active_job:rails RAILS_SOURCE=path/to/rails` runs Rails' own file against :bobbin (it passes: 7 runs,
-# Rails 8.1.3.1's suite). This one exercises the adapter, not the database: PostgreSQL only (SQLite skips it).
+# The scenarios of Rails' Active Job integration suite (activejob/test/integration/queuing_test.rb, which Rails runs
+# against each adapter with AJ_ADAPTER) on PostgreSQL, with a real worker process listening on the integration_tests
+# queue. Rails' own file runs too (`bin/rake test:active_job:rails`, RailsSuite), on the SQLite of the dummy app it
+# generates; this one covers the other database (SQLite skips it).
 class ActiveJobIntegrationTest < Bobbin::TestCase
   setup do
     skip_unless_postgres

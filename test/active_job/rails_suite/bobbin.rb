@@ -1,10 +1,8 @@
 # frozen_string_literal: true
 
-# Rails' own Active Job integration suite (activejob/test/integration in a rails/rails checkout) against Bobbin:
-# `bin/rake test:active_job:rails RAILS_SOURCE=path/to/rails` copies this file to
-# activejob/test/support/integration/adapters/bobbin.rb and runs the suite with AJ_ADAPTER=bobbin. The suite's
-# dummy app (SQLite) holds Bobbin's tables; a forked worker runs its integration_tests queue. The suite ships only
-# in the repository (no gem has it), so CI runs Bobbin's own equivalent, test/active_job/integration_test.rb.
+# Rails' own Active Job integration suite (activejob/test/integration) against Bobbin: RailsSuite copies this file to
+# activejob/test/support/integration/adapters/bobbin.rb and runs the suite with AJ_ADAPTER=bobbin. The suite's dummy
+# app (SQLite) holds Bobbin's tables; a forked worker runs its integration_tests queue.
 module BobbinJobsManager
   def setup
     require "bobbin"
@@ -18,6 +16,7 @@ module BobbinJobsManager
   def start_workers
     Bobbin.migrate!
     Bobbin.config.logger = Logger.new(File::NULL)
+    ActiveRecord::Base.connection_handler.connection_pool_list(:all).each(&:disconnect!) # a fork must not share SQLite handles
     @pid = fork do
       Bobbin::Worker.new(queues: [ "integration_tests" ], threads: 2, polling_interval: 0.1).start
       exit!(0)
