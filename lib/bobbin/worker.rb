@@ -245,19 +245,22 @@ module Bobbin
                             "of their interrupt; #{@owns_process ? 'exiting so they can be recovered' : 'they stay claimed'}")
         return unless @owns_process
 
-        finish
+        finish(stuck_loop: true)
         ::Process.exit!(EXIT_STUCK)
       end
 
-      def finish
+      # `stuck_loop`: called off a loop that will not run again (the heartbeat thread, its stop overdue). The claim
+      # loop may be parked inside one of its store's calls, holding that store's lock for good, so the release goes
+      # through the writer's store and the claimer's is left to the process's exit.
+      def finish(stuck_loop: false)
         return if @finished
 
         @finished = true
         Worker.mark_stopping(self, false)
         Wakeups.unsubscribe(self)
-        @claimer&.release_all(keep: @stuck)
+        @claimer&.release_all(keep: @stuck, store: (@writer if stuck_loop))
         deregister if @process_id
-        [ @claimer, @writer ].compact.each(&:close)
+        [ (@claimer unless stuck_loop), @writer ].compact.each(&:close)
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
       end

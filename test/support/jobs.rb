@@ -379,8 +379,10 @@ class SpinJob
   include Bobbin::Job
   bobbin_options retries: 0
 
-  def perform(key)
+  # Spins for good, `after` seconds (a fiber-aware sleep) after it started.
+  def perform(key, after = 0)
     StartEntry.create!(key: key)
+    sleep(after)
     loop { nil }
   end
 end

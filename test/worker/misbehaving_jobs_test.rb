@@ -83,6 +83,32 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_raises(Bobbin::ConfigurationError, "just under the raw limit, where creating fibers hangs") { Bobbin::Worker.new(fibers: near) }
   end
 
+  test "a fiber job that stops yielding while the claim loop waits inside a claim still cannot block TERM" do
+    skip_unless_postgres # SQLite's calls never yield to the loop
+    id = SpinJob.enqueue("spin-late", 1.0)
+    log = @log = "tmp/spin-late-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "2", "--shutdown-timeout", "0.5", log: log)
+      wait_for("the job to start") { StartEntry.exists?(key: "spin-late") }
+      Bobbin::JobRecord.transaction do
+        # The claim statement reads bobbin_pauses: it waits on this lock, its fiber parked holding the claimer's store,
+        # when the job (asleep until then) takes the loop for good.
+        Bobbin::JobRecord.connection.execute("LOCK TABLE bobbin_pauses IN ACCESS EXCLUSIVE MODE")
+        Thread.new { NoopJob.enqueue("wakes the claim loop") }.join # committed, so its announcement goes out
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE bobbin_jobs%'"
+        wait_for("the claim to wait on the lock") { Bobbin::JobRecord.connection.select_value(waiting).positive? }
+        sleep 1.5 # the job spins now
+        Process.kill(:TERM, pids.first)
+        status = wait_exit(pids.first, timeout: 0.5 + Bobbin::Worker::STOP_GRACE + Bobbin::Worker::STOP_OVERDUE + 15)
+        assert status, "the process exits although its claim loop is parked inside a claim"
+        assert_equal Bobbin::Worker::EXIT_STUCK, status.exitstatus
+      end
+    end
+    Bobbin::Recovery.prune
+    assert_equal "ready", Bobbin::JobRecord.find(id).state, "once its process is gone it is recovered"
+  end
+
   test "a fiber job that never yields cannot block TERM: the process exits with its stop overdue, and the job is recovered" do
     id = SpinJob.enqueue("spin")
     log = @log = "tmp/spin-#{Process.pid}.log"

@@ -39,13 +39,15 @@ module Bobbin
       # True when the last claim filled every free slot (more work is probably waiting).
       def backlog? = @backlog
 
-      # Returns this worker's running rows to ready, except `keep`, and announces them; returns how many.
-      def release_all(keep: [])
-        @store.release(@worker.process_id, keep).tap do |count|
+      # Returns this worker's running rows to ready, except `keep`, and announces them; returns how many. `store`:
+      # another of the worker's stores to do it through (nil: the claimer's).
+      def release_all(keep: [], store: nil)
+        store ||= @store
+        store.release(@worker.process_id, keep).tap do |count|
           next unless count.positive?
 
           Instrumentation.instrument(:release, process_id: @worker.process_id, count: count)
-          announce
+          announce(store)
         end
       end
 
@@ -128,8 +130,8 @@ module Bobbin
         end
 
         # Jobs handed back are ready for any worker (their queues are not known here: every worker with room looks).
-        def announce
-          @store.announce(Wakeups::Notice.new(nil, nil))
+        def announce(store = @store)
+          store.announce(Wakeups::Notice.new(nil, nil))
         rescue Store::Unavailable
           nil # polling finds them
         end
