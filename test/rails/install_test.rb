@@ -93,7 +93,11 @@ class RailsInstallTest < Bobbin::TestCase
       ran_in = wait_for_file("from-puma").split.last.to_i
       assert_not_equal pid, ran_in, "a worker process forked beside Puma ran it"
       Process.kill(:TERM, pid)
-      assert wait_exit(pid, timeout: 60), File.read(log)
+      unless wait_exit(pid, timeout: 60)
+        Process.kill(:PWR, pid) # Puma logs every thread's backtrace: where it hangs
+        sleep 2
+        flunk "Puma did not exit within 60 s of TERM:\n#{File.read(log)}"
+      end
       assert_match(/Stopping Bobbin/, File.read(log))
       assert_raises(Errno::ESRCH) { Process.kill(0, ran_in) }
     end

@@ -32,9 +32,11 @@ Puma::Plugin.create do
       exit!(1)
     end
 
+    # Runs in Puma's TERM handler (its after_stopped hook): Puma exits once Bobbin has stopped.
     def stop_supervisor
       return unless @pid
 
+      @stopping = true # the watcher must neither reap it nor take its exit for a crash
       log("Stopping Bobbin (pid #{@pid})...")
       Process.kill(:TERM, @pid)
       Process.wait(@pid)
@@ -46,7 +48,7 @@ Puma::Plugin.create do
     def watch_supervisor
       loop do
         sleep(1)
-        next unless @pid && Process.wait(@pid, Process::WNOHANG)
+        next if @stopping || @pid.nil? || Process.wait(@pid, Process::WNOHANG).nil?
 
         log("Bobbin's supervisor (pid #{@pid}) exited; stopping Puma")
         @pid = nil
