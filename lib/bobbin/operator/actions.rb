@@ -11,6 +11,8 @@ module Bobbin
       DISCARDABLE = %w[failed ready blocked].freeze
       FINISHED = %w[succeeded failed discarded].freeze
       BATCH = 1_000
+      # Seconds a batch keeps trying while SQLite stays locked (see patiently).
+      PATIENCE = 120
 
       module_function
 
@@ -82,14 +84,17 @@ module Bobbin
         end
       end
 
-      # Runs a batch's guarded statement again when SQLite stays locked past its busy timeout: workers writing
-      # outcomes back to back can keep a waiting writer out that long on a loaded machine, and the statement only
-      # changes rows still in the states it names, so running it again is safe.
-      def patiently(attempts = 6)
+      # Runs a batch's guarded statement again while SQLite stays locked past its busy timeout, for up to PATIENCE
+      # seconds: SQLite's lock is not fair, and workers writing outcomes back to back can keep a waiting writer out
+      # that long on a loaded machine. The statement only changes rows still in the states it names, so running it
+      # again is safe.
+      def patiently(deadline = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) + PATIENCE)
         yield
       rescue ActiveRecord::StatementTimeout => error
-        raise unless defined?(SQLite3::BusyException) && error.cause.is_a?(SQLite3::BusyException) && (attempts -= 1).positive?
+        raise unless defined?(SQLite3::BusyException) && error.cause.is_a?(SQLite3::BusyException) &&
+                     ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) < deadline
 
+        sleep(rand(0.001..0.02)) # not in step with the writers that won the last round
         retry
       end
 
