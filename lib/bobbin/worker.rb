@@ -125,7 +125,13 @@ module Bobbin
     def held_ids = @executor.held_ids + @outcomes.pending_ids
 
     # True while this worker holds job `id` (as held_ids, without building the list).
-    def held?(id) = !@executor.job(id).nil? || @outcomes.pending?(id)
+    def held?(id) = running?(id) || @outcomes.pending?(id)
+
+    # True while job `id` is handed to this worker's executor (running, or queued for a slot).
+    def running?(id) = !@executor.job(id).nil?
+
+    # Writes the outcomes known so far (after a write under way); false when the database is unavailable.
+    def flush_outcomes = !@outcomes.flush.nil?
 
     # The columns of this worker's process row (to register again if it was pruned while alive).
     attr_reader :registration

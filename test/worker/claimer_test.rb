@@ -17,4 +17,29 @@ class ClaimerTest < Bobbin::TestCase
     assert_equal %w[job-0 job-1 job-2 wake], LedgerEntry.order(:key).pluck(:key)
     assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state)
   end
+
+  # Widens the instant between an outcome batch's commit and the buffer striking its jobs off as unwritten.
+  module SlowStrikeOff
+    class << self
+      attr_accessor :seconds
+    end
+
+    def finish(*) = super.tap { sleep(SlowStrikeOff.seconds) if SlowStrikeOff.seconds }
+  end
+  Bobbin::Store::Guarded.prepend(SlowStrikeOff)
+
+  test "a retry written an instant before a claim returns it runs; it is not left running with nobody on it" do
+    Recorder.reset
+    SlowStrikeOff.seconds = 0.3
+    id = FlakyJob.enqueue("retried", 1) # fails once; its retry (backoff 0) is due as soon as it is written
+    worker = Bobbin::Worker.new(fibers: 10, polling_interval: 0.02)
+    thread = Thread.new { worker.run } # not a drain: a drain waits for outcomes to be written before it claims
+    wait_for("the retry to run") { LedgerEntry.exists?(key: "retried") }
+    wait_for("its outcome") { Bobbin::JobRecord.where(id: id).pick(:state) == "succeeded" }
+    assert_equal 2, Bobbin::JobRecord.where(id: id).pick(:attempts)
+  ensure
+    SlowStrikeOff.seconds = nil
+    worker&.stop
+    thread&.join
+  end
 end

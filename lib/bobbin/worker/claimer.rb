@@ -92,9 +92,7 @@ module Bobbin
           @last_claim_at = Time.now.to_f
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
           @failures = reconcile(jobs) if @failures
-          # A job this worker still runs (or has an unwritten outcome for) comes back ready if the worker was pruned as
-          # dead while alive: the claim just took its row back, and it must not start a second time.
-          jobs = jobs.reject { |job| @worker.held?(job.id) }
+          jobs = settle_held(jobs)
           Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any? && Instrumentation.listening?(:claim)
           jobs
         rescue Store::Unavailable => error
@@ -102,6 +100,24 @@ module Bobbin
           @failures = (@failures || 0) + 1
           wait.call([ 0.1 * (2**@failures), 5 ].min)
           []
+        end
+
+        # A job this worker still holds can come back from a claim. Handed to its executor (the worker was pruned as
+        # dead while alive, and its jobs released): it must not start a second time, and its outcome finishes the row.
+        # Held only by an unwritten outcome, once that is written the row tells which it was: finished by the outcome
+        # (a release came first), or still running under this claim (a retry written an instant before it, not yet
+        # struck off). Handed back, the second kind is claimed again and runs; the first is left alone by the guard.
+        def settle_held(jobs)
+          held, fresh = jobs.partition { |job| @worker.held?(job.id) }
+          written = held.reject { |job| @worker.running?(job.id) }.map(&:id)
+          return fresh if written.empty?
+
+          if @worker.flush_outcomes
+            announce if @store.hand_back(@worker.process_id, written).positive?
+          else
+            @failures ||= 0 # the database went away meanwhile: the first claim after it reconciles
+          end
+          fresh
         end
 
         # At most one suspect in flight: the first one claimed runs, any others go straight back.
