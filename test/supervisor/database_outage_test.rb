@@ -37,4 +37,45 @@ class DatabaseOutageTest < Bobbin::TestCase
   ensure
     FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
   end
+
+  test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs" do
+    skip_unless_postgres
+    cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
+    log = "tmp/crash-#{Process.pid}.log"
+    pids = []
+    returned = Queue.new # a job is promised once its enqueue returns
+    producing = true
+    producer = Thread.new do
+      (1..).each do |i|
+        break unless producing
+
+        OutageSafeJob.enqueue("crash-#{i}") and returned << "crash-#{i}"
+        sleep(0.002)
+      rescue ActiveRecord::ActiveRecordError
+        ActiveRecord::Base.connection_handler.clear_all_connections!
+        sleep(0.05)
+      end
+    end
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.1", log: log)
+      wait_for("jobs to flow") { LedgerEntry.count >= 200 }
+      assert system("pg_ctlcluster", *cluster, "stop", "-m", "immediate", out: File::NULL, err: File::NULL), "PostgreSQL crashed"
+      sleep(1)
+      assert system("pg_ctlcluster", *cluster, "start", out: File::NULL, err: File::NULL), "PostgreSQL recovered"
+      before = returned.size
+      wait_for("enqueues to return again") { returned.size > before + 200 }
+      producing = false
+      producer.join
+      keys = Array.new(returned.size) { returned.pop }
+      missing = -> { query { keys - LedgerEntry.where(key: keys).pluck(:key) } }
+      wait_for("every job whose enqueue returned to run", timeout: 120, interval: 0.25) { missing.call.empty? }
+      assert_equal 0, Bobbin.counts["failed"]
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?
+    end
+  ensure
+    producing = false
+    producer&.join
+    FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
+  end
 end
