@@ -45,7 +45,7 @@ class Cell
     failure(error)
   ensure
     stop(pids) if pids # also on Ctrl-C: a worker left behind would steal the next run's jobs
-    [ @prefix, child_prefix, "#{@prefix}-probe" ].each { |prefix| @ledger.forget(prefix) }
+    [ @prefix, child_prefix, "#{@prefix}-probe", "#{@prefix}#{Work::RETURNED}" ].each { |prefix| @ledger.forget(prefix) }
   end
 
   # Enqueues the cell's jobs one at a time through the system's single-job API, with no worker running, then
@@ -232,12 +232,20 @@ class Cell
         "peak_connections" => sampler.peak_connections, "cpu_seconds" => cpu).merge(latencies(runs))
     end
 
-    # Open loop: enqueue → start percentiles in milliseconds (the enqueue time ends each key).
+    # Open loop: enqueue → start percentiles in milliseconds (the enqueue call's start ends each key), and for jobs to
+    # run now also from the call's return (its commit done) to the start.
     def latencies(runs)
       return {} unless @rate
 
-      waits = runs.map { |key, (first, *)| (first.first - key.split(":").last.to_f) * 1000 }.sort
-      { "rate" => @rate, "latency_ms" => [ 50, 90, 99 ].to_h { |p| [ "p#{p}", waits[[ (waits.size * p / 100.0).ceil - 1, 0 ].max]&.round(1) ] } }
+      waits = runs.map { |key, (first, *)| (first.first - key.split(":").last.to_f) * 1000 }
+      returned = @ledger.runs("#{@prefix}#{Work::RETURNED}").to_h { |key, reports| [ key.split(":")[1], reports.first.first ] }
+      after = runs.filter_map { |key, (first, *)| returned[key.split(":")[1]]&.then { |at| (first.first - at) * 1000 } }
+      { "rate" => @rate, "latency_ms" => percentiles(waits), "returned_ms" => (percentiles(after) if @ahead.nil? && after.any?) }.compact
+    end
+
+    def percentiles(values)
+      values = values.sort
+      [ 50, 90, 99 ].to_h { |p| [ "p#{p}", values[[ (values.size * p / 100.0).ceil - 1, 0 ].max]&.round(1) ] }
     end
 
     def identity

@@ -57,10 +57,14 @@ module PickupSections
     def pickup_targets
       rows = []
       %w[latency latency_2k].each do |workload|
-        l = bobbin(workload)&.dig("latency_ms") or next
-        met = l["p50"] <= 1 && l["p99"] <= 5
-        rows << "| pickup at #{Plan::WORKLOADS.dig(workload, :rate)} jobs/s arriving: p50 ≤ 1 ms, p99 ≤ 5 ms | ≤ 1 / ≤ 5 | " \
-                "#{fmt(l['p50'], 1)} / #{fmt(l['p99'], 1)} | #{met ? 'met' : 'missed'} |"
+        cell = bobbin(workload) or next
+        rate = Plan::WORKLOADS.dig(workload, :rate)
+        { "returned_ms" => "from its commit (the enqueue call's return)", "latency_ms" => "from the enqueue call's start" }.each do |measure, from|
+          l = cell[measure] or next
+          met = l["p50"] <= 1 && l["p99"] <= 5
+          rows << "| pickup at #{rate} jobs/s arriving, #{from}: p50 ≤ 1 ms, p99 ≤ 5 ms | ≤ 1 / ≤ 5 | " \
+                  "#{fmt(l['p50'], 1)} / #{fmt(l['p99'], 1)} | #{met ? 'met' : 'missed'} |"
+        end
       end
       if (l = bobbin("scheduled")&.dig("latency_ms"))
         rows << "| a job scheduled 2 s ahead starts within 5 ms of its run_at (p99) | ≤ 5 ms | #{fmt(l['p99'], 1)} | #{l['p99'] <= 5 ? 'met' : 'missed'} |"

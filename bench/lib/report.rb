@@ -180,12 +180,13 @@ class Report
         "peak_rss_mb" => runs.map { |r| r["peak_rss_mb"].to_i }.max, "peak_connections" => runs.map { |r| r["peak_connections"].to_i }.max,
         "cpu_seconds" => median(runs.map { |r| r["cpu_seconds"] }.compact.sort), "pool" => runs.first["pool"],
         "concurrency" => runs.first["concurrency"], "missing" => runs.sum { |r| r["missing"].to_i }, "duplicates" => runs.sum { |r| r["duplicates"].to_i },
-        "latency_ms" => latency(runs), "run" => runs.first["run"], "added" => runs.first["added"]).compact
+        "latency_ms" => latency(runs), "returned_ms" => latency(runs, "returned_ms"), "run" => runs.first["run"],
+        "added" => runs.first["added"]).compact
     end
 
-    # Open-loop cells: the median over good rounds of each enqueue → start percentile.
-    def latency(runs)
-      good = runs.reject { |r| self.class.bad?(r) }.filter_map { |r| r["latency_ms"] }
+    # Open-loop cells: the median over good rounds of each percentile (enqueue call → start, or `measure`).
+    def latency(runs, measure = "latency_ms")
+      good = runs.reject { |r| self.class.bad?(r) }.filter_map { |r| r[measure] }
       good.empty? ? nil : good.first.keys.to_h { |p| [ p, median(good.map { |l| l[p] }.sort) ] }
     end
 

@@ -19,12 +19,16 @@ module Work
 
   module_function
 
+  # The ledger prefix suffix under which an open-loop producer reports when each enqueue call returned (its commit
+  # is then done): "prefix~returned:i".
+  RETURNED = "~returned"
+
   # Enqueues `count` jobs of `workload` keyed "prefix:i", a slice of keys per block call (the system's bulk API),
   # and prints how long it took. With BENCH_ENQUEUE=one, through the system's single-job API (`enqueue_one`)
   # instead, one call per job as fast as they go. With BENCH_RATE set (open loop), one slice of one key at a
   # time at that many per second, each key ending in its enqueue time ("prefix:i:epoch"), so the harness can
   # measure enqueue → start; with BENCH_AHEAD, each job is scheduled that many seconds ahead and its key ends in
-  # that due time instead (start − due is its lateness). BENCH_STRIDE/BENCH_OFFSET split the keys between several
+  # that due time instead (start − due is its lateness); each call's return is reported too (RETURNED). BENCH_STRIDE/BENCH_OFFSET split the keys between several
   # enqueuing processes (process k of n takes i = k, k + n, …), for arrival rates one process cannot keep.
   def enqueue(count, prefix, workload, slice: 1_000)
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -36,6 +40,7 @@ module Work
         ahead = started + i / rate - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         Kernel.sleep(ahead) if ahead.positive?
         yield [ "#{prefix}:#{i}:#{(Process.clock_gettime(Process::CLOCK_REALTIME) + due_in).round(6)}" ]
+        Ledger::Client.record("#{prefix}#{RETURNED}:#{i}", Process.clock_gettime(Process::CLOCK_REALTIME)) if due_in.zero?
       end
     else
       Array.new(Integer(count)) { |i| "#{prefix}:#{i}" }.each_slice(slice) { |keys| yield keys }

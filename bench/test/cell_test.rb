@@ -55,6 +55,8 @@ class CellTest < Minitest::Test
     assert_equal %w[p50 p90 p99], cell["latency_ms"].keys
     assert_operator cell["latency_ms"]["p50"], :>=, 0
     assert_operator cell["latency_ms"]["p99"], :>=, cell["latency_ms"]["p50"]
+    assert_equal %w[p50 p90 p99], cell["returned_ms"].keys, "also from each enqueue call's return"
+    assert_operator cell["returned_ms"]["p50"], :<=, cell["latency_ms"]["p50"], "a call returns after it began"
   end
 
   def test_one_at_a_time_enqueue_is_timed_and_leaves_no_jobs_behind
