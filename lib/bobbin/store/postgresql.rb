@@ -59,6 +59,7 @@ module Bobbin
       # An announcement (Wakeups) to every listening process. Its own transaction commits without waiting for the WAL
       # flush: a notification is not data, and NOTIFY's cluster-wide commit lock is then held for microseconds.
       NOTIFY = "SELECT 1 FROM pg_notify('#{Wakeups::Listener::CHANNEL}', $1), set_config('synchronous_commit', 'off', true)"
+      NOTIFY_NAME = "bobbin_notify_v5"
 
       # Jobs with a concurrency limit (Concurrency::Limit) are inserted blocked; `promote` lets them through while
       # their key has a free slot. The advisory locks make promotions of one key take turns (the count of slot
@@ -164,6 +165,7 @@ module Bobbin
         raw.prepare(INSERT_ONE_NAME, INSERT_ONE)
         raw.prepare(INSERT_ONE_ASYNC_NAME, INSERT_ONE_ASYNC)
         raw.prepare(INSERT_ONE_ASYNC_NOTIFY_NAME, INSERT_ONE_ASYNC_NOTIFY)
+        raw.prepare(NOTIFY_NAME, NOTIFY) # planning it cost ~70 µs of every enqueue's round trip
         raw.instance_variable_set(:@bobbin_prepared, raw.backend_pid)
       end
 
@@ -180,7 +182,7 @@ module Bobbin
           begin
             one ? raw.send_query_prepared(one_name(connection), rows.first.values_at(*NEW_JOB)) : raw.send_query_params(INSERT, binds(rows))
             raw.pipeline_sync
-            raw.send_query_params(NOTIFY, [ payload ])
+            one ? raw.send_query_prepared(NOTIFY_NAME, [ payload ]) : raw.send_query_params(NOTIFY, [ payload ])
             raw.pipeline_sync
             inserted = segment(raw)
             segment(raw)
