@@ -38,6 +38,27 @@ class DatabaseOutageTest < Bobbin::TestCase
     FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
   end
 
+  test "after a PostgreSQL restart, jobs get live connections from the pool: none fails on one the restart closed" do
+    skip_unless_postgres
+    cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
+    log = "tmp/restart-pool-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      # Active Record trusts a connection used in the last verify_timeout seconds (2 by default) without a check: a long
+      # one stands for a busy pool whose connections were in use a moment before the restart.
+      pids << spawn_bobbin("work", "--fibers", "5", "--polling-interval", "0.1", log: log,
+                                                                                env: { "DATABASE_URL" => "#{TestDatabase.url_with_pool}&verify_timeout=600" })
+      Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "before-#{i}" ] ] }) # every pool connection is used
+      wait_for("the first jobs") { LedgerEntry.count == 20 }
+      assert system("pg_ctlcluster", *cluster, "restart", "-m", "fast", out: File::NULL, err: File::NULL), "PostgreSQL restarted"
+      query { Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "after-#{i}" ] ] }) }
+      wait_for("the jobs enqueued after the restart to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == 40 }
+      assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections")
+    end
+  ensure
+    FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
+  end
+
   test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs" do
     skip_unless_postgres
     cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")

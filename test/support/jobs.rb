@@ -109,6 +109,14 @@ class LedgerJob
   def perform(key) = LedgerEntry.create!(key: key, pid: Process.pid)
 end
 
+# One statement outside a transaction (no BEGIN for Active Record to retry on a fresh connection), no retries.
+class LedgerUpsertJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key) = LedgerEntry.upsert({ key: key, pid: Process.pid }, unique_by: :key)
+end
+
 class SessionCountingJob
   include Bobbin::Job
   bobbin_options retries: 0

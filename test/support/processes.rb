@@ -7,8 +7,8 @@ module TestProcesses
   ROOT = File.expand_path("../..", __dir__)
 
   # Spawns `exe/bobbin ARGS` against the test database, loading the test jobs; returns its pid.
-  def spawn_bobbin(*args, log: File::NULL)
-    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }
+  def spawn_bobbin(*args, log: File::NULL, env: {})
+    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }.merge(env)
     command = [ RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
     Process.spawn(env, *command, chdir: ROOT, out: log, err: log, pgroup: true)
   end
