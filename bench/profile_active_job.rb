@@ -37,6 +37,33 @@ Bobbin.config.durable_enqueue = false # a lone INSERT (and its NOTIFY) commits w
 enqueue["perform_later with durable_enqueue = false, total"] = micros { ProfiledActiveJob.perform_later("noop", "key") }
 Bobbin.config.durable_enqueue = true
 
+# The floor under any enqueue here: each store's own round trip with no Ruby around it (raw libpq, prepared; a bare
+# redis-client LPUSH, Sidekiq's push without its Ruby), so a perform_later is never faster than its store's line plus
+# Active Job's own callbacks.
+require "redis-client"
+pg = Bobbin::Store::PostgreSQL
+payload = Bobbin::Wakeups::Notice.new([ "default" ], nil).to_json
+floor = Bobbin::Record.with_connection do |connection|
+  raw = connection.raw_connection
+  pg.prepare(raw)
+  values = row.values_at(*Bobbin::Store::NEW_JOB)
+  {
+    "PostgreSQL alone: the INSERT and its NOTIFY, durable (raw libpq)" => micros do
+      raw.enter_pipeline_mode
+      raw.send_query_prepared(pg::INSERT_ONE_NAME, values)
+      raw.pipeline_sync
+      raw.send_query_prepared(pg::NOTIFY_NAME, [ payload ])
+      raw.pipeline_sync
+      2.times { pg.segment(raw) }
+      raw.exit_pipeline_mode
+    end,
+    "PostgreSQL alone: the same as one statement, asynchronous commit (raw libpq)" => micros { raw.exec_prepared(pg::INSERT_ONE_ASYNC_NOTIFY_NAME, [ *values, payload ]) }
+  }
+end
+redis = RedisClient.new(url: ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0"))
+floor["Redis alone: LPUSH of the same payload (redis-client)"] = micros { redis.call("LPUSH", "bobbin-profile-floor", row[:arguments]) }
+redis.call("DEL", "bobbin-profile-floor")
+
 payload = JSON.generate(job.serialize)
 claimed = Bobbin::Store::ClaimedJob.new(1, "default", "ProfiledActiveJob", payload, 1, 1, job.job_id, 0, nil)
 execution = Bobbin::Worker::Execution.new
@@ -57,6 +84,8 @@ puts "## Profile: an Active Job job with Bobbin (bench/profile_active_job.rb, on
 puts "| enqueue piece | µs per job |\n|---|---|"
 enqueue.each { |piece, us| puts format("| %s | %.0f |", piece, us) }
 puts format("| the rest (Active Job's enqueue callbacks and events) | %.0f |", enqueue["perform_later, total"] - enqueue.values.first(3).sum)
+puts "\n| the store's own round trip, no Ruby around it | µs per job |\n|---|---|"
+floor.each { |piece, us| puts format("| %s | %.0f |", piece, us) }
 puts "\n| worker piece | µs per job |\n|---|---|"
 perform.each { |piece, us| puts format("| %s | %.0f |", piece, us) }
 puts format("| the rest (Bobbin's hooks, outcome, connection release) | %.0f |", perform["Execution of a claimed row, total"] - perform.values.first(4).sum)
