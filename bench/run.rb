@@ -42,7 +42,7 @@ parser = OptionParser.new do |o|
                                       "(bench/dashboard.rb), then exit") do |jobs|
     exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "dashboard.rb"), (jobs || Plan::DASHBOARD[:jobs]).to_s)
   end
-  o.on("--report JSON[,JSON]", Array, "re-render RESULTS.md, CSV and charts from saved runs, then exit") { |v| exit(Report.rerender(v) || 0) }
+  o.on("--report JSON[,JSON]", Array, "re-render RESULTS.md, CSV and charts from saved runs (a run's parts only: PATH:part+part), then exit") { |v| exit(Report.rerender(v) || 0) }
 end
 begin
   parser.parse!

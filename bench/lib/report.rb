@@ -21,17 +21,24 @@ class Report
   # workloads completed by a quick run of the rest); the stress matrix, the sweep and one-at-a-time enqueue from the first run that has each.
   # The "Through Active Job" table compares systems within one run: all of it comes from the first run that measured
   # Bobbin through Active Job.
+  # A path may end in ":part+part" (workloads, or matrix, sweep, enqueue, producers_cell, idle, sqlite_pickup): that run
+  # then gives only those parts, so a newer run's open-loop cells can stand beside an older run's full noop table.
   def self.rerender(json_paths)
-    runs = json_paths.map do |json_path|
-      json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
-      JSON.parse(File.read(json_path)).merge("name" => File.basename(json_path, ".json"))
-    end
+    runs = json_paths.map { |json_path| load_run(json_path) }
     cells = take(runs)
     aj_run = runs.find { |run| active_job_cells(run["cells"]).any? { |c| c["system"] == Plan::ACTIVE_JOB.first } }
     active_job = aj_run && active_job_cells(aj_run["cells"]).map { |c| c.merge("run" => aj_run["name"]) }
-    used = runs.select { |run| run.equal?(aj_run) || cells.any? { |c| c["run"] == run["name"] } }
+    used = runs.select { |run| run.equal?(aj_run) || cells.any? { |c| c["run"] == run["name"] } }.uniq { |run| run["name"] }
     new(cells, runs: used.map { |run| { "name" => run["name"], "options" => run["options"] } }, server_check: runs.first["server_check"],
                facts: runs.first["facts"], active_job: active_job).write(json: false)
+  end
+
+  # A saved run, named after its file; "PATH:part+part" keeps only those parts' cells.
+  def self.load_run(argument)
+    json_path, only = argument.split(":", 2)
+    json_path = [ json_path, File.expand_path(json_path, File.dirname(DIR)) ].find { |path| File.exist?(path) } || json_path # bin/bench runs in bench/
+    run = JSON.parse(File.read(json_path)).merge("name" => File.basename(json_path, ".json"))
+    only ? run.merge("cells" => run["cells"].select { |c| only.split("+").include?(part(c).to_s) }) : run
   end
 
   # A part's cells (a workload's, the stress matrix's, …) come from the first run that has it. A run measured after

@@ -50,6 +50,17 @@ class ReportTest < Minitest::Test
     assert_includes text, "| enqueue one at a time, `Job.enqueue` (jobs/s) | reported | 2500 | — |"
   end
 
+  def test_a_run_given_with_parts_contributes_only_those
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "2026-01-01-0000-full.json")
+      File.write(path, JSON.generate("cells" => [ open_loop_cell("latency", 1.2), open_loop_cell("scheduled", 3.1), *sleep_cells("bobbin-fibers", [ 100 ]) ]))
+
+      assert_equal %w[latency scheduled sleep], Report.load_run(path)["cells"].map { |c| c["workload"] }
+      assert_equal %w[latency scheduled], Report.load_run("#{path}:latency+scheduled")["cells"].map { |c| c["workload"] }
+      assert_equal "2026-01-01-0000-full", Report.load_run("#{path}:idle")["name"]
+    end
+  end
+
   def test_open_loop_rows_say_what_they_measure_so_scheduled_lateness_is_not_read_as_an_arrival_rate
     text = results_of([ open_loop_cell("latency", 1.2, returned: 0.5), open_loop_cell("scheduled", 3.1) ])
 
