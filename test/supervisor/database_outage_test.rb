@@ -10,6 +10,20 @@ class DatabaseOutageTest < Bobbin::TestCase
     line && Process.uid.zero? ? line.first(2) : nil
   end
 
+  # The local cluster (see local_cluster); skips the test where there is none.
+  def cluster!
+    skip_unless_postgres
+    local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
+  end
+
+  # Runs pg_ctlcluster ACTION on `cluster`; true when it succeeded.
+  def pg_ctl(cluster, *action) = system("pg_ctlcluster", *cluster, *action, out: File::NULL, err: File::NULL)
+
+  # A worker log for this test, deleted after it unless BOBBIN_KEEP_LOGS.
+  def log_file(name) = (@log = "tmp/#{name}-#{Process.pid}.log")
+
+  teardown { FileUtils.rm_f(@log) if @log && !ENV["BOBBIN_KEEP_LOGS"] }
+
   def counts
     Bobbin.counts
   rescue ActiveRecord::ActiveRecordError
@@ -18,15 +32,14 @@ class DatabaseOutageTest < Bobbin::TestCase
   end
 
   test "restart PostgreSQL while 1,000 jobs flow: workers log the outage, reconnect, and every job finishes" do
-    skip_unless_postgres
-    cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
+    cluster = cluster!
     Bobbin.enqueue_all(Array.new(1_000) { |i| [ OutageSafeJob, [ "job-#{i}" ] ] })
-    log = "tmp/outage-#{Process.pid}.log"
+    log = log_file("outage")
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.1", log: log)
       wait_for("jobs to flow") { counts["succeeded"].to_i >= 100 }
-      assert system("pg_ctlcluster", *cluster, "restart", "-m", "fast", out: File::NULL, err: File::NULL), "PostgreSQL restarted"
+      assert pg_ctl(cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
       wait_for("all 1,000 jobs done after the restart", timeout: 120, interval: 0.25) { counts["succeeded"] == 1_000 }
       Process.kill(:TERM, pids.first)
       assert wait_exit(pids.first, timeout: 30)&.success?
@@ -34,14 +47,11 @@ class DatabaseOutageTest < Bobbin::TestCase
     assert_equal 1_000, LedgerEntry.count
     assert_equal 0, Bobbin.counts["failed"]
     assert_match(/database unavailable|database reachable again|could not write/, File.read(log))
-  ensure
-    FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
   end
 
   test "after a PostgreSQL restart, jobs get live connections from the pool: none fails on one the restart closed" do
-    skip_unless_postgres
-    cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
-    log = "tmp/restart-pool-#{Process.pid}.log"
+    cluster = cluster!
+    log = log_file("restart-pool")
     pids = []
     ensure_killed(pids) do
       # Active Record trusts a connection used in the last verify_timeout seconds (2 by default) without a check: a long
@@ -50,19 +60,16 @@ class DatabaseOutageTest < Bobbin::TestCase
                                                                                 env: { "DATABASE_URL" => "#{TestDatabase.url_with_pool}&verify_timeout=600" })
       Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "before-#{i}" ] ] }) # every pool connection is used
       wait_for("the first jobs") { LedgerEntry.count == 20 }
-      assert system("pg_ctlcluster", *cluster, "restart", "-m", "fast", out: File::NULL, err: File::NULL), "PostgreSQL restarted"
+      assert pg_ctl(cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
       query { Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "after-#{i}" ] ] }) }
       wait_for("the jobs enqueued after the restart to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == 40 }
       assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections")
     end
-  ensure
-    FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
   end
 
   test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs" do
-    skip_unless_postgres
-    cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
-    log = "tmp/crash-#{Process.pid}.log"
+    cluster = cluster!
+    log = log_file("crash")
     pids = []
     returned = Queue.new # a job is promised once its enqueue returns
     producing = true
@@ -80,9 +87,9 @@ class DatabaseOutageTest < Bobbin::TestCase
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.1", log: log)
       wait_for("jobs to flow") { LedgerEntry.count >= 200 }
-      assert system("pg_ctlcluster", *cluster, "stop", "-m", "immediate", out: File::NULL, err: File::NULL), "PostgreSQL crashed"
+      assert pg_ctl(cluster, "stop", "-m", "immediate"), "PostgreSQL crashed"
       sleep(1)
-      assert system("pg_ctlcluster", *cluster, "start", out: File::NULL, err: File::NULL), "PostgreSQL recovered"
+      assert pg_ctl(cluster, "start"), "PostgreSQL recovered"
       before = returned.size
       wait_for("enqueues to return again") { returned.size > before + 200 }
       producing = false
@@ -97,6 +104,5 @@ class DatabaseOutageTest < Bobbin::TestCase
   ensure
     producing = false
     producer&.join
-    FileUtils.rm_f(log) if log && !ENV["BOBBIN_KEEP_LOGS"]
   end
 end
