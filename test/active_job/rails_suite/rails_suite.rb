@@ -67,11 +67,19 @@ module RailsSuite
     Bundler.with_unbundled_env { system(env, *command, chdir: chdir, **(quiet ? { out: File::NULL, err: File::NULL } : {})) }
   end
 
+  def fetch_once(pause:)
+    sleep(pause)
+    Net::HTTP.get_response(URI(TARBALL))
+  rescue SystemCallError, Net::OpenTimeout, Net::ReadTimeout, SocketError => error
+    warn("downloading Rails' source: #{error.class}: #{error.message}")
+    nil
+  end
+
   def download
     path = File.join(ROOT, "tmp", File.basename(TARBALL))
     FileUtils.mkdir_p(File.dirname(path))
-    response = Net::HTTP.get_response(URI(TARBALL))
-    raise "could not download Rails' source from #{TARBALL}: HTTP #{response.code}" unless response.is_a?(Net::HTTPSuccess)
+    response = 3.times.lazy.map { |attempt| fetch_once(pause: attempt * 2) }.find { |got| got.is_a?(Net::HTTPSuccess) }
+    raise "could not download Rails' source from #{TARBALL} (3 tries)" unless response
     raise "Rails' source from #{TARBALL} does not match its SHA-256" unless Digest::SHA256.hexdigest(response.body) == SHA256
 
     File.binwrite(path, response.body)
