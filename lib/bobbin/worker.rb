@@ -59,7 +59,7 @@ module Bobbin
 
       @selection = Store::QueueSelection.new(queues)
       @waker = Waker.new
-      @executor = fibers ? fiber_executor(size, stall_threshold, thread_lane) : ThreadExecutor.new(size, on_done: @waker.method(:wake))
+      @executor = fibers ? fiber_executor(size, stall_threshold, thread_lane) : ThreadExecutor.new(size, on_done: method(:job_done))
       @pacer = Pacer.new(polling_interval || Bobbin.config.polling_interval,
                          notified_polling_interval || Bobbin.config.notified_polling_interval)
       @shutdown_timeout = shutdown_timeout || Bobbin.config.shutdown_timeout
@@ -116,9 +116,19 @@ module Bobbin
         sooner = @pacer.sooner?(at)
         @pacer.note(at)
         @waker.wake if sooner
-      elsif room?
-        @waker.wake
+      else
+        @unheard = true # until the next claim: a freed slot looks if none has since
+        @waker.wake if room?
       end
+    end
+
+    # A job ended and freed its slot. The claim loop looks again only when work may be waiting for that slot: the last
+    # claim filled every slot, or did not look (no room, or the database failed it), a notice came since it was sent,
+    # a crash suspect held its fellows back, notifications do not reach this process (it polls), or the worker is
+    # stopping or draining. Otherwise new work announces itself, and a claim per finished job would be an empty claim
+    # per job: twice the claims of an idle worker, and a claim in flight that the next job waits for.
+    def job_done
+      @waker.wake if @unheard || @stopping || @draining || !Wakeups.listening? || @claimer.nil? || @claimer.look_again?
     end
 
     # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
@@ -150,15 +160,16 @@ module Bobbin
       def fiber_executor(size, threshold, lane)
         threshold = Bobbin.config.stall_threshold if threshold.nil?
         lane = Bobbin.config.thread_lane if lane.nil?
-        fibers = FiberExecutor.new(size, on_done: @waker.method(:wake), stall_threshold: threshold, offload: Bobbin.config.offload_threads,
+        fibers = FiberExecutor.new(size, on_done: method(:job_done), stall_threshold: threshold, offload: Bobbin.config.offload_threads,
                                          on_stall: ->(stall) { @stall_log&.<<(stall) })
         @detector = fibers.detector
         return fibers if lane.zero?
 
-        Lanes.new(fibers, ThreadExecutor.new(lane, on_done: @waker.method(:wake)), thread_job: ->(job) { @execution.thread_job?(job) })
+        Lanes.new(fibers, ThreadExecutor.new(lane, on_done: method(:job_done)), thread_job: ->(job) { @execution.thread_job?(job) })
       end
 
       def work(drain:)
+        @draining = drain
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
         @executor.run do
@@ -193,6 +204,7 @@ module Bobbin
 
       def claim_loop(drain)
         until @stopping
+          @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
           jobs = @claimer.next_jobs(wait: method(:wait))
           jobs.each { |job| @executor.post(job) { @outcomes << @execution.call(job) } }
           next if @claimer.backlog?

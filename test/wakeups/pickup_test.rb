@@ -39,6 +39,20 @@ class PickupTest < Bobbin::TestCase
     with_idle_worker { run_soon("booked") }
   end
 
+  test "a listening worker sends one claim per job announced to it, not a second, empty one after each job ends" do
+    skip_unless_postgres # SQLite's watcher misses this process's own commits: its workers look again after each job
+    with_idle_worker do |worker|
+      claims = worker.claimer.claims
+      10.times do |i|
+        SleepJob.enqueue(0, "one-#{i}")
+        run_soon("one-#{i}")
+      end
+      sleep(0.3) # the claim a finished job would have sent
+      # A late answer to the listener's ping may add a safety claim; an empty claim per job would add ten.
+      assert_in_delta claims + 10, worker.claimer.claims, 2
+    end
+  end
+
   test "a worker selecting llm_* is not woken by jobs for mail, and is by jobs for llm_chat" do
     with_idle_worker(queues: [ "llm_*" ]) do |worker|
       claims = worker.claimer.claims

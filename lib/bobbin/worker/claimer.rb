@@ -31,6 +31,7 @@ module Bobbin
       def next_jobs(wait:)
         gather(wait) if @backlog
         room = self.room
+        @looked = false
         jobs = room.positive? ? claim(room, wait) : []
         @backlog = room.positive? && jobs.size == room
         jobs
@@ -38,6 +39,10 @@ module Bobbin
 
       # True when the last claim filled every free slot (more work is probably waiting).
       def backlog? = @backlog
+
+      # True when a freed slot may find work no claim has seen: the last claim filled every slot, or did not look (no
+      # room, or the database failed it), or a crash suspect runs and its fellows were left out of claims.
+      def look_again? = @backlog || !@looked || !@suspect.nil?
 
       # Returns this worker's running rows to ready, except `keep`, and announces them; returns how many. `store`:
       # another of the worker's stores to do it through (nil: the claimer's).
@@ -91,6 +96,7 @@ module Bobbin
           @claims += 1
           @last_claim_at = Time.now.to_f
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
+          @looked = true
           @failures = reconcile(jobs) if @failures
           jobs = settle_held(jobs)
           Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any? && Instrumentation.listening?(:claim)

@@ -10,7 +10,7 @@ module Bobbin
         @pending = false
       end
 
-      # Makes the current or next `wait` return at once. While a wake is pending (every finished job wakes) it writes
+      # Makes the current or next `wait` return at once. While a wake is pending (finished jobs may each wake it) it writes
       # nothing more: one byte per wait, not one per job.
       def wake
         return if @pending
