@@ -2,6 +2,7 @@
 
 require "json"
 require "open3"
+require "tmpdir"
 require_relative "sampler"
 require_relative "app_db"
 
@@ -158,15 +159,29 @@ class Cell
     end
 
     # Open loop: once the worker has run a first job, jobs arrive one at a time at @rate per second (scheduled
-    # @ahead seconds ahead, if given), from one enqueuing process per ARRIVALS_PER_PROCESS.
+    # @ahead seconds ahead, if given), from one enqueuing process per ARRIVALS_PER_PROCESS, all started together
+    # once all have booted.
     ARRIVALS_PER_PROCESS = 500
 
     def open_loop(pids)
       enqueue_seconds(@env, 1, "#{@prefix}-probe")
       wait_for_jobs(pids, 60, "#{@prefix}-probe", 1) or raise "#{@system[:name]} ran no job within #{STALL_SECONDS} s of starting"
       producers = (@rate.to_f / ARRIVALS_PER_PROCESS).ceil
-      env = @env.merge("BENCH_RATE" => @rate.to_s, "BENCH_AHEAD" => @ahead&.to_s, "BENCH_STRIDE" => producers.to_s)
-      Array.new(producers) { |k| Thread.new { enqueue_seconds(env.merge("BENCH_OFFSET" => k.to_s)) } }.map(&:value).max
+      Dir.mktmpdir("bench-barrier") do |barrier|
+        env = @env.merge("BENCH_RATE" => @rate.to_s, "BENCH_AHEAD" => @ahead&.to_s, "BENCH_STRIDE" => producers.to_s, "BENCH_BARRIER" => barrier)
+        threads = Array.new(producers) { |k| Thread.new { enqueue_seconds(env.merge("BENCH_OFFSET" => k.to_s)) } }
+        start_line(barrier, producers, threads)
+        threads.map(&:value).max
+      end
+    end
+
+    # Once every producer has booted (or one has failed), tells them all to start 0.2 s from now.
+    def start_line(barrier, producers, threads)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 120
+      sleep 0.01 until Dir.glob(File.join(barrier, "ready-*")).size >= producers || threads.any? { |t| !t.alive? } ||
+                       Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      File.write(File.join(barrier, "go.tmp"), (Process.clock_gettime(Process::CLOCK_REALTIME) + 0.2).to_s)
+      File.rename(File.join(barrier, "go.tmp"), File.join(barrier, "go"))
     end
 
     # No job of the cell has finished for this long (no job here takes more than a few seconds; boot fits in it):
