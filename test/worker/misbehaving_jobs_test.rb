@@ -85,12 +85,14 @@ class MisbehavingJobsTest < Bobbin::TestCase
 
   test "a fiber job that stops yielding while the claim loop waits inside a claim still cannot block TERM" do
     skip_unless_postgres # SQLite's calls never yield to the loop
-    id = SpinJob.enqueue("spin-late", 1.0)
+    spin_after = 3.0 # time for the test to park the claim first (1 s was not always enough under the full suite)
+    id = SpinJob.enqueue("spin-late", spin_after)
     log = @log = "tmp/spin-late-#{Process.pid}.log"
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("work", "--fibers", "2", "--shutdown-timeout", "0.5", log: log)
       wait_for("the job to start") { StartEntry.exists?(key: "spin-late") }
+      spins_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + spin_after
       Bobbin::JobRecord.transaction do
         # The claim statement reads bobbin_pauses: it waits on this lock, its fiber parked holding the claimer's store,
         # when the job (asleep until then) takes the loop for good.
@@ -98,7 +100,8 @@ class MisbehavingJobsTest < Bobbin::TestCase
         Thread.new { NoopJob.enqueue("wakes the claim loop") }.join # committed, so its announcement goes out
         waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE bobbin_jobs%'"
         wait_for("the claim to wait on the lock") { Bobbin::JobRecord.connection.select_value(waiting).positive? }
-        sleep 1.5 # the job spins now
+        assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC), :<, spins_at, "the claim parked before the job took the loop"
+        sleep(spins_at + 0.5 - Process.clock_gettime(Process::CLOCK_MONOTONIC)) # the job spins now
         Process.kill(:TERM, pids.first)
         status = wait_exit(pids.first, timeout: 0.5 + Bobbin::Worker::STOP_GRACE + Bobbin::Worker::STOP_OVERDUE + 15)
         assert status, "the process exits although its claim loop is parked inside a claim"
