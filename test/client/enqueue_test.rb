@@ -35,6 +35,19 @@ class EnqueueTest < Bobbin::TestCase
     assert_refused(/NotAJob is not a Bobbin job \(include Bobbin::Job\)/) { Bobbin.enqueue_all([ [ NotAJob, [] ] ]) }
   end
 
+  test "PostgreSQL: enqueues go on after Active Record resets the connection (DISCARD ALL drops the prepared statements, same session)" do
+    skip_unless_postgres
+    first = FlakyJob.enqueue("before", 0) # prepares the one-job INSERT on this connection
+    # What the pool does to a connection it takes back from a thread that died holding it.
+    Bobbin::Record.connection_pool.with_connection do |connection|
+      pid = connection.raw_connection.backend_pid
+      connection.reset!
+      assert_equal pid, connection.raw_connection.backend_pid, "the same server session"
+    end
+    ids = [ FlakyJob.enqueue("after", 0), Bobbin::Record.transaction { FlakyJob.enqueue("in a transaction", 0) } ]
+    assert_equal 3, Bobbin::JobRecord.where(id: [ first, *ids ]).count
+  end
+
   test "unknown bobbin_options are a configuration error naming them" do
     error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job; bobbin_options(retry: 3) } }
     assert_match(/unknown bobbin_options retry/, error.message)

@@ -158,7 +158,8 @@ module Bobbin
         Bobbin.config.durable_enqueue || connection.transaction_open? ? INSERT_ONE_NAME : INSERT_ONE_ASYNC_NAME
       end
 
-      # Prepares the one-row INSERTs on `raw` once per server session (the backend pid tells a new one).
+      # Prepares the one-row INSERTs on `raw` once per server session (the backend pid tells a new one; ForgetOnReset
+      # a session Active Record reset).
       def self.prepare(raw)
         return if raw.instance_variable_get(:@bobbin_prepared) == raw.backend_pid
 
@@ -168,6 +169,18 @@ module Bobbin
         raw.prepare(NOTIFY_NAME, NOTIFY) # planning it cost ~70 µs of every enqueue's round trip
         raw.instance_variable_set(:@bobbin_prepared, raw.backend_pid)
       end
+
+      # Active Record's `reset!` (of a connection the pool took back from a dead thread, or unpinned) sends DISCARD ALL:
+      # the session keeps its backend pid but loses every prepared statement, ours too. Forgetting them with it keeps
+      # the next enqueue on that connection from failing (and every one after it) on a statement that is gone.
+      module ForgetOnReset
+        def reset!
+          super
+        ensure
+          @raw_connection&.instance_variable_set(:@bobbin_prepared, nil)
+        end
+      end
+      ActiveSupport.on_load(:active_record_postgresqladapter) { prepend ForgetOnReset }
 
       # Like `insert` outside a transaction, and announces the rows with NOTIFY `payload` in the same round trip:
       # libpq's pipeline sends both statements at once, each its own transaction, so the INSERT's durable commit
