@@ -17,10 +17,11 @@ module Servers
     system("pg_isready", "-q", "-p", port, "-t", "5") or abort("bin/bench: PostgreSQL is not running on port #{port} (run bin/setup)")
     redis = (TCPSocket.new("127.0.0.1", 6379).tap { |s| s.write("PING\r\n") }.gets rescue nil)
     abort("bin/bench: Redis is not running on 127.0.0.1:6379 (run bin/setup)") unless redis&.start_with?("+PONG")
-    systems.filter_map { |s| s[:database] }.uniq.each do |db|
-      system("createdb", "-p", port, db, err: File::NULL) # exists already: fine
-    end
+    systems.filter_map { |s| s[:database] }.uniq.each { |db| create_database(db) }
   end
+
+  # Creates PostgreSQL database `name` on the bench's port (exists already: fine).
+  def create_database(name) = system("createdb", "-p", port, name, err: File::NULL)
 
   # The environment a system's scripts run with.
   def env(system, pool, ledger_path, http_url)
