@@ -128,7 +128,7 @@ module Bobbin
     # stopping or draining. Otherwise new work announces itself, and a claim per finished job would be an empty claim
     # per job: twice the claims of an idle worker, and a claim in flight that the next job waits for.
     def job_done
-      @waker.wake if @unheard || @stopping || @draining || !Wakeups.listening? || @claimer.nil? || @claimer.look_again?
+      @waker.wake if @unheard || @stopping || @draining || !Wakeups.listening? || @claimer.look_again?
     end
 
     # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
