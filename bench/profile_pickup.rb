@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # bin/bench --profile (third part): where an open-loop job's pickup goes on PostgreSQL (bench_bobbin). Jobs of 10 ms
-# arrive one at a time at each --rates value from --producers processes (bench's open-loop cell, without the harness)
+# arrive one at a time at each --rates value from --producers processes (bench's open-loop cell, without the harness;
+# the producers start together once all have booted, as there)
 # to --workers idle fiber workers of 100; each worker stamps its claims, and each job when it starts. Per job:
 # the enqueue call, call start → job start, call return → job start, and the last split into the wait until the claim
 # that took it was sent, that claim's round trip, and claim → start. Also: claims sent (and empty ones), jobs per claim,
@@ -13,6 +14,7 @@ require "bobbin"
 require "json"
 require "optparse"
 require "tmpdir"
+require_relative "lib/start_line"
 
 ENV["DATABASE_URL"] ||= "postgres:///bench_bobbin?port=#{ENV.fetch('BENCH_PG_PORT', '5432')}&pool=5"
 Bobbin.config.logger.level = Logger::WARN
@@ -78,7 +80,7 @@ module PickupProfile
   def producer(dir, k, stride, rate, jobs)
     Bobbin.connect
     rows = []
-    begin_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.5
+    begin_at = StartLine.wait(dir, k)
     (k...jobs).step(stride) do |i|
       ahead = begin_at + i / rate - Process.clock_gettime(Process::CLOCK_MONOTONIC)
       Kernel.sleep(ahead) if ahead.positive?
@@ -100,7 +102,10 @@ module PickupProfile
       Kernel.sleep(0.05) until Bobbin::ProcessRecord.count >= workers
       warm = Bobbin.enqueue_all([ [ PickupJob, [ -1 ] ] ]).first
       Kernel.sleep(0.05) until Bobbin::JobRecord.where(id: warm).where.not(finished_at: nil).exists?
-      Array.new(producers) { |k| spawn("producer", dir, k, producers, rate, jobs) }.each { |pid| Process.wait(pid) }
+      producer_pids = Array.new(producers) { |k| spawn("producer", dir, k, producers, rate, jobs) }
+      failed = []
+      StartLine.go(dir, producers) { producer_pids.any? { |pid| Process.wait(pid, Process::WNOHANG)&.then { failed << pid } } }
+      (producer_pids - failed).each { |pid| Process.wait(pid) }
       Kernel.sleep(0.05) until Bobbin::JobRecord.where.not(finished_at: nil).count > jobs
       File.write(File.join(dir, "stop"), "")
       pids.each { |pid| Process.wait(pid) }

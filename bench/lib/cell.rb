@@ -5,6 +5,7 @@ require "open3"
 require "tmpdir"
 require_relative "sampler"
 require_relative "app_db"
+require_relative "start_line"
 
 # One measurement: one system, one workload, one round. Jobs are enqueued before the worker starts; the
 # clock runs from the first job's start to the last job's finish, as the ledger reports them.
@@ -170,18 +171,9 @@ class Cell
       Dir.mktmpdir("bench-barrier") do |barrier|
         env = @env.merge("BENCH_RATE" => @rate.to_s, "BENCH_AHEAD" => @ahead&.to_s, "BENCH_STRIDE" => producers.to_s, "BENCH_BARRIER" => barrier)
         threads = Array.new(producers) { |k| Thread.new { enqueue_seconds(env.merge("BENCH_OFFSET" => k.to_s)) } }
-        start_line(barrier, producers, threads)
+        StartLine.go(barrier, producers) { threads.any? { |t| !t.alive? } }
         threads.map(&:value).max
       end
-    end
-
-    # Once every producer has booted (or one has failed), tells them all to start 0.2 s from now.
-    def start_line(barrier, producers, threads)
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 120
-      sleep 0.01 until Dir.glob(File.join(barrier, "ready-*")).size >= producers || threads.any? { |t| !t.alive? } ||
-                       Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      File.write(File.join(barrier, "go.tmp"), (Process.clock_gettime(Process::CLOCK_REALTIME) + 0.2).to_s)
-      File.rename(File.join(barrier, "go.tmp"), File.join(barrier, "go"))
     end
 
     # No job of the cell has finished for this long (no job here takes more than a few seconds; boot fits in it):

@@ -5,6 +5,7 @@ require "json"
 require "net/http"
 require_relative "ledger"
 require_relative "app_db"
+require_relative "start_line"
 require_relative "../../demo/llm_stream"
 
 # The workloads of BENCHMARKS.md, shared by every system's job class so each does exactly the same work.
@@ -30,13 +31,13 @@ module Work
   # measure enqueue → start; with BENCH_AHEAD, each job is scheduled that many seconds ahead and its key ends in
   # that due time instead (start − due is its lateness); each call's return is reported too (RETURNED). BENCH_STRIDE/BENCH_OFFSET split the keys between several
   # enqueuing processes (process k of n takes i = k, k + n, …), for arrival rates one process cannot keep; with
-  # BENCH_BARRIER they start together once all have booted (see `barrier`).
+  # BENCH_BARRIER they start together once all have booted (StartLine).
   def enqueue(count, prefix, workload, slice: 1_000)
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     if ENV["BENCH_ENQUEUE"] == "one"
       Integer(count).times { |i| enqueue_one.call(workload, "#{prefix}:#{i}") }
     elsif (rate = ENV["BENCH_RATE"]&.then { |r| Float(r) })
-      started = barrier(ENV["BENCH_BARRIER"], ENV.fetch("BENCH_OFFSET", "0")) if ENV["BENCH_BARRIER"]
+      started = StartLine.wait(ENV["BENCH_BARRIER"], ENV.fetch("BENCH_OFFSET", "0")) if ENV["BENCH_BARRIER"]
       due_in = Float(ENV.fetch("BENCH_AHEAD", "0"))
       (Integer(ENV.fetch("BENCH_OFFSET", "0"))...Integer(count)).step(Integer(ENV.fetch("BENCH_STRIDE", "1"))) do |i|
         ahead = started + i / rate - Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -48,19 +49,6 @@ module Work
       Array.new(Integer(count)) { |i| "#{prefix}:#{i}" }.each_slice(slice) { |keys| yield keys }
     end
     puts JSON.generate(enqueue_seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
-  end
-
-  # Waits at the harness's start line: says this producer has booted (a file "ready-<offset>" in `dir`), waits for
-  # the file "go" to hold the wall-clock time every producer starts at, sleeps until then and returns that instant on
-  # the monotonic clock. So no producer's boot (seconds of CPU on a small machine) overlaps the arrivals of another.
-  def barrier(dir, offset)
-    File.write(File.join(dir, "ready-#{offset}"), "")
-    go = File.join(dir, "go")
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 120
-    Kernel.sleep(0.002) until File.exist?(go) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-    at = Float(File.read(go))
-    Kernel.sleep([ at - Process.clock_gettime(Process::CLOCK_REALTIME), 0 ].max)
-    Process.clock_gettime(Process::CLOCK_MONOTONIC)
   end
 
   # `producers` threads (mode "threads") or fibers under Async ("fibers") enqueue `count` no-op jobs between them,
