@@ -37,7 +37,7 @@ module Bobbin
     # Removes a worker; stops the listening thread with the last one.
     def unsubscribe(worker)
       source = @lock.synchronize do
-        @workers.delete(worker)
+        @workers -= [ worker ] # a new array: deliver reads the list without the lock
         next unless @workers.empty?
 
         @paused = [].freeze # no longer kept up to date
@@ -53,8 +53,12 @@ module Bobbin
     # The shortest polling_interval of this process's workers (the configured one without workers): how long a
     # listener that went silent may go unnoticed.
     def polling_interval
-      @lock.synchronize { @workers.filter_map { |worker| worker.polling_interval if worker.respond_to?(:polling_interval) }.min } ||
-        Bobbin.config.polling_interval
+      shortest = nil # no Array: the listener asks before each wait
+      @workers.each do |worker|
+        interval = worker.polling_interval if worker.respond_to?(:polling_interval)
+        shortest = interval if interval && (shortest.nil? || interval < shortest)
+      end
+      shortest || Bobbin.config.polling_interval
     end
 
     # Tells this process's workers that jobs are ready in `queues` (nil: any queue), or become due at `at`
@@ -65,7 +69,7 @@ module Bobbin
         @lock.synchronize { @paused = (paused ? @paused | queues : @paused - queues).freeze }
         return if paused
       end
-      @lock.synchronize { @workers.dup }.each { |worker| worker.notice(queues, at) }
+      @workers.each { |worker| worker.notice(queues, at) } # replaced, never changed in place, under the lock
     end
 
     # True when `queue` is paused as far as this process has heard (pause and resume announce themselves; the

@@ -216,9 +216,10 @@ module Bobbin
       end
 
       def claim_loop(drain)
+        wait = method(:wait)
         until @stopping
           @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
-          jobs = @claimer.next_jobs(wait: method(:wait))
+          jobs = @claimer.next_jobs(wait: wait)
           jobs.each { |job| @executor.post(job) { @outcomes << @execution.call(job) } }
           next if @claimer.backlog?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?

@@ -10,18 +10,19 @@ module Bobbin
         @broken = false
       end
 
+      # Each forwards its arguments with `...` and the block: no Array or Hash per call (a claim per job).
       %i[claim finish release hand_back heartbeat reregister reclaim promote next_run_at announce record_stalls].each do |name|
-        define_method(name) { |*args, **options| call(name, *args, **options) }
+        class_eval("def #{name}(...) = guard(:#{name}) { @store.#{name}(...) }", __FILE__, __LINE__) # def claim(...) = guard(:claim) { @store.claim(...) }
       end
 
       # Closes the underlying connection.
       def close = @lock.synchronize { @store.close }
 
       private
-        def call(name, *args, **options)
+        def guard(name)
           @lock.synchronize do
             reconnect if @broken
-            @store.public_send(name, *args, **options)
+            yield
           rescue *driver_errors, *CONNECTION_ERRORS => error
             @broken = true
             raise Unavailable, "database unavailable during #{name}: #{error.class}: #{error.message.lines.first&.strip}"

@@ -5,6 +5,8 @@ module Bobbin
     # Bobbin's hot-path SQL for PostgreSQL: one statement per batch, run on a connection the worker owns.
     class PostgreSQL
       RETURNED = "id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key"
+      # RETURNED's integer columns (ClaimedJob's members), which pg decodes to Integers: no String per value to parse.
+      INTEGERS = %i[id attempts max_attempts crashes].freeze
 
       FINISH = <<~SQL
         UPDATE bobbin_jobs AS j SET state = o.state, finished_at = o.finished_at, run_at = COALESCE(o.run_at, j.run_at),
@@ -260,6 +262,7 @@ module Bobbin
         @claim_sql = claim_sql
         @next_run_at_sql = next_run_at_sql
         @array = PG::TextEncoder::Array.new
+        @returned = PG::TypeMapByColumn.new(ClaimedJob.members.map { |member| PG::TextDecoder::Integer.new if INTEGERS.include?(member) })
         @prepared = @adapter.prepared_statements? ? {}.compare_by_identity : nil
         configure
       end
@@ -268,9 +271,8 @@ module Bobbin
       # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
       def claim(process_id, limit, suspects: true)
         result = exec(@claim_sql, [ process_id, limit, suspects, *queue_binds ])
-        result.values.map do |id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, key|
-          ClaimedJob.new(id.to_i, queue, class_name, arguments, attempts.to_i, max_attempts.to_i, active_job_id, crashes.to_i, key)
-        end
+        result.type_map = @returned
+        Array.new(result.ntuples) { |row| ClaimedJob.new(*result.tuple_values(row)) }
       end
 
       # Returns the claimed jobs `ids` to ready untouched (their attempt given back).

@@ -117,6 +117,7 @@ module Bobbin
         def listen
           @adapter = @db_config.new_connection
           @connection = @adapter.raw_connection
+          @waits_on = [ @connection.socket_io, @wake ].freeze
           @connection.exec("LISTEN #{CHANNEL}")
           Wakeups.note_paused(@connection.exec("SELECT queue FROM bobbin_pauses").column_values(0)) # later changes are announced
           return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
@@ -155,7 +156,7 @@ module Bobbin
 
         # Waits up to `timeout` seconds for the socket to be readable; false on a stop or a timeout.
         def readable?(timeout)
-          ready, = IO.select([ @connection.socket_io, @wake ], nil, nil, timeout)
+          ready, = IO.select(@waits_on, nil, nil, timeout)
           ready&.include?(@connection.socket_io) && !stopping?
         end
 
@@ -194,9 +195,11 @@ module Bobbin
           tell(nil)
         end
 
+        # Jobs enqueued one by one to a queue all send the same payload: the last one's notice is read once.
         def deliver(payload)
-          notice = Notice.parse(payload)
-          tell(notice.queues, notice.at, paused: notice.paused)
+          @notice = Notice.parse(payload) unless payload == @payload
+          @payload = payload
+          tell(@notice.queues, @notice.at, paused: @notice.paused)
         end
 
         def tell(queues, at = nil, paused: nil) = (Wakeups.deliver(queues, at, paused: paused) unless stopping?)

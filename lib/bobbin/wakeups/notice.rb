@@ -13,7 +13,7 @@ module Bobbin
       def self.parse(payload)
         hash = JSON.parse(payload)
         queues = hash["q"]
-        new(queues.is_a?(Array) ? queues.grep(String) : nil, hash["at"].is_a?(Numeric) ? hash["at"].to_f : nil,
+        new(queues.is_a?(Array) ? queues.grep(String).freeze : nil, hash["at"].is_a?(Numeric) ? hash["at"].to_f : nil,
             [ true, false ].include?(hash["p"]) ? hash["p"] : nil)
       rescue JSON::ParserError, TypeError, NoMethodError
         new(nil, nil)

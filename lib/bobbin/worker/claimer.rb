@@ -94,7 +94,7 @@ module Bobbin
 
         def claim(limit, wait)
           @claims += 1
-          @last_claim_at = Time.now.to_f
+          @last_claim_at = ::Process.clock_gettime(::Process::CLOCK_REALTIME)
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
           @looked = true
           @failures = reconcile(jobs) if @failures
@@ -114,6 +114,8 @@ module Bobbin
         # (a release came first), or still running under this claim (a retry written an instant before it, not yet
         # struck off). Handed back, the second kind is claimed again and runs; the first is left alone by the guard.
         def settle_held(jobs)
+          return jobs if jobs.none? { |job| @worker.held?(job.id) }
+
           held, fresh = jobs.partition { |job| @worker.held?(job.id) }
           written = held.reject { |job| @worker.running?(job.id) }.map(&:id)
           return fresh if written.empty?
@@ -128,6 +130,8 @@ module Bobbin
 
         # At most one suspect in flight: the first one claimed runs, any others go straight back.
         def quarantine(jobs)
+          return jobs if jobs.none? { |job| job.crashes >= Recovery::SUSPECT }
+
           suspects = jobs.select { |job| job.crashes >= Recovery::SUSPECT }
           return jobs if suspects.empty?
 

@@ -31,8 +31,12 @@ module Bobbin
 
       # Asks the block for the earliest due time in the database when the one known has passed or a poll
       # interval went by since the last look.
-      def refresh(now = Time.now.to_f)
-        due, refreshed_at = @lock.synchronize { [ @due, @refreshed_at ] }
+      def refresh(now = ::Process.clock_gettime(::Process::CLOCK_REALTIME))
+        due = refreshed_at = nil # read apart, no Array: the loop idles once per job
+        @lock.synchronize do
+          due = @due
+          refreshed_at = @refreshed_at
+        end
         return unless refreshed_at.nil? || (due && due <= now) || now - refreshed_at >= poll_interval
 
         found = yield
@@ -44,7 +48,7 @@ module Bobbin
       end
 
       # Seconds to sleep with nothing to claim.
-      def idle_wait(now = Time.now.to_f)
+      def idle_wait(now = ::Process.clock_gettime(::Process::CLOCK_REALTIME))
         poll = poll_interval
         due = @lock.synchronize { @due }
         due ? (due - now + SLACK).clamp(0.0, poll) : poll
