@@ -270,58 +270,58 @@ module Bobbin
       # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
       # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
       def claim(process_id, limit, suspects: true)
-        result = exec(@claim_sql, [ process_id, limit, suspects, *queue_binds ])
-        result.type_map = @returned
-        Array.new(result.ntuples) { |row| ClaimedJob.new(*result.tuple_values(row)) }
+        exec(@claim_sql, [ process_id, limit, suspects, *queue_binds ]) do |result|
+          result.type_map = @returned
+          Array.new(result.ntuples) { |row| ClaimedJob.new(*result.tuple_values(row)) }
+        end
       end
 
       # Returns the claimed jobs `ids` to ready untouched (their attempt given back).
       def hand_back(process_id, ids)
-        exec(HAND_BACK, [ process_id, @array.encode(ids) ]).cmd_tuples
+        exec(HAND_BACK, [ process_id, @array.encode(ids) ], &:cmd_tuples)
       end
 
       # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns).
       def reregister(process_id, row)
-        exec(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS) ]).cmd_tuples
+        exec(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS) ], &:cmd_tuples)
       end
 
       # Takes back those of `held` jobs that recovery returned to ready (it clears claimed_at; a retry written
       # by this worker keeps it) and nobody has claimed since; returns how many.
       def reclaim(process_id, held)
-        exec(RECLAIM, [ process_id, @array.encode(held) ]).cmd_tuples
+        exec(RECLAIM, [ process_id, @array.encode(held) ], &:cmd_tuples)
       end
 
       # Writes the outcomes of many jobs in one statement; only rows still claimed by `process_id` change.
       def finish(process_id, outcomes)
         columns = Outcome::WRITTEN.map { |member| @array.encode(outcomes.map(&member)) }
-        exec(FINISH, [ process_id, *columns ]).cmd_tuples
+        exec(FINISH, [ process_id, *columns ], &:cmd_tuples)
       end
 
       # Returns the jobs `process_id` holds, except those in `keep`, to ready, giving back the interrupted attempt.
       def release(process_id, keep = [])
-        exec(RELEASE, [ process_id, @array.encode(keep) ]).cmd_tuples
+        exec(RELEASE, [ process_id, @array.encode(keep) ], &:cmd_tuples)
       end
 
       # Records that `process_id` is alive, with its live numbers and (fiber pools) loop lag, longest lag and stalls.
       def heartbeat(process_id, metadata_json, health = [ nil, nil, nil ])
-        exec(HEARTBEAT, [ process_id, metadata_json, *health ]).cmd_tuples.positive?
+        exec(HEARTBEAT, [ process_id, metadata_json, *health ], &:cmd_tuples).positive?
       end
 
       # Adds stalls to job rows: `{ id => [count, longest_ms] }`.
       def record_stalls(stalls)
         counts, longest = stalls.values.transpose
-        exec(RECORD_STALLS, [ @array.encode(stalls.keys), @array.encode(counts), @array.encode(longest) ]).cmd_tuples
+        exec(RECORD_STALLS, [ @array.encode(stalls.keys), @array.encode(counts), @array.encode(longest) ], &:cmd_tuples)
       end
 
       # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.
       def next_run_at
-        result = exec(@next_run_at_sql, queue_binds)
-        result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f
+        exec(@next_run_at_sql, queue_binds) { |result| result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f }
       end
 
       # Announces `notice` (a Wakeups::Notice) to every listening process.
       def announce(notice)
-        exec(NOTIFY, [ notice.to_json ])
+        exec(NOTIFY, [ notice.to_json ], &:cmd_tuples)
       end
 
       # Lets blocked jobs of `keys` through to their free slots (after their holders finished); returns how many.
@@ -348,11 +348,14 @@ module Bobbin
         # Runs one of this store's statements. Each is prepared once per server session (the backend pid tells a new
         # one) unless the app turned prepared statements off (PgBouncer in transaction mode): planning the claim
         # costs more than running it (~230 of ~500 µs), and an idle worker woken per job claims once per job.
-        def exec(sql, binds)
+        # Returns what the block makes of the result, which pg then clears: its libpq memory (2 KB and more, which
+        # pg reports to Ruby's GC) is freed at once, not when a collection finds the result, so it does not add up
+        # to Ruby's malloc limits (a claim per job; malloc past them since the last major collection forces one).
+        def exec(sql, binds, &)
           raw = @adapter.raw_connection
-          return raw.exec_params(sql, binds) unless @prepared
+          return raw.exec_params(sql, binds, &) unless @prepared
 
-          raw.exec_prepared(prepared(raw, sql), binds)
+          raw.exec_prepared(prepared(raw, sql), binds, &)
         end
 
         # The name of `sql` (one of this store's frozen statements, looked up by identity) prepared on `raw`.
