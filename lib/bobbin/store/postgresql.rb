@@ -144,7 +144,7 @@ module Bobbin
       def self.insert_one(connection, row)
         raw_statement(connection, INSERT_ONE) do |raw|
           prepare(raw)
-          raw.exec_prepared(one_name(connection), row.values_at(*NEW_JOB)).getvalue(0, 0).to_i
+          raw.exec_prepared(one_name(connection), row.values_at(*NEW_JOB)) { |result| result.getvalue(0, 0).to_i }
         end
       end
 
@@ -200,11 +200,13 @@ module Bobbin
             one ? raw.send_query_prepared(NOTIFY_NAME, [ payload ]) : raw.send_query_params(NOTIFY, [ payload ])
             raw.pipeline_sync
             inserted = segment(raw)
-            segment(raw)
+            segment(raw)&.clear
           ensure
             raw.exit_pipeline_mode
           end
-          inserted.check.column_values(0).map(&:to_i)
+          ids = inserted.check.column_values(0).map(&:to_i) # a failed one stays readable: Active Record's error reads it
+          inserted.clear
+          ids
         end
       end
 
@@ -213,7 +215,7 @@ module Bobbin
       def self.insert_one_announcing(connection, row, payload)
         raw_statement(connection, INSERT_ONE_ASYNC_NOTIFY) do |raw|
           prepare(raw)
-          [ raw.exec_prepared(INSERT_ONE_ASYNC_NOTIFY_NAME, [ *row.values_at(*NEW_JOB), payload ]).getvalue(0, 0).to_i ]
+          [ raw.exec_prepared(INSERT_ONE_ASYNC_NOTIFY_NAME, [ *row.values_at(*NEW_JOB), payload ]) { |result| result.getvalue(0, 0).to_i } ]
         end
       end
 
@@ -222,12 +224,13 @@ module Bobbin
         !connection.transaction_open? && connection.respond_to?(:with_raw_connection, true)
       end
 
-      # The first result of a pipeline segment, read through to its sync point.
+      # The first result of a pipeline segment, read through to its sync point; the others are cleared (see `exec`).
       def self.segment(raw)
         first = nil
         until (result = raw.get_result)&.result_status == PG::PGRES_PIPELINE_SYNC
-          first ||= result
+          first ? result&.clear : first = result
         end
+        result.clear
         first
       end
 
