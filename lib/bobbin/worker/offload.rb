@@ -21,7 +21,7 @@ module Bobbin
         start_thread
         done = Thread::Queue.new
         @work << [ work, done ]
-        value, error = done.pop
+        value, error = outcome(done)
         raise error if error
 
         value
@@ -37,6 +37,22 @@ module Bobbin
       def threads = @lock.synchronize { @threads.size }
 
       private
+        # Waits for the work's outcome even when the fiber is interrupted meanwhile (a stop, QUIT, a timeout), then
+        # raises the interruption. Ruby 3.4 runs the C call on memory of the calling fiber's stack: unwound early, the
+        # fiber's stack went back to the pool while the call still ran (a worker died of a Bus Error on QUIT).
+        def outcome(done)
+          interrupted = nil
+          begin
+            result = done.pop
+          rescue Exception => error # rubocop:disable Lint/RescueException -- raised again once the C call is done
+            interrupted ||= error
+            retry
+          end
+          raise interrupted if interrupted
+
+          result
+        end
+
         def start_thread
           return if @threads.size >= @size || @work.num_waiting.positive?
 
