@@ -24,6 +24,19 @@ module Bobbin
 
     def skip_unless_postgres = (skip("PostgreSQL only") unless postgres?)
 
+    # Runs `pg_ctlcluster` with `args`; true when it succeeded. See sessions_killed!.
+    def pg_ctlcluster(*args)
+      sessions_killed!
+      system("pg_ctlcluster", *args, out: File::NULL, err: File::NULL)
+    end
+
+    # The test kills PostgreSQL sessions (a restart, pg_terminate_backend), this process's pooled ones among them, and
+    # Active Record trusts a connection used within verify_timeout without a check: after the test every pooled
+    # connection is closed, so the next test's first statement (say, a group commit's INSERT) does not meet a dead one.
+    def sessions_killed! = @sessions_killed = true
+
+    teardown { ActiveRecord::Base.connection_handler.clear_all_connections!(:all) if @sessions_killed }
+
     def drain(**options) = Bobbin::Worker.new(polling_interval: 0.05, **options).run_until_empty
 
     # Reads through a PostgreSQL restart: a query that meets a dropped connection is retried on a fresh one.

@@ -43,6 +43,7 @@ class ClaimTest < Bobbin::TestCase
     skip_unless_postgres
     Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
     assert_equal 1, store.claim(@process_id, 1).size
+    sessions_killed!
     Bobbin::Record.connection.select_all("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
     assert_raises(Bobbin::Store::Unavailable) { @store.claim(@process_id, 1) }
     assert_equal 1, @store.claim(@process_id, 1).size, "claims after reconnecting (on a session that never saw the statements)"

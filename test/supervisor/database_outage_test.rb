@@ -17,7 +17,7 @@ class DatabaseOutageTest < Bobbin::TestCase
   end
 
   # Runs pg_ctlcluster ACTION on `cluster`; true when it succeeded.
-  def pg_ctl(cluster, *action) = system("pg_ctlcluster", *cluster, *action, out: File::NULL, err: File::NULL)
+  def pg_ctl(cluster, *action) = pg_ctlcluster(*cluster, *action)
 
   # A worker log for this test, deleted after it unless BOBBIN_KEEP_LOGS.
   def log_file(name) = (@log = "tmp/#{name}-#{Process.pid}.log")

@@ -97,7 +97,7 @@ class ListenerTest < Bobbin::TestCase
   test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume" do
     cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
     with_idle_worker(poll: 60, fallback: 0.5) do
-      assert system("pg_ctlcluster", *cluster, "restart", "-m", "fast", out: File::NULL, err: File::NULL), "PostgreSQL restarted"
+      assert pg_ctlcluster(*cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
       query { enqueue_to("default", "after-restart") }
       assert wait_for("the job enqueued after the restart", timeout: 60) { ran?("after-restart") }
       assert_notifications_resume("notified")
