@@ -67,7 +67,9 @@ module Bobbin
 
     private
       def start_supervisor(argv)
-        Supervisor.new(mode: configured(argv)[:mode]).start
+        mode = configured(argv)[:mode]
+        Boot.log_to_console
+        Supervisor.new(mode: mode).start
         0
       end
 
@@ -129,6 +131,7 @@ module Bobbin
         parse(worker_parser(options), argv, options)
         options[:queues] ||= [ "*" ]
         boot(options)
+        Boot.log_to_console
         load_recurring
         worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :notified_polling_interval, :shutdown_timeout,
                                             :stall_threshold, :thread_lane))

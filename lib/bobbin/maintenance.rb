@@ -24,12 +24,20 @@ module Bobbin
     # Runs every service once; returns false (and logs) when the database could not be reached, which also
     # makes Recovery distrust silent heartbeats for a while.
     def run(who)
-      SERVICES.each_value(&:call)
+      quietly { SERVICES.each_value(&:call) }
       true
     rescue ActiveRecord::ActiveRecordError => error
       Recovery.unreachable!
       Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{error.message.lines.first&.strip}); retrying")
       false
+    end
+
+    # Runs the block with the app's debug lines held back: Active Record logs every query at debug (in development,
+    # to the terminal of `bobbin start` too), and periodic housekeeping would bury the jobs' lines. What the
+    # housekeeping itself reports, at info and above, still shows. (Solid Queue's silence_polling does the same.)
+    def quietly(&)
+      logger = ActiveRecord::Base.logger
+      logger.respond_to?(:silence) ? logger.silence(Logger::INFO, &) : yield
     end
   end
 end

@@ -59,6 +59,11 @@ class RailsInstallTest < Bobbin::TestCase
       assert wait_exit(pid, timeout: 60)&.success?, File.read(app.path("log/bobbin-start.log"))
     end
     assert_not File.exist?(app.path("tmp/rolled-back"))
+    terminal = File.read(app.path("log/bobbin-start.log"))
+    assert_match(/^bobbin worker \d+ \(pid \d+\) started: .*\n(.*\n)*Bobbin Performed FileJob #{id} from default .*succeeded/, terminal,
+                 "in development, bin/bobbin start writes the app's log to its output too (the forked worker's lines included)")
+    assert_no_match(/bobbin_recurring_runs|FROM "bobbin_processes" WHERE "bobbin_processes"."last_heartbeat_at"/, terminal,
+                    "housekeeping queries stay out of it")
   end
 
   test "an app installed before schema versions: bobbin:install adds an upgrade migration, db:migrate runs it on the queue database" do

@@ -46,6 +46,20 @@ module Bobbin
       require File.expand_path("config/environment.rb")
     end
 
+    # `bobbin start` and `bobbin work` in a Rails app's development environment also write the app's log to the
+    # terminal, as `rails server` does there (Rails.logger writes only to log/development.log otherwise, and a worker
+    # started by hand or by bin/dev would say nothing about what it does).
+    def log_to_console
+      return unless defined?(::Rails.env) && ::Rails.env.development? && ::Rails.logger.respond_to?(:broadcast_to)
+      return if ActiveSupport::Logger.logger_outputs_to?(::Rails.logger, $stdout, $stderr)
+
+      $stdout.sync = true # a forked worker's lines, not left in a buffer when its output is a file or a pipe (bin/dev)
+      console = ActiveSupport::Logger.new($stdout)
+      console.formatter = ::Rails.logger.formatter
+      console.level = ::Rails.logger.level
+      ::Rails.logger.broadcast_to(console)
+    end
+
     # Active Record would create a missing directory (or fail without FileUtils); a typo should not make a new database.
     def check_sqlite_directory(url)
       return unless url.start_with?("sqlite")

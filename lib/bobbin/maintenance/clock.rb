@@ -31,19 +31,14 @@ module Bobbin
       end
 
       private
-        # Once-a-second queries stay out of the app's log (Active Record logs every query in development).
-        def quietly(&)
-          logger = ActiveRecord::Base.logger
-          logger.respond_to?(:silence) ? logger.silence(&) : yield
-        end
-
         def run
           loop { break if @signal.pop(timeout: tick) == :stop }
         end
 
-        # Runs the services once; returns how long to sleep before the next run.
+        # Runs the services once (its queries, once a second, kept out of the app's log); returns how long to sleep
+        # before the next run.
         def tick
-          next_tick = quietly { @scheduler.pass.tap { Store.promote_due } }
+          next_tick = Maintenance.quietly { @scheduler.pass.tap { Store.promote_due } }
           wait = next_tick ? next_tick - Time.now : TICK
           wait.clamp(0.0, TICK)
         rescue ActiveRecord::ActiveRecordError => error

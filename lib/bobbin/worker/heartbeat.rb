@@ -69,7 +69,7 @@ module Bobbin
 
         # The elected worker keeps house: the heartbeat's services now, the Clock's on their own timing.
         def maintain
-          return unless @maintain && Maintenance.elected?(@worker.process_id)
+          return unless @maintain && Maintenance.quietly { Maintenance.elected?(@worker.process_id) }
 
           Maintenance.run("worker #{@worker.process_id}")
           @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}")
