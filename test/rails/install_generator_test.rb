@@ -91,7 +91,15 @@ class InstallGeneratorTest < Bobbin::TestCase
 
   test "queue database: another gem's queue_schema.rb (Solid Queue's) gets a migration that adds Bobbin's tables" do
     write("db/queue_schema.rb", %(ActiveRecord::Schema[7.1].define(version: 1) do\n  create_table "solid_queue_jobs", force: :cascade do |t|\n  end\nend\n))
-    generate
+    write("config/recurring.yml", <<~YAML) # as `rails new` writes it (Solid Queue's installer)
+      production:
+        clear_solid_queue_finished_jobs:
+          command: "SolidQueue::Job.clear_finished_in_batches(sleep_between_batches: 0.3)"
+          schedule: every hour at minute 12
+    YAML
+    output = generate
     assert_equal 1, upgrades("db/queue_migrate").size
+    assert_match(/bin\/rails db:migrate\s+create Bobbin's tables beside those of db\/queue_schema.rb/, output)
+    assert_match(/config\/recurring.yml keeps Solid Queue's clear_solid_queue_finished_jobs: Bobbin runs it now/, output)
   end
 end

@@ -83,6 +83,10 @@ module Bobbin
             BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev
           Recurring jobs go in config/recurring.yml.
         TEXT
+        solid_queue_tasks = exist?("config/recurring.yml") ? read("config/recurring.yml").scan(/^\s+([\w-]+):\n\s+command: "SolidQueue::/).flatten : []
+        if solid_queue_tasks.any?
+          say "config/recurring.yml keeps Solid Queue's #{solid_queue_tasks.join(', ')}: Bobbin runs it now; remove it when Solid Queue goes."
+        end
         return unless exist?("config/environments/production.rb") && read("config/environments/production.rb").include?("config.solid_queue")
 
         say "Solid Queue no longer runs your jobs: its config.solid_queue lines, config/queue.yml and gem can go when nothing else uses them."
@@ -107,6 +111,9 @@ module Bobbin
 
         def next_schema_step
           return "bin/rails db:prepare            create the database and Bobbin's tables" unless installed.outdated?
+          if installed.version.zero?
+            return "bin/rails db:migrate            create Bobbin's tables beside those of db/#{database}_schema.rb (or bin/rails bobbin:migrate)"
+          end
 
           "bin/rails db:migrate            bring Bobbin's tables from schema version #{installed.version} to #{Schema::VERSION} " \
             "(#{separate? ? "in the #{database} database; " : ''}or bin/rails bobbin:migrate)"
