@@ -16,9 +16,6 @@ class DatabaseOutageTest < Bobbin::TestCase
     local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
   end
 
-  # Runs pg_ctlcluster ACTION on `cluster`; true when it succeeded.
-  def pg_ctl(cluster, *action) = pg_ctlcluster(*cluster, *action)
-
   # A worker log for this test, deleted after it unless BOBBIN_KEEP_LOGS.
   def log_file(name) = (@log = "tmp/#{name}-#{Process.pid}.log")
 
@@ -39,7 +36,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.1", log: log)
       wait_for("jobs to flow") { counts["succeeded"].to_i >= 100 }
-      assert pg_ctl(cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
+      assert pg_ctlcluster(*cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
       wait_for("all 1,000 jobs done after the restart", timeout: 120, interval: 0.25) { counts["succeeded"] == 1_000 }
       Process.kill(:TERM, pids.first)
       assert wait_exit(pids.first, timeout: 30)&.success?
@@ -60,7 +57,7 @@ class DatabaseOutageTest < Bobbin::TestCase
                                                                                 env: { "DATABASE_URL" => "#{TestDatabase.url_with_pool}&verify_timeout=600" })
       Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "before-#{i}" ] ] }) # every pool connection is used
       wait_for("the first jobs") { LedgerEntry.count == 20 }
-      assert pg_ctl(cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
+      assert pg_ctlcluster(*cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
       query { Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "after-#{i}" ] ] }) }
       wait_for("the jobs enqueued after the restart to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == 40 }
       assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections")
@@ -87,9 +84,9 @@ class DatabaseOutageTest < Bobbin::TestCase
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.1", log: log)
       wait_for("jobs to flow") { LedgerEntry.count >= 200 }
-      assert pg_ctl(cluster, "stop", "-m", "immediate"), "PostgreSQL crashed"
+      assert pg_ctlcluster(*cluster, "stop", "-m", "immediate"), "PostgreSQL crashed"
       sleep(1)
-      assert pg_ctl(cluster, "start"), "PostgreSQL recovered"
+      assert pg_ctlcluster(*cluster, "start"), "PostgreSQL recovered"
       before = returned.size
       wait_for("enqueues to return again") { returned.size > before + 200 }
       producing = false

@@ -133,8 +133,6 @@ module Bobbin
           return jobs if jobs.none? { |job| job.crashes >= Recovery::SUSPECT }
 
           suspects = jobs.select { |job| job.crashes >= Recovery::SUSPECT }
-          return jobs if suspects.empty?
-
           @suspect = suspects.first.id
           extra = suspects.drop(1).map(&:id)
           announce if extra.any? && @store.hand_back(@worker.process_id, extra).positive?
