@@ -69,6 +69,7 @@ module Bobbin
       def start_supervisor(argv)
         mode = configured(argv)[:mode]
         Boot.log_to_console
+        Boot.warn_other_adapter
         Supervisor.new(mode: mode).start
         0
       end
@@ -132,6 +133,7 @@ module Bobbin
         options[:queues] ||= [ "*" ]
         boot(options)
         Boot.log_to_console
+        Boot.warn_other_adapter
         load_recurring
         worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :notified_polling_interval, :shutdown_timeout,
                                             :stall_threshold, :thread_lane))

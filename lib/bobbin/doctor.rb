@@ -9,6 +9,18 @@ module Bobbin
     # The adapter named by a symbol or string literal (`:bobbin`, `"bobbin"`); anything else is computed.
     LITERAL_ADAPTER = /\A(?::(?<name>\w+)|"(?<name>\w+)"|'(?<name>\w+)')\z/
 
+    # The adapter Active Job uses in this process (`"bobbin"`, `"async"`, …), or nil when nothing uses Active Job: in a
+    # Rails app that loads it; elsewhere only once something has loaded ActiveJob::Base.
+    def self.active_job_adapter
+      return unless defined?(::ActiveJob)
+      return unless (defined?(::ActiveJob::Railtie) && ::Rails.application) || (::ActiveJob.autoload?(:Base).nil? && defined?(::ActiveJob::Base))
+
+      base = ::ActiveJob::Base
+      return base.queue_adapter_name.to_s if base.respond_to?(:queue_adapter_name) && base.queue_adapter_name
+
+      base.queue_adapter.class.name.demodulize.delete_suffix("Adapter").underscore
+    end
+
     # `root`: where to look for a Rails app's config/ (the directory `bobbin doctor` runs in).
     def initialize(pools = Bobbin.config.pools, mode: :fork, out: $stdout, root: Dir.pwd)
       @pools = pools
@@ -98,28 +110,12 @@ module Bobbin
 
       # The adapter Active Job uses in this booted process, when the app uses Active Job.
       def report_active_job
-        return unless active_job_in_use?
-
-        name = adapter_name(ActiveJob::Base)
+        name = Doctor.active_job_adapter or return
         @out.puts("Active Job adapter in this process: #{name}")
         return if name == "bobbin"
 
         @problems << "Active Job uses the #{name} adapter, so perform_later does not reach Bobbin: set " \
                      "config.active_job.queue_adapter = :bobbin (config/environments/*.rb override config/application.rb)"
-      end
-
-      # In a Rails app that loads Active Job; elsewhere only once something has loaded ActiveJob::Base.
-      def active_job_in_use?
-        return false unless defined?(::ActiveJob)
-        return true if defined?(::ActiveJob::Railtie) && ::Rails.application
-
-        ::ActiveJob.autoload?(:Base).nil? && defined?(::ActiveJob::Base) ? true : false
-      end
-
-      def adapter_name(job_class)
-        return job_class.queue_adapter_name.to_s if job_class.respond_to?(:queue_adapter_name) && job_class.queue_adapter_name
-
-        job_class.queue_adapter.class.name.demodulize.delete_suffix("Adapter").underscore
       end
 
       # In a Rails app's root: the adapter each environment gets from config/application.rb and its own file

@@ -23,6 +23,14 @@ class RailsBootTest < Bobbin::TestCase
       assert status.success?, output
       assert_equal [ "hello provider_job_id=#{id} adapter=bobbin" ], LedgerEntry.where("key LIKE 'hello %'").pluck(:key), output
       assert_equal "succeeded", Bobbin::JobRecord.find(id).state
+      assert_no_match(/perform_later here does not reach/, output)
     end
+  end
+
+  test "bobbin work in an environment whose Active Job uses another adapter runs, and says perform_later does not reach it" do
+    status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", env: "development",
+                                         variables: { "RAILS_APP_QUEUE_ADAPTER" => "async" })
+    assert status.success?, output
+    assert_match(/bobbin: Active Job in development uses async, not Bobbin: perform_later here does not reach these workers/, output)
   end
 end

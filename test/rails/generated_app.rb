@@ -16,7 +16,8 @@ class GeneratedApp
   # What Solid Queue's installer (run by a default `rails new`) leaves in production.rb; the generator must replace it.
   SOLID_QUEUE_LINES = "config.active_job.queue_adapter = :solid_queue\n  config.solid_queue.connects_to = { database: { writing: :queue } }"
 
-  # The app, generated and installed (generator run twice by default, then with --environments all; db:prepare).
+  # The app, generated and installed (generator run twice by default; db:prepare and bin/bobbin start tried in development;
+  # the generator with --environments all, twice; db:prepare).
   def self.installed = @installed ||= new.tap(&:install)
 
   attr_reader :dir, :outputs, :snapshots
@@ -31,7 +32,6 @@ class GeneratedApp
 
   def postgres? = TestDatabase.postgres?
 
-  # Generates the app, adds Bobbin, runs the generator (default, again, then --environments all) and db:prepare.
   def install
     rails_new
     File.write(path("config/environments/production.rb"), read("config/environments/production.rb").sub("# config.active_job.queue_adapter = :resque", SOLID_QUEUE_LINES))
@@ -40,6 +40,9 @@ class GeneratedApp
     @snapshots[:installed] = snapshot
     @outputs[:again] = run!("bin/rails", "generate", "bobbin:install")
     @snapshots[:again] = snapshot
+    # A user's next steps, in development, where that install (production only) put nothing: db:prepare, bin/bobbin start.
+    @outputs[:prepare_production_only] = run!("bin/rails", "db:prepare")
+    @outputs[:start_production_only] = capture("bin/bobbin", "start")
     @outputs[:all] = run!("bin/rails", "generate", "bobbin:install", "--environments", "all")
     @snapshots[:all] = snapshot
     @outputs[:all_again] = run!("bin/rails", "generate", "bobbin:install", "--environments", "all")
@@ -55,10 +58,15 @@ class GeneratedApp
 
   # Runs a command in the app's directory with its bundle; returns its output, failing on a non-zero exit.
   def run!(*command, env: {})
-    output, status = Bundler.with_unbundled_env { Open3.capture2e(environment.merge(env), *command, chdir: @dir) }
+    output, status = capture(*command, env: env)
     raise "#{command.join(' ')} failed in #{@dir}:\n#{output}" unless status.success?
 
     output
+  end
+
+  # Runs a command in the app's directory with its bundle; returns [its output, its exit status].
+  def capture(*command, env: {})
+    Bundler.with_unbundled_env { Open3.capture2e(environment.merge(env), *command, chdir: @dir) }
   end
 
   # Starts a command in the app's directory (its own process group); returns the pid.

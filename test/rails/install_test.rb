@@ -24,7 +24,14 @@ class RailsInstallTest < Bobbin::TestCase
                     config/puma.rb config/recurring.yml db/queue_schema.rb], changed
     assert_equal app.snapshots[:installed], app.snapshots[:again], "a second run changes nothing"
     assert_equal app.snapshots[:all], app.snapshots[:all_again], "a second run with --environments all changes nothing"
-    assert_match(/Bobbin is installed.*bin\/rails db:prepare.*Solid Queue no longer runs your jobs/m, app.outputs[:install])
+    assert_match(/Bobbin is installed.*Development and test keep their adapter.*--environments all\n.*\nNext, in production .*bin\/rails db:prepare/m,
+                 app.outputs[:install])
+    assert_match(/Solid Queue no longer runs your jobs/, app.outputs[:install])
+    output, status = app.outputs[:start_production_only]
+    assert_equal 78, status.exitstatus, output
+    assert_match(/\Abobbin: Bobbin's tables are missing \(.*\) in development's database, and Active Job in development uses async, not Bobbin .*/, output)
+    assert_match(%r{bin/rails generate bobbin:install --environments all, then bin/rails db:prepare}, output,
+                 "bin/bobbin start in development after the default install (production only) says why and what to run")
 
     production_rb = app.read("config/environments/production.rb")
     assert_includes production_rb, "  config.active_job.queue_adapter = :bobbin\n  config.bobbin.connects_to = { database: { writing: :queue } }\n"

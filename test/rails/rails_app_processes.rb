@@ -13,11 +13,11 @@ module RailsAppProcesses
     url.start_with?("sqlite3:") ? "sqlite3:#{File.expand_path(url.delete_prefix('sqlite3:'), TestProcesses::ROOT)}" : url
   end
 
-  # Runs `bundle exec ruby *args` in `app` with RAILS_ENV=`env`; returns [exit status, its output].
-  def run_in_rails_app(*args, env:, app: APP, timeout: 120)
+  # Runs `bundle exec ruby *args` in `app` with RAILS_ENV=`env` (and `variables`); returns [exit status, its output].
+  def run_in_rails_app(*args, env:, app: APP, timeout: 120, variables: {})
     Tempfile.create("rails-app-output") do |log|
       environment = { "BUNDLE_GEMFILE" => File.join(TestProcesses::ROOT, "Gemfile"), "RAILS_ENV" => env,
-                      "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url, "DATABASE_URL" => nil }
+                      "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url, "DATABASE_URL" => nil, **variables }
       pid = Bundler.with_original_env { Process.spawn(environment, "bundle", "exec", "ruby", *args, chdir: app, out: log, err: log) }
       status = ensure_killed(pid) { wait_exit(pid, timeout: timeout) }
       output = File.read(log.path)
@@ -27,7 +27,7 @@ module RailsAppProcesses
   end
 
   # Runs `exe/bobbin *args` from the app's root (so it boots config/environment.rb); returns [status, output].
-  def bobbin_in_rails_app(*args, env:, app: APP)
-    run_in_rails_app(File.join(TestProcesses::ROOT, "exe/bobbin"), *args, env: env, app: app)
+  def bobbin_in_rails_app(*args, env:, app: APP, variables: {})
+    run_in_rails_app(File.join(TestProcesses::ROOT, "exe/bobbin"), *args, env: env, app: app, variables: variables)
   end
 end

@@ -87,10 +87,40 @@ module Bobbin
     def check_tables
       Record.with_connection do |connection|
         missing = TABLES.reject { |table| connection.data_source_exists?(table) }
-        raise ConfigurationError, "Bobbin's tables are missing (#{missing.join(', ')}): #{Schema::INSTALL}" if missing.any?
+        raise ConfigurationError, missing_tables(missing) if missing.any?
 
         Schema.check!(connection)
       end
+    end
+
+    # In a Rails app whose Active Job uses another adapter in this environment, the tables are most likely missing
+    # because the generator set Bobbin up for production only (its default), and the user runs it in development.
+    def missing_tables(missing)
+      found = "Bobbin's tables are missing (#{missing.join(', ')})"
+      adapter = rails_adapter_elsewhere or return "#{found}: #{Schema::INSTALL}"
+
+      env = ::Rails.env
+      "#{found} in #{env}'s database, and Active Job in #{env} uses #{adapter}, not Bobbin (bin/rails generate bobbin:install " \
+        "sets Bobbin up for production unless given --environments all): to run jobs on Bobbin in #{env}, run " \
+        "bin/rails generate bobbin:install --environments all, then bin/rails db:prepare; for production's workers, " \
+        "RAILS_ENV=production bin/bobbin start"
+    end
+
+    # `bobbin start` and `bobbin work` in a Rails app say so when perform_later in this environment does not reach them.
+    def warn_other_adapter
+      adapter = rails_adapter_elsewhere or return
+
+      Bobbin.logger.warn("bobbin: Active Job in #{::Rails.env} uses #{adapter}, not Bobbin: perform_later here does not reach " \
+                         "these workers (set config.active_job.queue_adapter = :bobbin, or run bin/rails generate bobbin:install " \
+                         "--environments all)")
+    end
+
+    # The booted Rails app's Active Job adapter in this environment when it is not Bobbin.
+    def rails_adapter_elsewhere
+      return unless defined?(::Rails.application) && ::Rails.application
+
+      adapter = Doctor.active_job_adapter
+      adapter unless adapter.nil? || adapter == "bobbin"
     end
 
     # The database drivers' own error classes, for those loaded.

@@ -20,7 +20,7 @@ module RailsApp
     config.load_defaults 8.1
 
     # Configuration for the application, engines, and railties goes here.
-    config.active_job.queue_adapter = :bobbin
+    config.active_job.queue_adapter = ENV.fetch("RAILS_APP_QUEUE_ADAPTER", "bobbin").to_sym # another, to test what Bobbin says then
     config.active_support.isolation_level = :fiber # Bobbin's fiber pools need it (checked at boot)
 
     # The tests read what the app logs from its output, and nothing is written under this directory.

@@ -23,6 +23,8 @@ module Bobbin
                                   desc: "where Active Job uses Bobbin: production (config/environments/production.rb) or all"
 
       ADAPTER = "config.active_job.queue_adapter = :bobbin"
+      PRODUCTION_ONLY = "Active Job uses Bobbin in production (config/environments/production.rb). Development and test keep their " \
+                        "adapter;\nto run jobs on Bobbin there too: bin/rails generate bobbin:install --environments all"
       # A line setting (or, commented out, suggesting) Active Job's adapter, as `rails new` and Solid Queue write it.
       ADAPTER_LINE = /^([ \t]*)#?[ \t]*config\.active_job\.queue_adapter[ \t]*=.*$/
 
@@ -75,12 +77,12 @@ module Bobbin
       def summary
         say "\nBobbin is installed.", :green
         say <<~TEXT
-          Active Job uses Bobbin in #{all? ? 'every environment (config/application.rb)' : 'production (config/environments/production.rb)'}.
+          #{all? ? 'Active Job uses Bobbin in every environment (config/application.rb).' : PRODUCTION_ONLY}
           Bobbin's tables live in #{separate? ? "the #{database} database (config.bobbin.connects_to; db/queue_schema.rb)" : 'the primary database (a migration in db/migrate)'}.
-          Next:
+          Next#{', in production (RAILS_ENV=production)' unless all?}:
             #{next_schema_step}
             bin/bobbin start                run the workers of config/bobbin.yml (bin/bobbin doctor checks them first)
-            BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev
+            BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma#{'; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev' if all?}
           Recurring jobs go in config/recurring.yml.
         TEXT
         solid_queue_tasks = exist?("config/recurring.yml") ? read("config/recurring.yml").scan(/^\s+([\w-]+):\n\s+command: "SolidQueue::/).flatten : []
