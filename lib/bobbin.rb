@@ -40,6 +40,7 @@ module Bobbin
   autoload :Doctor, "bobbin/doctor"
   autoload :Retention, "bobbin/retention"
   autoload :Maintenance, "bobbin/maintenance"
+  autoload :OutageLog, "bobbin/outage_log"
   autoload :ConnectionBudget, "bobbin/connection_budget"
   autoload :FiberSafety, "bobbin/fiber_safety"
   autoload :LogSubscriber, "bobbin/log_subscriber"

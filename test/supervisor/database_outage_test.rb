@@ -85,7 +85,7 @@ class DatabaseOutageTest < Bobbin::TestCase
       pids << spawn_bobbin("start", "--fibers", "20", "--processes", "2", "--polling-interval", "0.1", log: log)
       wait_for("jobs to flow") { LedgerEntry.count >= 200 }
       assert pg_ctlcluster(*cluster, "stop", "-m", "immediate"), "PostgreSQL crashed"
-      sleep(1)
+      sleep(4) # the clock retries every second meanwhile
       assert pg_ctlcluster(*cluster, "start"), "PostgreSQL recovered"
       before = returned.size
       wait_for("enqueues to return again") { returned.size > before + 200 }
@@ -98,6 +98,10 @@ class DatabaseOutageTest < Bobbin::TestCase
       Process.kill(:TERM, pids.first)
       assert wait_exit(pids.first, timeout: 30)&.success?
     end
+    clock = File.read(log).scan(/bobbin supervisor: clock .*/)
+    assert_match(/\Abobbin supervisor: clock failed: .*; retrying\z/, clock.first, "the outage is logged when it starts")
+    assert_match(/\Abobbin supervisor: clock works again after \d+s\z/, clock.last, "and when it ends")
+    assert_equal 2, clock.size, "one line each, not one a second:\n#{clock.join("\n")}"
   ensure
     producing = false
     producer&.join

@@ -14,6 +14,7 @@ module Bobbin
       def initialize(who, scheduler: Recurring::Scheduler.new)
         @who = who
         @scheduler = scheduler
+        @outage = OutageLog.new("bobbin #{who}: clock")
         @signal = Thread::Queue.new
       end
 
@@ -39,10 +40,11 @@ module Bobbin
         # before the next run.
         def tick
           next_tick = Maintenance.quietly { @scheduler.pass.tap { Store.promote_due } }
+          @outage.succeeded
           wait = next_tick ? next_tick - Time.now : TICK
           wait.clamp(0.0, TICK)
         rescue ActiveRecord::ActiveRecordError => error
-          Bobbin.logger.warn("bobbin #{@who}: clock skipped a beat, database unavailable (#{error.message.lines.first&.strip})")
+          @outage.failed(error)
           TICK
         rescue StandardError => error
           Bobbin.logger.error("bobbin #{@who}: clock error #{error.class}: #{error.message}")

@@ -10,6 +10,7 @@ module Bobbin
         @interval = interval
         @batch = batch
         @logger = logger
+        @outage = OutageLog.new("bobbin worker #{process_id}: writing job outcomes", logger: logger)
         @pending = []
         @pending_ids = Set.new
         @written = 0
@@ -59,6 +60,7 @@ module Bobbin
           return 0 if outcomes.empty?
 
           @store.finish(@process_id, outcomes)
+          @outage.succeeded
           @lock.synchronize { @pending_ids.subtract(outcomes.map(&:id)) } # unwritten until now, even while being written
           @written += outcomes.size
           promote(outcomes.filter_map(&:concurrency_key))
@@ -66,7 +68,7 @@ module Bobbin
           outcomes.size
         rescue Store::Unavailable => error
           @lock.synchronize { @pending.unshift(*outcomes) }
-          @logger.warn("bobbin: could not write #{outcomes.size} job outcomes, will retry: #{error.message}")
+          @outage.failed("#{error.message} (#{outcomes.size} outcomes kept)")
           nil
         end
 

@@ -1,0 +1,44 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # The log of one periodic task that retries while the database is away (a heartbeat, the clock, unwritten outcomes):
+  # the failure when it starts, a reminder at most every REPEAT seconds while it lasts, and one line when the task
+  # works again. A two-minute outage is a few lines per task, not one (of several lines, libpq's) per retry.
+  class OutageLog
+    REPEAT = 30
+
+    # `task` starts each line: "bobbin supervisor: heartbeat"; `repeat`: seconds between reminders.
+    def initialize(task, logger: nil, repeat: REPEAT)
+      @task = task
+      @repeat = repeat
+      @logger = logger
+      @since = nil
+    end
+
+    # Records a failure of the task (an exception or a message); logs it unless a line said so less than `repeat` s ago.
+    def failed(error)
+      reason = (error.is_a?(Exception) ? error.message : error.to_s).lines.first&.strip
+      now = monotonic
+      if @since.nil?
+        @since = @said = now
+        logger.warn("#{@task} failed: #{reason}; retrying")
+      elsif now - @said >= @repeat
+        @said = now
+        logger.warn("#{@task} still failing after #{(now - @since).round}s: #{reason}; retrying")
+      end
+    end
+
+    # Records a success; after failures, logs that the task works again.
+    def succeeded
+      return if @since.nil?
+
+      logger.info("#{@task} works again after #{(monotonic - @since).round}s")
+      @since = nil
+    end
+
+    private
+      def logger = @logger || Bobbin.logger
+
+      def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+  end
+end

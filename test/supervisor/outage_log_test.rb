@@ -1,0 +1,35 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+class OutageLogTest < Bobbin::TestCase
+  setup do
+    @out = StringIO.new
+    @log = Bobbin::OutageLog.new("bobbin supervisor: heartbeat", logger: Logger.new(@out, formatter: ->(*, message) { "#{message}\n" }), repeat: 0.2)
+  end
+
+  def lines = @out.string.lines(chomp: true)
+
+  test "a failure that repeats is logged when it starts, reminded every `repeat` seconds, and its end once" do
+    @log.succeeded
+    assert_empty lines, "nothing to say while the task works"
+
+    error = ActiveRecord::ConnectionNotEstablished.new("connection to server failed: No such file\n\tIs the server running?")
+    5.times { @log.failed(error) }
+    assert_equal [ "bobbin supervisor: heartbeat failed: connection to server failed: No such file; retrying" ], lines,
+                 "one line, the first of libpq's message"
+
+    sleep(0.25)
+    @log.failed("database still unavailable")
+    @log.failed("database still unavailable")
+    assert_match(/\Abobbin supervisor: heartbeat still failing after 0s: database still unavailable; retrying\z/, lines.last)
+    assert_equal 2, lines.size
+
+    @log.succeeded
+    @log.succeeded
+    assert_equal [ "bobbin supervisor: heartbeat works again after 0s" ], lines.drop(2)
+
+    @log.failed("again")
+    assert_equal "bobbin supervisor: heartbeat failed: again; retrying", lines.last, "a new outage is logged from its start"
+  end
+end
