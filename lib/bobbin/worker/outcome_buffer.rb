@@ -68,7 +68,7 @@ module Bobbin
           outcomes.size
         rescue Store::Unavailable => error
           @lock.synchronize { @pending.unshift(*outcomes) }
-          @outage.failed("#{error.message} (#{outcomes.size} outcomes kept)")
+          @outage.failed("#{error.message} (#{outcomes.size} #{outcomes.one? ? "outcome" : "outcomes"} kept)")
           nil
         end
 
