@@ -24,7 +24,7 @@ class RailsInstallTest < Bobbin::TestCase
                     config/puma.rb config/recurring.yml db/queue_schema.rb], changed
     assert_equal app.snapshots[:installed], app.snapshots[:again], "a second run changes nothing"
     assert_equal app.snapshots[:all], app.snapshots[:all_again], "a second run with --environments all changes nothing"
-    assert_match(/Bobbin is installed.*Development and test keep their adapter.*--environments all\n.*\nNext, in production .*bin\/rails db:prepare/m,
+    assert_match(/Bobbin is installed.*Development keeps its adapter.*--environments all\n.*\nNext, in production .*bin\/rails db:prepare/m,
                  app.outputs[:install])
     assert_match(/Solid Queue no longer runs your jobs/, app.outputs[:install])
     output, status = app.outputs[:start_production_only]
@@ -42,6 +42,9 @@ class RailsInstallTest < Bobbin::TestCase
     database_yml = YAML.safe_load(app.read("config/database.yml").gsub(/<%=.*?%>/, "5"), aliases: true)
     assert_equal "db/queue_migrate", database_yml.dig("production", "queue", "migrations_paths")
     assert_equal "db/queue_migrate", database_yml.dig("development", "queue", "migrations_paths"), "--environments all adds every environment's"
+    assert_includes app.read("config/environments/test.rb"), "\n  config.active_job.queue_adapter = :test\n"
+    adapters = %w[development test].map { |env| app.run!("bin/rails", "runner", "print ActiveJob::Base.queue_adapter_name", env: { "RAILS_ENV" => env }).lines.last }
+    assert_equal %w[bobbin test], adapters, "--environments all: Bobbin in development; tests keep the test adapter Rails' job test helpers need"
   end
 
   test "db:prepare puts Bobbin's tables in the queue database only; config/bobbin.yml is loaded at boot; " \

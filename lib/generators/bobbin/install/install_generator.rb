@@ -20,11 +20,11 @@ module Bobbin
       class_option :database, type: :string, default: "queue",
                               desc: "queue: Bobbin's tables in their own database (config.bobbin.connects_to); primary: in the app's"
       class_option :environments, type: :string, default: "production", enum: %w[production all],
-                                  desc: "where Active Job uses Bobbin: production (config/environments/production.rb) or all"
+                                  desc: "where Active Job uses Bobbin: production (config/environments/production.rb) or all (tests keep the test adapter)"
 
       ADAPTER = "config.active_job.queue_adapter = :bobbin"
-      PRODUCTION_ONLY = "Active Job uses Bobbin in production (config/environments/production.rb). Development and test keep their " \
-                        "adapter;\nto run jobs on Bobbin there too: bin/rails generate bobbin:install --environments all"
+      PRODUCTION_ONLY = "Active Job uses Bobbin in production (config/environments/production.rb). Development keeps its adapter;\n" \
+                        "to run jobs on Bobbin there too: bin/rails generate bobbin:install --environments all"
       # A line setting (or, commented out, suggesting) Active Job's adapter, as `rails new` and Solid Queue write it.
       ADAPTER_LINE = /^([ \t]*)#?[ \t]*config\.active_job\.queue_adapter[ \t]*=.*$/
 
@@ -51,7 +51,10 @@ module Bobbin
 
       def set_adapter
         production_adapter
-        application_settings if all?
+        return unless all?
+
+        application_settings
+        test_adapter
       end
 
       def set_isolation_level
@@ -77,7 +80,7 @@ module Bobbin
       def summary
         say "\nBobbin is installed.", :green
         say <<~TEXT
-          #{all? ? 'Active Job uses Bobbin in every environment (config/application.rb).' : PRODUCTION_ONLY}
+          #{all? ? 'Active Job uses Bobbin in every environment (config/application.rb) but test, which keeps the test adapter.' : PRODUCTION_ONLY}
           Bobbin's tables live in #{separate? ? "the #{database} database (config.bobbin.connects_to; db/queue_schema.rb)" : 'the primary database (a migration in db/migrate)'}.
           Next#{', in production (RAILS_ENV=production)' unless all?}:
             #{next_schema_step}
@@ -154,6 +157,18 @@ module Bobbin
 
           inject_into_file "config/application.rb", "\n    # Jobs run on Bobbin (config/bobbin.yml).\n#{missing.map { |s| "    #{s}\n" }.join}",
                            after: /^\s*config\.load_defaults.*\n/
+        end
+
+        # With --environments all, tests keep Active Job's test adapter, which Rails' job test helpers need
+        # (assert_enqueued_with, perform_enqueued_jobs): they use a configured adapter when there is one, so without
+        # this line config/application.rb's :bobbin would reach them. A test.rb that sets an adapter is left alone.
+        def test_adapter
+          path = "config/environments/test.rb"
+          return unless exist?(path) && !read(path).match?(/^[ \t]*config\.active_job\.queue_adapter[ \t]*=/)
+
+          inject_into_file path, "\n  # Rails' job test helpers need the test adapter (config/application.rb sets :bobbin); remove this line to\n" \
+                                 "  # run the tests against Bobbin.\n  config.active_job.queue_adapter = :test\n",
+                           after: /configure do\n(?:[ \t]*# Settings specified here.*\n)?/
         end
 
         # Writes `text` to `path` unless it is already there (a second run changes nothing).
