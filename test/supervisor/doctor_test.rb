@@ -126,6 +126,15 @@ class DoctorTest < Bobbin::TestCase
                  report.lines.grep(/^  ! /)
   end
 
+  test "the test adapter in config/environments/test.rb (what bobbin:install --environments all writes) is no warning" do
+    root = rails_root("config.active_job.queue_adapter = :bobbin\n", "test" => "config.active_job.queue_adapter = :test\n",
+                      "development" => "config.active_job.queue_adapter = :test\n")
+    _, report = doctor([ { "fibers" => 10 } ], root: root)
+    assert_match(/^  test +test  config\/environments\/test.rb:1$/, report)
+    assert_equal [ "  ! config/environments/development.rb:1 sets queue_adapter = :test: jobs in development do not go to Bobbin\n" ],
+                 report.lines.grep(/^  ! /), "in development it is still named"
+  end
+
   test "outside a Rails app root there is no per-environment section" do
     _, report = doctor([ { "fibers" => 10 } ])
     refute_match(/per environment/, report)
