@@ -102,4 +102,46 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_match(/bin\/rails db:migrate\s+create Bobbin's tables beside those of db\/queue_schema.rb/, output)
     assert_match(/config\/recurring.yml keeps Solid Queue's clear_solid_queue_finished_jobs: Bobbin runs it now/, output)
   end
+
+  test "Kamal's config/deploy.yml, as rails new writes it, runs Bobbin in Puma and on a job role instead of Solid Queue; again, nothing" do
+    write("config/deploy.yml", <<~YAML)
+      servers:
+        web:
+          - 192.168.0.1
+        # job:
+        #   hosts:
+        #     - 192.168.0.1
+        #   cmd: bin/jobs
+      env:
+        clear:
+          # Run the Solid Queue Supervisor inside the web server's Puma process to do jobs.
+          # When you start using multiple servers, you should split out job processing to a dedicated machine.
+          SOLID_QUEUE_IN_PUMA: true
+
+          # Set number of processes dedicated to Solid Queue (default: 1)
+          # JOB_CONCURRENCY: 3
+    YAML
+    assert_match(/Kamal \(config\/deploy.yml\) runs Bobbin now/, generate)
+    deploy = File.read(path("config/deploy.yml"))
+    assert_equal <<~YAML, deploy
+      servers:
+        web:
+          - 192.168.0.1
+        # job:
+        #   hosts:
+        #     - 192.168.0.1
+        #   cmd: bin/bobbin start
+      env:
+        clear:
+          # Run Bobbin's supervisor inside the web server's Puma process to do jobs (plugin :bobbin in config/puma.rb).
+          # When you start using multiple servers, you should split out job processing to a dedicated machine.
+          BOBBIN_IN_PUMA: true
+
+          # Set number of processes dedicated to Bobbin's workers (default: 1; config/bobbin.yml)
+          # BOBBIN_PROCESSES: 3
+    YAML
+    assert_equal({ "clear" => { "BOBBIN_IN_PUMA" => true } }, YAML.safe_load(deploy)["env"])
+    assert_no_match(/Kamal/, generate)
+    assert_equal deploy, File.read(path("config/deploy.yml"))
+  end
 end

@@ -77,6 +77,26 @@ module Bobbin
         append_to_file "config/puma.rb", "\n# Run Bobbin's supervisor and workers beside Puma (single-server deployments, development).\n#{line}\n"
       end
 
+      # Kamal, as `rails new` sets it up, runs Solid Queue inside Puma (SOLID_QUEUE_IN_PUMA in config/deploy.yml) or on a
+      # job role (`cmd: bin/jobs`). With the adapter now :bobbin those would run nothing, and production's jobs would
+      # wait forever: they run Bobbin instead (BOBBIN_IN_PUMA, `bin/bobbin start`).
+      def set_deploy
+        path = "config/deploy.yml"
+        return unless exist?(path)
+
+        text = read(path)
+        text = text.sub(/^([ \t]*)# Run the Solid Queue Supervisor inside the web server's Puma process to do jobs\.$/) do
+          "#{::Regexp.last_match(1)}# Run Bobbin's supervisor inside the web server's Puma process to do jobs (plugin :bobbin in config/puma.rb)."
+        end
+        text = text.sub(/^([ \t]*)SOLID_QUEUE_IN_PUMA:/) { "#{::Regexp.last_match(1)}BOBBIN_IN_PUMA:" } unless text.match?(/^[ \t]*BOBBIN_IN_PUMA:/)
+        text = text.sub(/^([ \t]*)# Set number of processes dedicated to Solid Queue \(default: 1\)\n([ \t]*)# JOB_CONCURRENCY:/) do
+          "#{::Regexp.last_match(1)}# Set number of processes dedicated to Bobbin's workers (default: 1; config/bobbin.yml)\n#{::Regexp.last_match(2)}# BOBBIN_PROCESSES:"
+        end
+        text = text.gsub(%r{^([ \t]*#?[ \t]*cmd:[ \t]*)bin/jobs[ \t]*$}) { "#{::Regexp.last_match(1)}bin/bobbin start" }
+        @deploy_changed = text != read(path)
+        write(path, text)
+      end
+
       def summary
         say "\nBobbin is installed.", :green
         say <<~TEXT
@@ -88,6 +108,7 @@ module Bobbin
             BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma#{'; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev' if all?}
           Recurring jobs go in config/recurring.yml.
         TEXT
+        say "Kamal (config/deploy.yml) runs Bobbin now: BOBBIN_IN_PUMA, or bin/bobbin start on a job role." if @deploy_changed
         solid_queue_tasks = exist?("config/recurring.yml") ? read("config/recurring.yml").scan(/^\s+([\w-]+):\n\s+command: "SolidQueue::/).flatten : []
         if solid_queue_tasks.any?
           say "config/recurring.yml keeps Solid Queue's #{solid_queue_tasks.join(', ')}: Bobbin runs it now; remove it when Solid Queue goes."
