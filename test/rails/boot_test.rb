@@ -27,10 +27,17 @@ class RailsBootTest < Bobbin::TestCase
     end
   end
 
-  test "bobbin work in an environment whose Active Job uses another adapter runs, and says perform_later does not reach it" do
+  test "bobbin work in an environment whose Active Job uses another adapter runs, and says perform_later does not reach it " \
+       "(but not of the test adapter in test)" do
     status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", env: "development",
                                          variables: { "RAILS_APP_QUEUE_ADAPTER" => "async" })
     assert status.success?, output
     assert_match(/bobbin: Active Job in development uses async, not Bobbin: perform_later here does not reach these workers/, output)
+
+    status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", env: "test",
+                                         variables: { "RAILS_APP_QUEUE_ADAPTER" => "test" })
+    assert status.success?, output
+    assert_match(/bobbin worker \d+ \(pid \d+\) started/, output, "the log reaches the output")
+    assert_no_match(/perform_later here does not reach/, output, "the test adapter in test is Rails' convention, not a mistake")
   end
 end

@@ -115,12 +115,13 @@ module Bobbin
                          "--environments all)")
     end
 
-    # The booted Rails app's Active Job adapter in this environment when it is not Bobbin.
+    # The booted Rails app's Active Job adapter in this environment when it is not Bobbin (nor, in test, the test
+    # adapter: Rails' convention there, which the generator keeps).
     def rails_adapter_elsewhere
       return unless defined?(::Rails.application) && ::Rails.application
 
       adapter = Doctor.active_job_adapter
-      adapter unless adapter.nil? || adapter == "bobbin"
+      adapter unless adapter.nil? || adapter == "bobbin" || (adapter == "test" && ::Rails.env.test?)
     end
 
     # The database drivers' own error classes, for those loaded.
