@@ -387,10 +387,15 @@ class SpinJob
   include Bobbin::Job
   bobbin_options retries: 0
 
-  # Spins for good, `after` seconds (a fiber-aware sleep) after it started.
+  # Spins for good: `after` seconds after it started, or (a String) once the file `after` exists; it waits with
+  # fiber-aware sleeps until then.
   def perform(key, after = 0)
     StartEntry.create!(key: key)
-    sleep(after)
+    if after.is_a?(String)
+      sleep(0.01) until File.exist?(after)
+    else
+      sleep(after)
+    end
     loop { nil }
   end
 end
