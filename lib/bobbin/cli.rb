@@ -68,8 +68,7 @@ module Bobbin
     private
       def start_supervisor(argv)
         mode = configured(argv)[:mode]
-        Boot.log_to_console
-        Boot.warn_other_adapter
+        Boot.before_work
         Supervisor.new(mode: mode).start
         0
       end
@@ -132,8 +131,7 @@ module Bobbin
         parse(worker_parser(options), argv, options)
         options[:queues] ||= [ "*" ]
         boot(options)
-        Boot.log_to_console
-        Boot.warn_other_adapter
+        Boot.before_work
         load_recurring
         worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :notified_polling_interval, :shutdown_timeout,
                                             :stall_threshold, :thread_lane))

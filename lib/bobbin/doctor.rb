@@ -21,6 +21,10 @@ module Bobbin
       base.queue_adapter.class.name.demodulize.delete_suffix("Adapter").underscore
     end
 
+    # True when Active Job's `adapter` in environment `env` is as it should be: bobbin, or the test adapter in test (Rails'
+    # convention there: its job test helpers need it, and bobbin:install --environments all keeps it).
+    def self.expected_adapter?(adapter, env) = adapter == "bobbin" || (adapter == "test" && env.to_s == "test")
+
     # `root`: where to look for a Rails app's config/ (the directory `bobbin doctor` runs in).
     def initialize(pools = Bobbin.config.pools, mode: :fork, out: $stdout, root: Dir.pwd)
       @pools = pools
@@ -149,9 +153,8 @@ module Bobbin
         setting[:adapter] ? "#{setting[:adapter]}  #{setting[:where]}" : "#{setting[:value]}  #{setting[:where]} (computed: not checked)"
       end
 
-      # The test adapter in the test environment is Rails' convention (its job test helpers need it), not a mistake.
       def warn_adapter(setting, scope)
-        return if setting[:adapter].nil? || setting[:adapter] == "bobbin" || (scope == "test" && setting[:adapter] == "test")
+        return if setting[:adapter].nil? || Doctor.expected_adapter?(setting[:adapter], scope)
 
         @out.puts("  ! #{setting[:where]} sets queue_adapter = :#{setting[:adapter]}: jobs in #{scope} do not go to Bobbin")
       end

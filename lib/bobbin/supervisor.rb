@@ -19,7 +19,7 @@ module Bobbin
       @slots = pools.flat_map { |pool| Array.new(pool.processes) { |index| Slot.new(pool, index) } }
       @signal_reader, @signal_writer = IO.pipe
       @unrecovered = {}
-      @beat_log = OutageLog.new("bobbin supervisor: heartbeat")
+      @outage = OutageLog.new("bobbin supervisor: heartbeat")
     end
 
     # Runs until a stop signal; returns after every worker has stopped.
@@ -83,11 +83,11 @@ module Bobbin
       # while the database is unavailable.
       def beat
         Maintenance.quietly { ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: Time.now.utc) }
-        @beat_log.succeeded
+        @outage.succeeded
         Maintenance.run("supervisor") ? monotonic + Bobbin.config.heartbeat_interval : monotonic + 1
       rescue ActiveRecord::ActiveRecordError => error
         Recovery.unreachable!
-        @beat_log.failed(error)
+        @outage.failed(error)
         monotonic + 1
       end
 

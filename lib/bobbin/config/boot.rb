@@ -46,6 +46,12 @@ module Bobbin
       require File.expand_path("config/environment.rb")
     end
 
+    # What `bobbin start` and `bobbin work` do once booted, before their workers start: the terminal log, the adapter warning.
+    def before_work
+      log_to_console
+      warn_other_adapter
+    end
+
     # `bobbin start` and `bobbin work` in a Rails app's development environment also write the app's log to the
     # terminal, as `rails server` does there (Rails.logger writes only to log/development.log otherwise, and a worker
     # started by hand or by bin/dev would say nothing about what it does).
@@ -115,13 +121,12 @@ module Bobbin
                          "--environments all)")
     end
 
-    # The booted Rails app's Active Job adapter in this environment when it is not Bobbin (nor, in test, the test
-    # adapter: Rails' convention there, which the generator keeps).
+    # The booted Rails app's Active Job adapter in this environment when it is not the expected one (Doctor.expected_adapter?).
     def rails_adapter_elsewhere
       return unless defined?(::Rails.application) && ::Rails.application
 
       adapter = Doctor.active_job_adapter
-      adapter unless adapter.nil? || adapter == "bobbin" || (adapter == "test" && ::Rails.env.test?)
+      adapter unless adapter.nil? || Doctor.expected_adapter?(adapter, ::Rails.env)
     end
 
     # The database drivers' own error classes, for those loaded.

@@ -16,6 +16,7 @@ module Bobbin
         @store = store
         @supervisor_pid = supervisor_pid
         @interval = interval
+        @outage = OutageLog.new("bobbin worker #{worker.process_id}: heartbeat")
         @signal = Thread::Queue.new
       end
 
@@ -59,13 +60,13 @@ module Bobbin
           @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata)) unless registered
           held = @worker.held_ids
           kept = held.empty? ? 0 : @store.reclaim(@worker.process_id, held)
-          outage.succeeded
+          @outage.succeeded
           return if registered && kept.zero?
 
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: pruned as dead while alive; " \
                              "#{registered ? '' : 'registered again and '}took back #{kept} of its jobs")
         rescue Store::Unavailable => error
-          outage.failed(error)
+          @outage.failed(error)
         end
 
         # The elected worker keeps house: the heartbeat's services now, the Clock's on their own timing.
@@ -78,8 +79,6 @@ module Bobbin
           Recovery.unreachable!
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: maintenance skipped: #{error.message.lines.first&.strip}")
         end
-
-        def outage = @outage ||= OutageLog.new("bobbin worker #{@worker.process_id}: heartbeat")
 
         def orphaned!
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: supervisor #{@supervisor_pid} is gone; stopping")

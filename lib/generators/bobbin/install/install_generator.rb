@@ -84,7 +84,7 @@ module Bobbin
         path = "config/deploy.yml"
         return unless exist?(path)
 
-        text = read(path)
+        text = original = read(path)
         text = text.sub(/^([ \t]*)# Run the Solid Queue Supervisor inside the web server's Puma process to do jobs\.$/) do
           "#{::Regexp.last_match(1)}# Run Bobbin's supervisor inside the web server's Puma process to do jobs (plugin :bobbin in config/puma.rb)."
         end
@@ -93,7 +93,7 @@ module Bobbin
           "#{::Regexp.last_match(1)}# Set number of processes dedicated to Bobbin's workers (default: 1; config/bobbin.yml)\n#{::Regexp.last_match(2)}# BOBBIN_PROCESSES:"
         end
         text = text.gsub(%r{^([ \t]*#?[ \t]*cmd:[ \t]*)bin/jobs[ \t]*$}) { "#{::Regexp.last_match(1)}bin/bobbin start" }
-        @deploy_changed = text != read(path)
+        @deploy_changed = text != original
         write(path, text)
       end
 
