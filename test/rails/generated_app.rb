@@ -71,7 +71,7 @@ class GeneratedApp
 
   # Starts a command in the app's directory (its own process group); returns the pid.
   def spawn(*command, log:, env: {})
-    Bundler.with_unbundled_env { Process.spawn(environment.merge(env), *command, chdir: @dir, out: log, err: log, pgroup: true) }
+    Bundler.with_unbundled_env { Process.spawn(environment.merge(env), *command, chdir: @dir, [ :out, :err ] => [ log, "w" ], pgroup: true) }
   end
 
   def path(file) = File.join(@dir, file)

@@ -10,7 +10,9 @@ module TestProcesses
   def spawn_bobbin(*args, log: File::NULL, env: {})
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }.merge(env)
     command = [ RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
-    Process.spawn(env, *command, chdir: ROOT, out: log, err: log, pgroup: true)
+    # stdout and stderr share one opening of the log: opened twice, each write at its own offset, stderr's lines
+    # (a job's `abort`, libpq's notices) overwrote the start of the log, once cutting a character in two.
+    Process.spawn(env, *command, chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
   end
 
   # Waits up to `timeout` seconds for the block to return truthy; fails the test otherwise.
