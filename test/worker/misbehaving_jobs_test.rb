@@ -97,7 +97,13 @@ class MisbehavingJobsTest < Bobbin::TestCase
         # when the job (asleep until then) takes the loop for good.
         Bobbin::JobRecord.connection.execute("LOCK TABLE bobbin_pauses IN ACCESS EXCLUSIVE MODE")
         Thread.new { NoopJob.enqueue("wakes the claim loop") }.join # committed, so its announcement goes out
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE bobbin_jobs%'"
+        # A backend that waits for the lock, other than the listener reading the paused queues as it connects. Told
+        # by pg_locks, not by pg_stat_activity's query: a prepared claim waits already at Bind, where PostgreSQL
+        # still shows the session's previous statement (the pacer's look for due jobs, when it was the last one).
+        waiting = <<~SQL
+          SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+          WHERE NOT l.granted AND l.relation = 'bobbin_pauses'::regclass AND a.query NOT LIKE 'SELECT queue FROM bobbin_pauses%'
+        SQL
         wait_for("the claim to wait on the lock") { Bobbin::JobRecord.connection.select_value(waiting).positive? }
         FileUtils.touch(go)
         sleep(0.5) # the job, polling for the file every 10 ms while the claim's fiber waits, spins now
