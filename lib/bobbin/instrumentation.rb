@@ -7,7 +7,8 @@ module Bobbin
   #   enqueue        ids, count, queues (distinct), class_names (distinct)
   #   claim          process_id, count, ids
   #   perform_start  id, class_name, queue, attempts  (published as a worker starts the job, before its hooks)
-  #   perform        id, class_name, queue, attempts, state ("succeeded", "ready"/"blocked" = retry, "failed"; set on finish)
+  #   perform        id, class_name, queue, attempts, state ("succeeded", "ready"/"blocked" = retry, "failed"; set on finish;
+  #                  none when a stopping worker interrupted the job: exception and exception_object name what stopped it)
   #   retry          id, class_name, queue, attempts, error (the exception), run_at
   #   fail           id, class_name, queue, attempts, error
   #   discard        id, class_name, queue

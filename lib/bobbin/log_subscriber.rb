@@ -38,10 +38,14 @@ module Bobbin
     end
     subscribe_log_level :perform_start, :debug
 
-    # A job ended: its new state (succeeded, ready or blocked for a retry, failed).
+    # A job ended: its new state (succeeded, ready or blocked for a retry, failed), or, with none, the exception with
+    # which a stopping worker interrupted it (the job goes back to ready once it has stopped: see release).
     def perform(event)
       job = event.payload
-      debug { "Bobbin Performed #{job[:class_name]} #{job[:id]} from #{job[:queue]} in #{event.duration.round(1)}ms: #{job[:state]}" }
+      debug do
+        ended = job[:state] || "interrupted by the shutdown (#{job[:exception]&.first})"
+        "Bobbin Performed #{job[:class_name]} #{job[:id]} from #{job[:queue]} in #{event.duration.round(1)}ms: #{ended}"
+      end
     end
     subscribe_log_level :perform, :debug
 

@@ -63,6 +63,9 @@ class InstrumentationTest < Bobbin::TestCase
   test "a worker stopped with jobs in flight publishes release: its process id and how many jobs went back to ready" do
     ids = Bobbin.enqueue_all(Array.new(2) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
     worker = Bobbin::Worker.new(fibers: 2, shutdown_timeout: 0, polling_interval: 0.05)
+    log = StringIO.new
+    Bobbin.config.logger = Logger.new(log, level: Logger::DEBUG)
+    Bobbin::LogSubscriber.attach_to(:bobbin)
     seen = events do
       runner = Thread.new { worker.run }
       wait_for("2 jobs running") { Bobbin.counts["running"] == 2 }
@@ -71,6 +74,12 @@ class InstrumentationTest < Bobbin::TestCase
     end
     assert_equal [ { process_id: worker.process_id, count: 2 } ], seen["release"]
     assert_equal [ [ "ready", 0 ] ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state, :attempts)
+    assert_equal [ nil, nil ], seen["perform"].map { |payload| payload[:state] }, "an interrupted job has no outcome"
+    ids.each { |id| assert_match(/Bobbin Performed SleepJob #{id} from default in [\d.]+ms: interrupted by the shutdown \(\S+\)$/, log.string) }
+    assert_match(/Bobbin Released 2 jobs back to ready/, log.string)
+  ensure
+    Bobbin::LogSubscriber.detach_from(:bobbin)
+    Bobbin.config.logger = Logger.new(File::NULL)
   end
 
   test "recovering a killed worker's job publishes recover: the process, why, how many went back or failed, the blamed job" do
