@@ -116,15 +116,53 @@ class RailsInstallTest < Bobbin::TestCase
       ran_in = wait_for_file("from-puma").split.last.to_i
       assert_not_equal pid, ran_in, "a worker process forked beside Puma ran it"
       Process.kill(:TERM, pid)
-      unless wait_exit(pid, timeout: 60)
-        File.write(dump, "") # Puma's threads' backtraces: where it hangs
-        sleep 2
-        output = File.read(log)
-        flunk "Puma did not exit within 60 s of TERM:\n#{output}" unless output.match?(PUMA_CLOSE_RACE)
-        warn("\nPuma hung after stopping Bobbin, in its own shutdown race (puma/puma#3677); the plugin's part passed")
-      end
+      assert_puma_exits(pid, log, dump, "TERM")
       assert_match(/Stopping Bobbin/, File.read(log))
       assert_raises(Errno::ESRCH) { Process.kill(0, ran_in) }
     end
   end
+
+  test "in a clustered Puma the plugin starts Bobbin again after a phased restart, and Puma stops when Bobbin dies" do
+    skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+    # A clustered Puma's master reaps every child it has, Bobbin's supervisor too: its death was missed, and Puma
+    # went on serving with no worker behind it.
+    File.write(app.path("tmp/puma-cluster.rb"), <<~RUBY)
+      workers 2
+      preload_app! false # a phased restart needs workers that load the app themselves
+      bind "tcp://127.0.0.1:0"
+      plugin :bobbin
+    RUBY
+    log = app.path("log/puma-cluster.log")
+    dump = app.path("tmp/dump-threads-cluster")
+    pid = app.spawn("bundle", "exec", "puma", "-C", app.path("tmp/puma-cluster.rb"), log: log,
+                    env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
+    ensure_killed(pid) do
+      first = wait_for("Bobbin beside the clustered Puma", timeout: 90) { supervisors(log).first }
+      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
+      Process.kill(:USR1, pid)
+      second = wait_for("Bobbin started again after the phased restart", timeout: 90) { supervisors(log)[1] }
+      assert_match(/Starting phased worker restart.*Stopping Bobbin \(pid #{first}\)|Stopping Bobbin \(pid #{first}\).*Starting phased worker restart/m, File.read(log))
+      assert_raises(Errno::ESRCH, "the old supervisor stopped") { Process.kill(0, first) }
+      app.run!("bin/rails", "runner", 'FileJob.perform_later("after-phased")')
+      wait_for_file("after-phased")
+      Process.kill(:KILL, second)
+      assert_puma_exits(pid, log, dump, "its supervisor's death")
+      assert_match(/Bobbin's supervisor \(pid #{second}\) exited; stopping Puma/, File.read(log))
+      assert_equal 2, supervisors(log).size, "no supervisor started but these two"
+    end
+  end
+
+  private
+    # The supervisors the plugin started, in order, as their start lines in Puma's log name them.
+    def supervisors(log) = File.read(log).scan(/^bobbin supervisor (\d+) \(fork\) starting/).flatten.map(&:to_i)
+
+    def assert_puma_exits(pid, log, dump, cause)
+      return if wait_exit(pid, timeout: 60)
+
+      File.write(dump, "") # Puma's threads' backtraces: where it hangs
+      sleep 2
+      output = File.read(log)
+      flunk "Puma did not exit within 60 s of #{cause}:\n#{output}" unless output.match?(PUMA_CLOSE_RACE)
+      warn("\nPuma hung after stopping Bobbin, in its own shutdown race (puma/puma#3677); the plugin's part passed")
+    end
 end

@@ -4,14 +4,16 @@ require "puma/plugin"
 
 # `plugin :bobbin` in config/puma.rb: once Puma has booted, forks `bobbin start` (the supervisor and the workers
 # of config/bobbin.yml) beside it, and stops it with Puma. If the supervisor dies, Puma stops too (a process
-# manager restarts both); if Puma dies, the supervisor notices within a second and stops gracefully.
+# manager restarts both); if Puma dies, the supervisor notices within a second and stops gracefully. A restart
+# of Puma, hot (USR2) or phased (USR1, clustered), stops Bobbin gracefully first and starts it again, on the new
+# code, once Puma has booted again.
 Puma::Plugin.create do
   # Called by Puma with its launcher.
   def start(launcher)
     @log_writer = launcher.log_writer
     @puma_pid = Process.pid
     events = launcher.events
-    on(events, :after_booted, :on_booted) { @pid = fork { run_supervisor } }
+    on(events, :after_booted, :on_booted) { start_supervisor }
     on(events, :after_stopped, :on_stopped) { stop_supervisor }
     on(events, :before_restart, :on_restart) { stop_supervisor }
     in_background { watch_supervisor }
@@ -32,31 +34,44 @@ Puma::Plugin.create do
       exit!(1)
     end
 
-    # Runs in Puma's TERM handler (its after_stopped hook): Puma exits once Bobbin has stopped.
-    def stop_supervisor
-      return unless @pid
+    # Puma booted: at start, and again after each restart.
+    def start_supervisor
+      @pid = fork { run_supervisor }
+    end
 
-      @stopping = true # the watcher must neither reap it nor take its exit for a crash
-      log("Stopping Bobbin (pid #{@pid})...")
-      Process.kill(:TERM, @pid)
-      Process.wait(@pid)
-      @pid = nil
+    # Runs in Puma's TERM handler (its after_stopped hook; a trap context, where no Mutex may be taken) and before a
+    # restart: Puma goes on once Bobbin has stopped.
+    def stop_supervisor
+      pid = @pid
+      @pid = nil # the watcher must not take this exit for a crash
+      return unless pid
+
+      log("Stopping Bobbin (pid #{pid})...")
+      Process.kill(:TERM, pid)
+      Process.wait(pid)
     rescue Errno::ESRCH, Errno::ECHILD
-      @pid = nil
+      nil
     end
 
     def watch_supervisor
       loop do
         sleep(1)
-        next if @stopping || @pid.nil? || Process.wait(@pid, Process::WNOHANG).nil?
+        gone = @pid
+        next unless gone && exited?(gone) && @pid == gone # not stopped on purpose meanwhile
 
-        log("Bobbin's supervisor (pid #{@pid}) exited; stopping Puma")
         @pid = nil
+        log("Bobbin's supervisor (pid #{gone}) exited; stopping Puma")
         Process.kill(:TERM, @puma_pid)
         break
       end
+    end
+
+    # True once `pid` has exited: reaped here, or already reaped by Puma (a clustered Puma's master reaps every child
+    # it has, Bobbin's supervisor too, and then it is not ours to wait for).
+    def exited?(pid)
+      !Process.wait(pid, Process::WNOHANG).nil?
     rescue Errno::ECHILD
-      nil
+      true
     end
 
     def log(message)
