@@ -71,6 +71,9 @@ module Bobbin
       ActiveRecord::Base.establish_connection(url)
       ActiveRecord::Base.connection_pool.with_connection(&:verify!)
       self
+    rescue ActiveRecord::NoDatabaseError => error # Active Record's own advice is for a Rails app (config/database.yml)
+      require_relative "bobbin/config/database_problem"
+      raise ConfigurationError, DatabaseProblem.describe(error)
     end
 
     # Creates or upgrades Bobbin's tables; idempotent.

@@ -123,9 +123,10 @@ module Bobbin
     end
 
     private
+      # Bobbin's lines name Bobbin themselves ("bobbin worker 3 …", "bobbin: …"), as they must in a Rails app's log.
       def default_logger
         require "logger"
-        Logger.new($stdout, level: Logger::INFO, progname: "bobbin")
+        Logger.new($stdout, level: Logger::INFO)
       end
   end
 end

@@ -36,6 +36,15 @@ class StartupErrorsTest < Bobbin::TestCase
                        /the database "bobbin_no_such_database_\d+" does not exist: create it \(createdb/)
   end
 
+  test "Bobbin.connect (plain Ruby) to a PostgreSQL database that does not exist says so, without Rails' advice" do
+    skip_unless_postgres
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin.connect(postgres_url(path: "/bobbin_no_such_database_#{Process.pid}")) }
+    assert_match(/\Athe database "bobbin_no_such_database_\d+" does not exist: create it \(createdb .*\(DATABASE_URL\)\z/, error.message)
+    assert_kind_of ActiveRecord::NoDatabaseError, error.cause
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+  end
+
   test "a SQLite path in a directory that does not exist is not created" do
     with_tmpdir do |dir|
       path = File.join(dir, "missing", "jobs.sqlite3")

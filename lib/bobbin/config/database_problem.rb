@@ -23,7 +23,7 @@ module Bobbin
     # The configured database does not exist on the server.
     def no_database
       name = database
-      "the database #{name.inspect} does not exist: create it (createdb #{name}, or bin/rails db:create) or fix DATABASE_URL"
+      "the database #{name.inspect} does not exist: create it (createdb #{name}, or bin/rails db:create) or fix the database URL (DATABASE_URL)"
     end
 
     # The server turned the connection away: max_connections or a CONNECTION LIMIT is reached.
