@@ -46,8 +46,10 @@ module Bobbin
       when "dashboard" then OperatorCommands.new(self).dashboard(argv)
       when "metrics" then OperatorCommands.new(self).metrics(argv)
       else
+        help = command.nil? || %w[-h --help help].include?(command)
+        warn("bobbin: unknown command #{command.inspect}") unless help
         warn(USAGE)
-        command.nil? || %w[-h --help help].include?(command) ? 0 : 64
+        help ? 0 : 64
       end
     rescue Bobbin::ConfigurationError, OptionParser::ParseError => error
       warn("bobbin: #{error.message}")

@@ -24,6 +24,15 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
+  test "an unknown command is named, with the usage, and exit 64; help is exit 0" do
+    status, out, err = run_bobbin("strat")
+    assert_equal [ 64, "" ], [ status.exitstatus, out ]
+    assert_match(/\Abobbin: unknown command "strat"\nUsage: bobbin COMMAND/, err)
+    status, _, err = run_bobbin("--help")
+    assert_equal 0, status.exitstatus
+    assert_match(/\AUsage: bobbin COMMAND/, err)
+  end
+
   test "an empty DATABASE_URL" do
     assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => "" }), /no database: DATABASE_URL is unset or empty; set it/)
     assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => " " }), /DATABASE_URL is unset or empty/)
