@@ -14,6 +14,7 @@ require_relative "bobbin/config/setting"
 require_relative "bobbin/config/pool"
 require_relative "bobbin/configuration"
 require_relative "bobbin/config/config_file"
+require_relative "bobbin/config/database_problem"
 require_relative "bobbin/concurrency/limit"
 require_relative "bobbin/client/arguments"
 require_relative "bobbin/client/enqueuer"
@@ -72,7 +73,6 @@ module Bobbin
       ActiveRecord::Base.connection_pool.with_connection(&:verify!)
       self
     rescue ActiveRecord::NoDatabaseError => error # Active Record's own advice is for a Rails app (config/database.yml)
-      require_relative "bobbin/config/database_problem"
       raise ConfigurationError, DatabaseProblem.describe(error)
     end
 

@@ -13,6 +13,18 @@ class InstrumentationTest < Bobbin::TestCase
     ActiveSupport::Notifications.unsubscribe(subscriber)
   end
 
+  # Runs the block with Bobbin's log subscriber writing to a debug-level log; returns what was logged.
+  def logged
+    log = StringIO.new
+    Bobbin.config.logger = Logger.new(log, level: Logger::DEBUG)
+    Bobbin::LogSubscriber.attach_to(:bobbin)
+    yield
+    log.string
+  ensure
+    Bobbin::LogSubscriber.detach_from(:bobbin)
+    Bobbin.config.logger = Logger.new(File::NULL)
+  end
+
   test "a job's life publishes enqueue, start_process, claim, perform, retry, fail and stop_process with their payloads" do
     id = nil
     seen = events do
@@ -63,23 +75,20 @@ class InstrumentationTest < Bobbin::TestCase
   test "a worker stopped with jobs in flight publishes release: its process id and how many jobs went back to ready" do
     ids = Bobbin.enqueue_all(Array.new(2) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
     worker = Bobbin::Worker.new(fibers: 2, shutdown_timeout: 0, polling_interval: 0.05)
-    log = StringIO.new
-    Bobbin.config.logger = Logger.new(log, level: Logger::DEBUG)
-    Bobbin::LogSubscriber.attach_to(:bobbin)
-    seen = events do
-      runner = Thread.new { worker.run }
-      wait_for("2 jobs running") { Bobbin.counts["running"] == 2 }
-      worker.stop
-      runner.join
+    seen = nil
+    log = logged do
+      seen = events do
+        runner = Thread.new { worker.run }
+        wait_for("2 jobs running") { Bobbin.counts["running"] == 2 }
+        worker.stop
+        runner.join
+      end
     end
     assert_equal [ { process_id: worker.process_id, count: 2 } ], seen["release"]
     assert_equal [ [ "ready", 0 ] ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state, :attempts)
     assert_equal [ nil, nil ], seen["perform"].map { |payload| payload[:state] }, "an interrupted job has no outcome"
-    ids.each { |id| assert_match(/Bobbin Performed SleepJob #{id} from default in [\d.]+ms: interrupted by the shutdown \(\S+\)$/, log.string) }
-    assert_match(/Bobbin Released 2 jobs back to ready/, log.string)
-  ensure
-    Bobbin::LogSubscriber.detach_from(:bobbin)
-    Bobbin.config.logger = Logger.new(File::NULL)
+    ids.each { |id| assert_match(/Bobbin Performed SleepJob #{id} from default in [\d.]+ms: interrupted by the shutdown \(\S+\)$/, log) }
+    assert_match(/Bobbin Released 2 jobs back to ready/, log)
   end
 
   test "recovering a killed worker's job publishes recover: the process, why, how many went back or failed, the blamed job" do
@@ -103,23 +112,21 @@ class InstrumentationTest < Bobbin::TestCase
   end
 
   test "perform_start comes before the job runs; the log subscriber writes Rails-style lines for Bobbin's events" do
-    log = StringIO.new
-    Bobbin.config.logger = Logger.new(log, level: Logger::DEBUG)
-    Bobbin::LogSubscriber.attach_to(:bobbin)
-    seen = events do
-      LedgerJob.enqueue("logged")
-      drain(threads: 1)
-      Bobbin.recurring("nightly", schedule: "every day at 3am", class: "LedgerJob", args: [ "n" ])
-      Bobbin::RecurringRun.claim("nightly", Time.utc(2026, 11, 24, 3), Bobbin.config.recurring_tasks["nightly"].job_row)
+    seen = nil
+    log = logged do
+      seen = events do
+        LedgerJob.enqueue("logged")
+        drain(threads: 1)
+        Bobbin.recurring("nightly", schedule: "every day at 3am", class: "LedgerJob", args: [ "n" ])
+        Bobbin::RecurringRun.claim("nightly", Time.utc(2026, 11, 24, 3), Bobbin.config.recurring_tasks["nightly"].job_row)
+      end
     end
     assert_equal seen["perform"].first.slice(:id, :class_name, :queue, :attempts), seen["perform_start"].first
-    assert_match(/Bobbin Enqueued 1 job \(LedgerJob\) to default \([\d.]+ms\) ids: \d+/, log.string)
-    assert_match(/Bobbin Performing LedgerJob \d+ from default \(attempt 1\)/, log.string)
-    assert_match(/Bobbin Performed LedgerJob \d+ from default in [\d.]+ms: succeeded/, log.string)
-    assert_match(/Bobbin Enqueued recurring nightly tick 2026-11-24T03:00:00Z as job \d+/, log.string)
+    assert_match(/Bobbin Enqueued 1 job \(LedgerJob\) to default \([\d.]+ms\) ids: \d+/, log)
+    assert_match(/Bobbin Performing LedgerJob \d+ from default \(attempt 1\)/, log)
+    assert_match(/Bobbin Performed LedgerJob \d+ from default in [\d.]+ms: succeeded/, log)
+    assert_match(/Bobbin Enqueued recurring nightly tick 2026-11-24T03:00:00Z as job \d+/, log)
   ensure
-    Bobbin::LogSubscriber.detach_from(:bobbin)
     Bobbin.config.recurring_tasks.clear
-    Bobbin.config.logger = Logger.new(File::NULL)
   end
 end

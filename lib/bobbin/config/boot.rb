@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require_relative "database_problem"
-
 module Bobbin
   # How the command line starts: connect, load the job files, check Bobbin's tables. Every way that fails before
   # any work starts (no URL, no database, server down or full, read-only SQLite, missing tables or files) becomes
