@@ -18,6 +18,18 @@ module Bobbin
       time&.utc&.strftime("%Y-%m-%d %H:%M:%S.%6N")
     end
 
+    # `value` as text every database stores: UTF-8 (a binary String's bytes read as UTF-8, another encoding
+    # converted), bytes that are not UTF-8 and NULs (which PostgreSQL refuses in text) replaced by U+FFFD, at most
+    # `limit` characters. For what a job hands Bobbin to keep but cannot be checked at enqueue (its errors).
+    def self.text(value, limit)
+      text = value.to_s
+      text = text.dup.force_encoding(Encoding::UTF_8) if text.encoding == Encoding::BINARY
+      text = text.encode(Encoding::UTF_8, invalid: :replace, undef: :replace) unless text.encoding == Encoding::UTF_8
+      text = text.scrub unless text.valid_encoding?
+      text = text.tr("\0", "\uFFFD") if text.include?("\0")
+      text.length > limit ? text[0, limit] : text
+    end
+
     # Active Record's errors for a connection that could not be made or was lost.
     CONNECTION_ERRORS = [ ActiveRecord::ConnectionNotEstablished, ActiveRecord::ConnectionFailed ].freeze
 

@@ -8,6 +8,8 @@ module Bobbin
     class Execution
       MAX_BACKOFF = 6 * 3600
       BACKTRACE_LINES = 50
+      BACKTRACE_CHARACTERS = 20_000
+      MESSAGE_CHARACTERS = 10_000
 
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
       # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
@@ -131,11 +133,23 @@ module Bobbin
 
         def event_payload(job, error) = { id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts, error: error }
 
-        def describe(error) = "#{error.class}: #{error.message.to_s.lines.first.to_s.strip[0, 200]}"
+        def describe(error) = "#{error_class(error)}: #{message(error).lines.first.to_s.strip[0, 200]}"
 
+        # The error as the job's row keeps it: whatever its message holds (NULs, bytes that are not UTF-8, a
+        # message method that raises), the outcome is written and the worker goes on.
         def error_outcome(job, state, error, finished_at: nil, run_at: nil)
-          Store::Outcome.new(job.id, state, finished_at, run_at, error.class.name, error.message.to_s[0, 10_000],
-                             Array(error.backtrace).first(BACKTRACE_LINES).join("\n"), job.concurrency_key, job.queue)
+          backtrace = Array(error.backtrace).first(BACKTRACE_LINES).join("\n")
+          Store::Outcome.new(job.id, state, finished_at, run_at, error_class(error), message(error),
+                             Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue)
+        end
+
+        # An anonymous class (Class.new(StandardError)) has no name; its inspect still tells what it is.
+        def error_class(error) = Store.text(error.class.name || error.class.inspect, 200)
+
+        def message(error)
+          Store.text(error.message, MESSAGE_CHARACTERS)
+        rescue Exception => failure # rubocop:disable Lint/RescueException -- a message method is the job's own code
+          "(the error's message could not be read: #{failure.class})"
         end
     end
   end

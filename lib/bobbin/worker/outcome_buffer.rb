@@ -59,7 +59,7 @@ module Bobbin
         def write(outcomes)
           return 0 if outcomes.empty?
 
-          @store.finish(@process_id, outcomes)
+          finish(outcomes)
           @outage.succeeded
           @lock.synchronize { @pending_ids.subtract(outcomes.map(&:id)) } # unwritten until now, even while being written
           @written += outcomes.size
@@ -72,12 +72,38 @@ module Bobbin
           nil
         end
 
+        # One statement for all; if the database refuses it (not an outage), each outcome alone, so one it cannot
+        # take holds up no other and never stops this writer.
+        def finish(outcomes)
+          @store.finish(@process_id, outcomes)
+        rescue Store::Unavailable
+          raise
+        rescue StandardError => error
+          return outcomes.each { |outcome| finish([ outcome ]) } if outcomes.size > 1
+
+          finish_as_unwritable(outcomes.first, error)
+        end
+
+        # An outcome the database refused alone: its job is recorded as failed with why, in Bobbin's words instead of
+        # the job's. Should even that be refused, the job stays claimed until this process stops (then ready again).
+        def finish_as_unwritable(outcome, error)
+          reason = "#{error.class}: #{error.message.lines.first&.strip}"
+          @logger.error("bobbin worker #{@process_id}: could not write the outcome of job #{outcome.id} (#{reason}); recording it as failed")
+          @store.finish(@process_id, [ Store::Outcome.new(outcome.id, "failed", Store.timestamp(Time.now), nil, OutcomeNotWritten.name,
+                                                          "the job ended #{outcome.state} but its outcome could not be written: #{reason}"[0, 2_000]) ])
+        rescue Store::Unavailable
+          raise
+        rescue StandardError => again
+          @logger.error("bobbin worker #{@process_id}: could not record job #{outcome.id} as failed either (#{again.class}); " \
+                        "it stays claimed until this worker stops")
+        end
+
         # Finished jobs freed slots of their keys: waiting jobs take them now (Maintenance catches any this misses).
         def promote(keys)
           return if keys.empty?
 
           @store.announce(Wakeups::Notice.new(nil, nil)) if @store.promote(keys).positive?
-        rescue Store::Unavailable => error
+        rescue StandardError => error # Store::Unavailable, or a statement refused: Maintenance promotes them then
           @logger.warn("bobbin: could not let waiting jobs of #{keys.uniq.size} concurrency keys through yet: #{error.message}")
         end
 
@@ -87,7 +113,7 @@ module Bobbin
           return if retries.empty?
 
           @store.announce(Wakeups::Notice.new(retries.map(&:queue).uniq, Store.epoch(retries.map(&:run_at).min)))
-        rescue Store::Unavailable
+        rescue StandardError
           nil # written; polling finds them
         end
 

@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Whatever a job raises is recorded on its row, and the worker goes on: the error's text may hold NULs (PostgreSQL
+# refuses them in text) or bytes that are not UTF-8, its class may be anonymous, its message method may raise. And
+# should the database refuse an outcome anyway, that job alone is recorded as failed and the others are written.
+class ErrorOutcomesTest < Bobbin::TestCase
+  # Raises the error `kind` names.
+  class OddErrorJob
+    include Bobbin::Job
+    bobbin_options retries: 0
+
+    Anonymous = Class.new(StandardError)
+    Unreadable = Class.new(StandardError) { def message = raise(NoMethodError, "undefined method 'name' for nil") }
+
+    def perform(kind)
+      case kind
+      when "nul" then raise "a NUL \0 in the middle"
+      when "invalid" then raise "a byte \xff that is not UTF-8"
+      when "binary" then raise ArgumentError, "binary \xC3\xA9 and \xff".b
+      when "latin1" then raise "caf\xE9".dup.force_encoding(Encoding::ISO_8859_1)
+      when "backtrace" then raise RuntimeError, "odd backtrace", [ "job.rb:1:in \0", "\xff" ]
+      when "anonymous" then raise Class.new(StandardError), "from an anonymous class"
+      when "unreadable" then raise Unreadable
+      when "huge" then raise "x" * 1_000_000
+      when "refused" then raise "please refuse me"
+      end
+    end
+  end
+
+  KINDS = %w[nul invalid binary latin1 backtrace anonymous unreadable huge].freeze
+
+  def row(id) = Bobbin::JobRecord.find(id)
+
+  %w[fibers threads].each do |mode|
+    test "errors with NULs, invalid bytes, no class name or an unreadable message are recorded; a #{mode} worker goes on" do
+      ids = KINDS.to_h { |kind| [ kind, OddErrorJob.enqueue(kind) ] }
+      after = LedgerJob.enqueue("after")
+      drain(mode.to_sym => 2)
+
+      assert_equal [ "failed" ], Bobbin::JobRecord.where(id: ids.values).distinct.pluck(:state), "every odd job failed, none stayed running"
+      assert_equal "succeeded", row(after).state, "the job after them ran"
+      assert_equal "a NUL \uFFFD in the middle", row(ids["nul"]).last_error_message
+      assert_equal "a byte \uFFFD that is not UTF-8", row(ids["invalid"]).last_error_message
+      assert_equal [ "ArgumentError", "binary é and \uFFFD" ], row(ids["binary"]).then { |job| [ job.last_error_class, job.last_error_message ] }
+      assert_equal "café", row(ids["latin1"]).last_error_message
+      assert_equal "job.rb:1:in \uFFFD\n\uFFFD", row(ids["backtrace"]).last_error_backtrace
+      assert_match(/\A#<Class:0x\h+>\z/, row(ids["anonymous"]).last_error_class)
+      assert_equal "from an anonymous class", row(ids["anonymous"]).last_error_message
+      assert_equal [ "ErrorOutcomesTest::OddErrorJob::Unreadable", "(the error's message could not be read: NoMethodError)" ],
+                   row(ids["unreadable"]).then { |job| [ job.last_error_class, job.last_error_message ] }
+      assert_equal 10_000, row(ids["huge"]).last_error_message.size
+    end
+  end
+
+  test "an outcome the database refuses fails that job alone, as Bobbin::OutcomeNotWritten; the batch beside it is written" do
+    refuse_error_messages_containing("refuse me")
+    refused = OddErrorJob.enqueue("refused")
+    others = Array.new(5) { |i| LedgerJob.enqueue("beside-#{i}") }
+    retried = FlakyJob.enqueue("retried", 1)
+    logger, log = Bobbin.config.logger, StringIO.new
+    Bobbin.config.logger = Logger.new(log)
+    drain(fibers: 10)
+
+    job = row(refused)
+    assert_equal [ "failed", "Bobbin::OutcomeNotWritten" ], [ job.state, job.last_error_class ]
+    assert_match(/\Athe job ended failed but its outcome could not be written: /, job.last_error_message)
+    assert_match(/could not write the outcome of job #{refused} .*; recording it as failed/, log.string)
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.where(id: others + [ retried ]).distinct.pluck(:state)
+  ensure
+    Bobbin.config.logger = logger if logger
+  end
+
+  private
+    # Makes the database itself refuse any job row whose last error message contains `text`.
+    def refuse_error_messages_containing(text)
+      connection = ActiveRecord::Base.connection
+      if postgres?
+        connection.execute("ALTER TABLE bobbin_jobs ADD CONSTRAINT test_refused CHECK (last_error_message NOT LIKE '%#{text}%')")
+        @undo = "ALTER TABLE bobbin_jobs DROP CONSTRAINT test_refused"
+      else
+        connection.execute(<<~SQL)
+          CREATE TRIGGER test_refused BEFORE UPDATE ON bobbin_jobs WHEN NEW.last_error_message LIKE '%#{text}%'
+          BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+        SQL
+        @undo = "DROP TRIGGER test_refused"
+      end
+    end
+
+    teardown { ActiveRecord::Base.connection.execute(@undo) if @undo }
+end
