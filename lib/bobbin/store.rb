@@ -36,7 +36,7 @@ module Bobbin
     # Opens a store on a new connection of its own (outside the pool the jobs' code uses).
     def self.open(selection)
       db_config = Record.connection_db_config
-      Guarded.new(for_adapter(db_config.adapter).new(db_config.new_connection, selection))
+      Guarded.new(for_adapter(db_config.adapter).new(OwnConnections.open(db_config), selection))
     end
 
     # Inserts new job rows and returns their ids; announces them once committed. Inside a transaction on Bobbin's

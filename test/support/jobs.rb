@@ -176,6 +176,22 @@ class ExitJob
   end
 end
 
+# Forks a process and waits for it: with a block ("block"), or without one, its child coming back from perform as if
+# the job were done ("bare"); records the child's exit status under `key`. The wait is a blocking one: async 2.46's
+# scheduler wait for a child sometimes returns nil when several fibers wait for children at once (plain async too).
+class ForkingJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(how, key)
+    LedgerEntry.connection.select_value("SELECT 1") # the job's own pooled session, in use across the fork
+    pid = how == "block" ? fork { 1 + 1 } : fork
+    return if pid.nil? # the child: back to whoever called perform
+
+    LedgerEntry.create!(key: "#{key}:#{Fiber.blocking { Process.wait2(pid) }.last.exitstatus}", pid: Process.pid)
+  end
+end
+
 # Ignores every interrupt and keeps running until its process is gone; records each start.
 class StubbornJob
   include Bobbin::Job

@@ -38,7 +38,7 @@ module Bobbin
       # True when a NOTIFY sent from another session reaches a LISTEN on `db_config` within PROBE_TIMEOUT
       # (bobbin doctor). Raises the driver's error when PostgreSQL cannot be reached.
       def self.round_trip?(db_config)
-        listener = db_config.new_connection
+        listener = Store::OwnConnections.open(db_config)
         probe(listener.raw_connection, db_config)
       ensure
         listener&.disconnect!
@@ -51,7 +51,7 @@ module Bobbin
       def self.probe(listening, db_config, &other)
         channel = "bobbin_probe_#{::Process.pid}_#{rand(1 << 30)}"
         listening.exec("LISTEN #{channel}")
-        sender = db_config.new_connection
+        sender = Store::OwnConnections.open(db_config)
         sender.raw_connection.exec("NOTIFY #{channel}")
         deadline = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) + PROBE_TIMEOUT
         heard = nil
@@ -115,7 +115,7 @@ module Bobbin
         end
 
         def listen
-          @adapter = @db_config.new_connection
+          @adapter = Store::OwnConnections.open(@db_config)
           @connection = @adapter.raw_connection
           @waits_on = [ @connection.socket_io, @wake ].freeze
           @connection.exec("LISTEN #{CHANNEL}")

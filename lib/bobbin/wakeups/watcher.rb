@@ -43,7 +43,7 @@ module Bobbin
 
       private
         def run
-          @adapter = @db_config.new_connection
+          @adapter = Store::OwnConnections.open(@db_config)
           @db = @adapter.raw_connection
           @version = version
           @last_id = @db.get_first_value("SELECT COALESCE(MAX(id), 0) FROM bobbin_jobs").to_i

@@ -21,6 +21,7 @@ module Bobbin
         @logger = logger
         @classes = {}
         @thread_jobs = {}
+        @pid = ::Process.pid
       end
 
       # True when `job`'s class asks to run on a thread (RunsOn), so a fiber pool hands it to its thread lane. An
@@ -33,15 +34,27 @@ module Bobbin
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.
       def call(job)
-        return outcome(job) unless Instrumentation.listening?(:perform_start) || Instrumentation.listening?(:perform)
-
-        Instrumentation.instrument(:perform_start, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts)
-        Instrumentation.instrument(:perform, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts) do |payload|
-          outcome(job).tap { |result| payload[:state] = result.state }
-        end
+        perform(job).tap { |result| leave_forked(job, result) unless ::Process.pid == @pid }
       end
 
       private
+        def perform(job)
+          return outcome(job) unless Instrumentation.listening?(:perform_start) || Instrumentation.listening?(:perform)
+
+          Instrumentation.instrument(:perform_start, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts)
+          Instrumentation.instrument(:perform, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts) do |payload|
+            outcome(job).tap { |result| payload[:state] = result.state }
+          end
+        end
+
+        # A process the job forked (`fork` without a block) came back here instead of exiting: it must not go on as
+        # a copy of this worker, so it ends, with status 0 when the job's code in it returned and 1 when it raised.
+        def leave_forked(job, result)
+          @logger.warn("bobbin: a process forked by #{job.class_name} #{job.id} (pid #{::Process.pid}) returned into the worker; " \
+                       "it exits (end forked processes with exit!)")
+          Kernel.exit!(result.state == "succeeded" ? 0 : 1)
+        end
+
         def outcome(job)
           job_class = nil
           if job.active_job_id

@@ -6,6 +6,10 @@ module Bobbin
     # that release the GVL. Ruby hands them to the fiber scheduler's `blocking_operation_wait`; a fiber pool's event
     # loop passes them here, so the fiber that made the call waits for its thread while the others keep running.
     # (async's own worker pool needs io-event's WorkerPool, which Ruby 3.4 builds do not have.)
+    #
+    # In a process a job forks, the pool's threads are the parent's and do not exist, and the work queued for them is the
+    # parent's: run there, a connect under way in the parent was made a second time on the socket both share. A child
+    # runs its own blocking calls inline, and closing (async closes the scheduler in the child) waits for nothing.
     class Offload
       # `size` threads at most, started on first use and kept until `close`.
       def initialize(size)
@@ -13,11 +17,14 @@ module Bobbin
         @work = Thread::Queue.new
         @threads = []
         @lock = Mutex.new
+        @pid = ::Process.pid
       end
 
       # Runs `work` (a Proc from Ruby's blocking operation) on a pool thread and returns its result; waits without
       # blocking the event loop (Thread::Queue#pop yields to the fiber scheduler). Raises what the work raised.
       def call(work)
+        return Fiber.blocking { work.call } unless @pid == ::Process.pid # a forked child (see above): Ruby runs it itself
+
         start_thread
         done = Thread::Queue.new
         @work << [ work, done ]
@@ -30,6 +37,8 @@ module Bobbin
       # Lets the threads finish what they hold and stop.
       def close
         @work.close
+        return @lock.synchronize { @threads.clear } unless @pid == ::Process.pid # a forked child: see `call`
+
         @lock.synchronize { @threads.each(&:join) }
       end
 
