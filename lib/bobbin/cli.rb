@@ -81,6 +81,7 @@ module Bobbin
       def configured(argv)
         options = { mode: "fork" }
         parse(supervisor_parser(options), argv, options)
+        ConfigFile.exists!(options[:config]) if options[:config]
         boot(options)
         load_pools(options)
         options

@@ -33,6 +33,13 @@ class StartupErrorsTest < Bobbin::TestCase
     assert_match(/\AUsage: bobbin COMMAND/, err)
   end
 
+  test "a -c file that does not exist is named before the database is tried" do
+    %w[start doctor].each do |command|
+      assert_config_exit(run_bobbin(command, "-c", "config/no_such_bobbin.yml", env: { "DATABASE_URL" => "" }),
+                         %r{\Abobbin: config file config/no_such_bobbin\.yml not found})
+    end
+  end
+
   test "an empty DATABASE_URL" do
     assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => "" }), /no database: DATABASE_URL is unset or empty; set it/)
     assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => " " }), /DATABASE_URL is unset or empty/)

@@ -43,9 +43,13 @@ module Bobbin
       Bobbin.config.use_workers(section["workers"], where: "#{where}.workers")
     end
 
-    def parse(path)
+    # Raises unless `path` is a file: `bobbin start -c` checks before it boots, so a mistyped path is named first.
+    def exists!(path)
       raise ConfigurationError, "config file #{path} not found" unless File.file?(path)
+    end
 
+    def parse(path)
+      exists!(path)
       YAML.safe_load(ERB.new(File.read(path)).result, aliases: true, filename: path) || {}
     rescue Psych::SyntaxError => error
       raise ConfigurationError, "#{path}: invalid YAML: #{error.problem} at line #{error.line} column #{error.column}"
