@@ -39,6 +39,16 @@ module Bobbin
 
     def drain(**options) = Bobbin::Worker.new(polling_interval: 0.05, **options).run_until_empty
 
+    # Like `drain`, but a worker that cannot finish (a slot lost for good) fails the test instead of hanging it.
+    def drain_within(timeout = 60, **options)
+      worker = Bobbin::Worker.new(polling_interval: 0.05, **options)
+      thread = Thread.new { worker.run_until_empty }
+      return thread.value if thread.join(timeout)
+
+      worker.stop(timeout: 0)
+      flunk("the worker did not drain within #{timeout}s")
+    end
+
     # Reads through a PostgreSQL restart: a query that meets a dropped connection is retried on a fresh one.
     def query
       yield

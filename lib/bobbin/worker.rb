@@ -220,12 +220,22 @@ module Bobbin
         until @stopping
           @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
           jobs = @claimer.next_jobs(wait: wait)
-          jobs.each { |job| @executor.post(job) { @outcomes << @execution.call(job) } }
+          jobs.each { |job| @executor.post(job) { perform(job) } }
           next if @claimer.backlog?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
           idle unless drain && @executor.busy.zero?
         end
+      end
+
+      # Runs `job` and hands its outcome to the writer. A job that ends its own thread (Thread.exit, Thread#kill: no
+      # exception, only `ensure` blocks run) fails or retries as if it had raised, instead of staying claimed with no
+      # outcome; a thread the executor killed (a job that ignored its interrupt at shutdown) is released instead.
+      def perform(job)
+        outcome = @execution.call(job)
+        @outcomes << outcome
+      ensure
+        @outcomes << @execution.killed(job) if outcome.nil? && Thread.current.status == "aborting" && !@executor.interrupted?(job.id)
       end
 
       # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.

@@ -172,8 +172,15 @@ class ExitJob
     when "interrupt" then raise Interrupt
     when "stop" then raise Async::Stop
     when "shutdown" then raise Bobbin::Worker::Shutdown
+    when "thread_exit" then Thread.exit
+    when "thread_kill" then Thread.current.kill
     end
   end
+end
+
+# ExitJob on a fiber pool's thread lane.
+class LaneExitJob < ExitJob
+  bobbin_options runs_on: :thread
 end
 
 # Forks a process and waits for it: with a block ("block"), or without one, its child coming back from perform as if

@@ -37,7 +37,7 @@ class ErrorOutcomesTest < Bobbin::TestCase
     test "errors with NULs, invalid bytes, no class name or an unreadable message are recorded; a #{mode} worker goes on" do
       ids = KINDS.to_h { |kind| [ kind, OddErrorJob.enqueue(kind) ] }
       after = LedgerJob.enqueue("after")
-      drain(mode.to_sym => 2)
+      drain_within(mode.to_sym => 2)
 
       assert_equal [ "failed" ], Bobbin::JobRecord.where(id: ids.values).distinct.pluck(:state), "every odd job failed, none stayed running"
       assert_equal "succeeded", row(after).state, "the job after them ran"
@@ -61,7 +61,7 @@ class ErrorOutcomesTest < Bobbin::TestCase
     retried = FlakyJob.enqueue("retried", 1)
     logger, log = Bobbin.config.logger, StringIO.new
     Bobbin.config.logger = Logger.new(log)
-    drain(fibers: 10)
+    drain_within(fibers: 10)
 
     job = row(refused)
     assert_equal [ "failed", "Bobbin::OutcomeNotWritten" ], [ job.state, job.last_error_class ]

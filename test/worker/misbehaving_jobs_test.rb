@@ -10,8 +10,8 @@ class MisbehavingJobsTest < Bobbin::TestCase
   def state_of(id) = Bobbin::JobRecord.find(id).then { |job| [ job.state, job.last_error_class ] }
 
   %w[fibers threads].each do |mode|
-    test "exit, abort, Interrupt and a job's own stop exception fail that job; a #{mode} pool of one keeps running" do
-      ids = %w[exit abort interrupt stop shutdown].to_h { |how| [ how, ExitJob.enqueue(how) ] }
+    test "exit, abort, Interrupt, Thread.exit and a job's own stop exception fail that job; a #{mode} pool of one keeps running" do
+      ids = %w[exit abort interrupt stop shutdown thread_exit thread_kill].to_h { |how| [ how, ExitJob.enqueue(how) ] }
       LedgerJob.enqueue("after")
       pids = []
       ensure_killed(pids) do
@@ -23,6 +23,9 @@ class MisbehavingJobsTest < Bobbin::TestCase
       assert_equal [ "failed", "Interrupt" ], state_of(ids["interrupt"])
       assert_equal [ "failed", "Async::Cancel" ], state_of(ids["stop"])
       assert_equal [ "failed", "Bobbin::Worker::Shutdown" ], state_of(ids["shutdown"])
+      # A fiber pool's loop runs on the process's main thread, where Thread.exit is exit; a pool thread ends.
+      ended = mode == "fibers" ? "SystemExit" : "Bobbin::ThreadKilled"
+      assert_equal [ [ "failed", ended ] ] * 2, [ state_of(ids["thread_exit"]), state_of(ids["thread_kill"]) ]
       assert LedgerEntry.exists?(key: "after"), "the job after them ran on the same single slot"
     end
 
@@ -71,6 +74,15 @@ class MisbehavingJobsTest < Bobbin::TestCase
       assert_equal 3, output.scan(/a process forked by ForkingJob \d+ \(pid \d+\) returned into the worker; it exits/).size
       refute_match(/unavailable|notifications lost|closed the connection/, output, "no fork cost the worker a session")
     end
+  end
+
+  test "a thread-lane job that ends its thread fails alone; the lane keeps its thread" do
+    ids = %w[thread_exit thread_kill thread_exit].map { |how| LaneExitJob.enqueue(how) }
+    LedgerJob.enqueue("after")
+    drain_within(fibers: 2, thread_lane: 1)
+    assert_equal [ [ "failed", "Bobbin::ThreadKilled" ] ] * 3, ids.map { |id| state_of(id) }
+    assert_match(/\ALaneExitJob \d+ ended its own thread \(Thread.exit or Thread#kill\)\z/, Bobbin::JobRecord.find(ids.first).last_error_message)
+    assert LedgerEntry.exists?(key: "after")
   end
 
   test "a job that kills its process is isolated and failed; the 40 jobs beside it keep their attempts and finish" do

@@ -37,6 +37,12 @@ module Bobbin
         perform(job).tap { |result| leave_forked(job, result) unless ::Process.pid == @pid }
       end
 
+      # The outcome of `job`, which ended its own thread (Thread.exit, Thread#kill) while it ran: a failure like any other.
+      def killed(job)
+        error = ThreadKilled.new("#{job.class_name} #{job.id} ended its own thread (Thread.exit or Thread#kill)")
+        job.attempts < job.max_attempts ? retried(job, @classes[job.class_name], error) : failed(job, error)
+      end
+
       private
         def perform(job)
           return outcome(job) unless Instrumentation.listening?(:perform_start) || Instrumentation.listening?(:perform)

@@ -19,7 +19,7 @@ module Bobbin
       # Ends the threads of jobs that ignored their interrupt; returns once they are gone. Unlike a fiber, a
       # thread can be killed for certain, so its job has really stopped before it is released.
       def kill_stuck
-        threads = @lock.synchronize { @running.keys }
+        threads = @lock.synchronize { @killing = true; @running.keys }
         threads.each(&:kill).each { |thread| thread.join(1) }
       end
 
@@ -28,6 +28,17 @@ module Bobbin
           work_loop
         rescue Shutdown
           nil
+        ensure
+          replace(Thread.current) if Thread.current.status == "aborting" && !@queue.closed?
+        end
+
+        # A job ended its own thread (Thread.exit; Worker#perform recorded the job): another takes its place, so the
+        # pool keeps its size. Threads the executor killed itself (kill_stuck, at shutdown) are not replaced.
+        def replace(dead)
+          @lock.synchronize do
+            index = @threads.index(dead) unless @killing
+            @threads[index] = Thread.new { guarded_loop }.tap { |thread| thread.name = dead.name } if index
+          end
         end
 
         def current_runner = Thread.current
