@@ -178,6 +178,17 @@ class ExitJob
   end
 end
 
+# Writes a ledger row inside a transaction it opens and never closes (`how` "leave"), or in the usual way.
+class TransactionLeavingJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(how, key)
+    LedgerEntry.connection.begin_transaction if how == "leave"
+    LedgerEntry.create!(key: key, pid: Process.pid)
+  end
+end
+
 # ExitJob on a fiber pool's thread lane.
 class LaneExitJob < ExitJob
   bobbin_options runs_on: :thread

@@ -63,11 +63,13 @@ module Bobbin
 
         def outcome(job)
           job_class = nil
+          already = open_transactions
           if job.active_job_id
             perform_active_job(job)
           else
             around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
           end
+          raise TransactionLeftOpen, "#{job.class_name} #{job.id} returned with a transaction still open; it was rolled back" if roll_back_left_open(already)
           Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key)
         rescue UnrunnableJob => error
           failed(job, error)
@@ -75,7 +77,42 @@ module Bobbin
           interrupted!(error) if @interrupted.call(job.id)
           job.attempts < job.max_attempts ? retried(job, job_class, error) : failed(job, error)
         ensure
+          roll_back_left_open(already)
           ActiveRecord::Base.connection_handler.clear_active_connections!(:all)
+        end
+
+        # Transactions open on this fiber's (or thread's) connections: { pool => how many }, nil when none (a job
+        # usually starts with no connection leased). Rails' transactional tests pin one connection, inside a
+        # transaction, for every thread: a job that leases it only then finds that transaction open and not its own.
+        def open_transactions
+          counts = nil
+          ActiveRecord::Base.connection_handler.each_connection_pool do |pool|
+            connection = pool.active_connection
+            (counts ||= {})[pool] = connection.open_transactions if connection&.transaction_open?
+          end
+          counts
+        end
+
+        # A transaction the job opened and never closed (`connection.begin_transaction`) would hold every later job's
+        # writes on that pooled connection: they would join it, report success, and vanish when the connection closed.
+        # It is rolled back (the connection thrown away if that fails); true when there was one.
+        def roll_back_left_open(already)
+          left = false
+          ActiveRecord::Base.connection_handler.each_connection_pool do |pool|
+            connection = pool.active_connection
+            next unless connection&.transaction_open?
+
+            keep = already&.[](pool) || (connection.try(:pinned) ? 1 : 0) # a pinned connection's own: the fixtures'
+            next unless connection.open_transactions > keep
+
+            left = true
+            begin
+              connection.rollback_transaction while connection.open_transactions > keep
+            rescue StandardError
+              connection.throw_away!
+            end
+          end
+          left
         end
 
         # Runs the block inside every hook, the first outermost.

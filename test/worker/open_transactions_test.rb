@@ -1,0 +1,45 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# A job that returns with a transaction still open on its connection fails, and the transaction is rolled back:
+# left open, it would hold the writes of every later job on that pooled connection, which would report success and
+# vanish. A transaction that was open before the job started (a test's transactional fixtures) is left alone.
+class OpenTransactionsTest < Bobbin::TestCase
+  def job(id) = Bobbin::JobRecord.find(id)
+
+  %w[fibers threads].each do |mode|
+    test "a #{mode} job that leaves a transaction open fails, its writes roll back, and the jobs after it keep theirs" do
+      leaving = TransactionLeavingJob.enqueue("leave", "left")
+      after = Array.new(3) { |i| TransactionLeavingJob.enqueue("plain", "after-#{i}") }
+      drain_within(mode.to_sym => 1)
+
+      assert_equal [ "failed", "Bobbin::TransactionLeftOpen" ], job(leaving).then { |row| [ row.state, row.last_error_class ] }
+      assert_match(/\ATransactionLeavingJob #{leaving} returned with a transaction still open; it was rolled back\z/, job(leaving).last_error_message)
+      assert_equal [ "succeeded" ], Bobbin::JobRecord.where(id: after).distinct.pluck(:state)
+      assert_equal %w[after-0 after-1 after-2], LedgerEntry.order(:key).pluck(:key), "the left transaction's row is gone; the others committed"
+    end
+  end
+
+  test "a transaction open before the job began (transactional fixtures) is left open; only the job's own is rolled back" do
+    execution = Bobbin::Worker::Execution.new
+    claimed = [ "plain", "leave" ].map do |how|
+      row = Bobbin::JobRecord.find(TransactionLeavingJob.enqueue(how, "#{how}-inside"))
+      Bobbin::Store::ClaimedJob.new(*row.attributes.values_at(*Bobbin::Store::ClaimedJob.members.map(&:to_s))).tap { |job| job.attempts = 1 } # as claimed
+    end
+    pool = LedgerEntry.connection_pool
+    pool.pin_connection!(true) # as Rails' transactional tests do: one connection for all, inside a transaction
+    begin
+      states = claimed.map { |job| execution.call(job).state }
+      open = pool.lease_connection.open_transactions
+      keys = LedgerEntry.pluck(:key)
+    ensure
+      clean = pool.unpin_connection!
+    end
+    assert_equal %w[succeeded failed], states
+    assert_equal 1, open, "the fixtures' transaction is still open, the job's own is gone"
+    assert_equal [ "plain-inside" ], keys
+    assert clean, "the fixtures' transaction was neither committed nor rolled back by Bobbin"
+    assert_empty LedgerEntry.all
+  end
+end
