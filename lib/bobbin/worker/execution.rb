@@ -63,13 +63,17 @@ module Bobbin
 
         def outcome(job)
           job_class = nil
-          already = open_transactions
-          if job.active_job_id
-            perform_active_job(job)
-          else
-            around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
+          left_open = false
+          begin
+            if job.active_job_id
+              perform_active_job(job)
+            else
+              around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
+            end
+          ensure
+            left_open = roll_back_left_open(job)
           end
-          raise TransactionLeftOpen, "#{job.class_name} #{job.id} returned with a transaction still open; it was rolled back" if roll_back_left_open(already)
+          raise TransactionLeftOpen, "#{job.class_name} #{job.id} returned with a transaction still open; it was rolled back" if left_open
           Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key)
         rescue UnrunnableJob => error
           failed(job, error)
@@ -77,32 +81,24 @@ module Bobbin
           interrupted!(error) if @interrupted.call(job.id)
           job.attempts < job.max_attempts ? retried(job, job_class, error) : failed(job, error)
         ensure
-          roll_back_left_open(already)
           ActiveRecord::Base.connection_handler.clear_active_connections!(:all)
-        end
-
-        # Transactions open on this fiber's (or thread's) connections: { pool => how many }, nil when none (a job
-        # usually starts with no connection leased). Rails' transactional tests pin one connection, inside a
-        # transaction, for every thread: a job that leases it only then finds that transaction open and not its own.
-        def open_transactions
-          counts = nil
-          ActiveRecord::Base.connection_handler.each_connection_pool do |pool|
-            connection = pool.active_connection
-            (counts ||= {})[pool] = connection.open_transactions if connection&.transaction_open?
-          end
-          counts
         end
 
         # A transaction the job opened and never closed (`connection.begin_transaction`) would hold every later job's
         # writes on that pooled connection: they would join it, report success, and vanish when the connection closed.
-        # It is rolled back (the connection thrown away if that fails); true when there was one.
-        def roll_back_left_open(already)
+        # It is rolled back (the connection thrown away if that fails); true when there was one. A job starts with no
+        # connection leased, so any transaction open now is the job's, except on a pinned connection: Rails'
+        # transactional tests pin one, inside a transaction of their own, for every thread. (A job the executor
+        # interrupted has its connections thrown away instead: see `interrupted!`.)
+        def roll_back_left_open(job)
+          return false if $! && @interrupted.call(job.id)
+
           left = false
           ActiveRecord::Base.connection_handler.each_connection_pool do |pool|
             connection = pool.active_connection
             next unless connection&.transaction_open?
 
-            keep = already&.[](pool) || (connection.try(:pinned) ? 1 : 0) # a pinned connection's own: the fixtures'
+            keep = connection.try(:pinned) ? 1 : 0
             next unless connection.open_transactions > keep
 
             left = true
