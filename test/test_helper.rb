@@ -49,6 +49,16 @@ module Bobbin
       flunk("the worker did not drain within #{timeout}s")
     end
 
+    # What Bobbin logged while the block ran, as a String; the test run's own logger is back afterwards.
+    def bobbin_log(level: Logger::DEBUG)
+      logger, log = Bobbin.config.logger, StringIO.new
+      Bobbin.config.logger = Logger.new(log, level: level)
+      yield
+      log.string
+    ensure
+      Bobbin.config.logger = logger
+    end
+
     # Reads through a PostgreSQL restart: a query that meets a dropped connection is retried on a fresh one.
     def query
       yield

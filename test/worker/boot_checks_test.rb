@@ -38,15 +38,9 @@ class BootChecksTest < Bobbin::TestCase
 
   test "a fiber pool warns at boot about a loaded gem that blocks its loop; a thread pool does not" do
     Gem.loaded_specs["typhoeus"] = Gem::Specification.new("typhoeus", "1.4.1")
-    log = StringIO.new
-    Bobbin.config.logger = Logger.new(log)
-    drain(fibers: 2)
-    assert_match(/typhoeus is loaded: its calls block a fiber pool's event loop \(use async-http or Net::HTTP/, log.string)
-    log.truncate(0)
-    drain(threads: 2)
-    refute_match(/typhoeus/, log.string)
+    assert_match(/typhoeus is loaded: its calls block a fiber pool's event loop \(use async-http or Net::HTTP/, bobbin_log { drain(fibers: 2) })
+    refute_match(/typhoeus/, bobbin_log { drain(threads: 2) })
   ensure
     Gem.loaded_specs.delete("typhoeus")
-    Bobbin.config.logger = Logger.new(File::NULL)
   end
 end

@@ -59,17 +59,13 @@ class ErrorOutcomesTest < Bobbin::TestCase
     refused = OddErrorJob.enqueue("refused")
     others = Array.new(5) { |i| LedgerJob.enqueue("beside-#{i}") }
     retried = FlakyJob.enqueue("retried", 1)
-    logger, log = Bobbin.config.logger, StringIO.new
-    Bobbin.config.logger = Logger.new(log)
-    drain_within(fibers: 10)
+    log = bobbin_log { drain_within(fibers: 10) }
 
     job = row(refused)
     assert_equal [ "failed", "Bobbin::OutcomeNotWritten" ], [ job.state, job.last_error_class ]
     assert_match(/\Athe job ended failed but its outcome could not be written: /, job.last_error_message)
-    assert_match(/could not write the outcome of job #{refused} .*; recording it as failed/, log.string)
+    assert_match(/could not write the outcome of job #{refused} .*; recording it as failed/, log)
     assert_equal [ "succeeded" ], Bobbin::JobRecord.where(id: others + [ retried ]).distinct.pluck(:state)
-  ensure
-    Bobbin.config.logger = logger if logger
   end
 
   private

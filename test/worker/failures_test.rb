@@ -53,15 +53,11 @@ class FailuresTest < Bobbin::TestCase
   end
 
   test "each retried and each failed job gets one line in Bobbin's log with class, id and error" do
-    log = StringIO.new
-    Bobbin.config.logger = Logger.new(log)
     id = FlakyJob.enqueue("k", 99)
-    drain(fibers: 2)
-    assert_match(/FlakyJob #{id} failed attempt 1\/4 \(ArgumentError: flaky k\); retrying in/, log.string)
-    assert_match(/FlakyJob #{id} failed after 4 attempt\(s\): ArgumentError: flaky k/, log.string)
-    assert_equal 4, log.string.scan(/FlakyJob #{id} failed/).size
-  ensure
-    Bobbin.config.logger = Logger.new(File::NULL)
+    log = bobbin_log { drain(fibers: 2) }
+    assert_match(/FlakyJob #{id} failed attempt 1\/4 \(ArgumentError: flaky k\); retrying in/, log)
+    assert_match(/FlakyJob #{id} failed after 4 attempt\(s\): ArgumentError: flaky k/, log)
+    assert_equal 4, log.scan(/FlakyJob #{id} failed/).size
   end
 
   test "a class that is not a job is refused, not run" do

@@ -51,32 +51,24 @@ class FiberSafetyTest < Bobbin::TestCase
   end
 
   test "stalls are logged at most one line a second, naming job and line; a class that keeps stalling is pointed to the thread lane" do
-    log = StringIO.new
-    Bobbin.config.logger = Logger.new(log)
     Bobbin.enqueue_all(Array.new(6) { |i| [ BlockingCallJob, [ 400, "block-#{i}" ] ] })
-    drain(fibers: 1)
+    log = bobbin_log { drain(fibers: 1) }
 
-    lines = log.string.lines.grep(/held the event loop/)
+    lines = log.lines.grep(/held the event loop/)
     assert_equal 6, @stalls.size
     assert_includes 1..3, lines.size, "six stalls in ~2.4 s make at most three lines"
     lines.each { |line| assert_match(%r{BlockingCallJob \d+ held the event loop \d+ms at \S*test/support/jobs\.rb:\d+}, line) }
     assert lines.any? { |line| line.include?("BlockingCallJob has stalled the loop") && line.include?("runs_on: :thread") }
     assert lines.any? { |line| line.match?(/\(\d+ more stalls not logged\)/) }
-  ensure
-    Bobbin.config.logger = Logger.new(File::NULL)
   end
 
   test "a job still holding the loop after half a second is named in the log while it is stuck" do
-    log = StringIO.new
-    Bobbin.config.logger = Logger.new(log)
     id = BlockingCallJob.enqueue(1_500, "long")
-    drain(fibers: 2)
+    log = bobbin_log { drain(fibers: 2) }
 
-    so_far, done = log.string.lines.grep(/held the event loop/)
+    so_far, done = log.lines.grep(/held the event loop/)
     assert_match(%r{BlockingCallJob #{id} has held the event loop for 0\.\ds so far at \S*test/support/jobs\.rb:\d+}, so_far)
     assert_match(/BlockingCallJob #{id} held the event loop \d+ms/, done, "and once more when it lets go, with the duration")
-  ensure
-    Bobbin.config.logger = Logger.new(File::NULL)
   end
 
   test "a job busy in Ruby for 300 ms is named" do

@@ -15,14 +15,12 @@ class InstrumentationTest < Bobbin::TestCase
 
   # Runs the block with Bobbin's log subscriber writing to a debug-level log; returns what was logged.
   def logged
-    log = StringIO.new
-    Bobbin.config.logger = Logger.new(log, level: Logger::DEBUG)
-    Bobbin::LogSubscriber.attach_to(:bobbin)
-    yield
-    log.string
-  ensure
-    Bobbin::LogSubscriber.detach_from(:bobbin)
-    Bobbin.config.logger = Logger.new(File::NULL)
+    bobbin_log do
+      Bobbin::LogSubscriber.attach_to(:bobbin)
+      yield
+    ensure
+      Bobbin::LogSubscriber.detach_from(:bobbin)
+    end
   end
 
   test "a job's life publishes enqueue, start_process, claim, perform, retry, fail and stop_process with their payloads" do

@@ -76,9 +76,8 @@ module Bobbin
         # take holds up no other and never stops this writer.
         def finish(outcomes)
           @store.finish(@process_id, outcomes)
-        rescue Store::Unavailable
-          raise
         rescue StandardError => error
+          raise if error.is_a?(Store::Unavailable)
           return outcomes.each { |outcome| finish([ outcome ]) } if outcomes.size > 1
 
           finish_as_unwritable(outcomes.first, error)
@@ -89,11 +88,11 @@ module Bobbin
         def finish_as_unwritable(outcome, error)
           reason = "#{error.class}: #{error.message.lines.first&.strip}"
           @logger.error("bobbin worker #{@process_id}: could not write the outcome of job #{outcome.id} (#{reason}); recording it as failed")
-          @store.finish(@process_id, [ Store::Outcome.new(outcome.id, "failed", Store.timestamp(Time.now), nil, OutcomeNotWritten.name,
-                                                          "the job ended #{outcome.state} but its outcome could not be written: #{reason}"[0, 2_000]) ])
-        rescue Store::Unavailable
-          raise
+          note = "the job ended #{outcome.state} but its outcome could not be written: #{reason}"[0, 2_000]
+          @store.finish(@process_id, [ Store::Outcome.new(outcome.id, "failed", Store.timestamp(Time.now), nil, OutcomeNotWritten.name, note) ])
         rescue StandardError => again
+          raise if again.is_a?(Store::Unavailable)
+
           @logger.error("bobbin worker #{@process_id}: could not record job #{outcome.id} as failed either (#{again.class}); " \
                         "it stays claimed until this worker stops")
         end
