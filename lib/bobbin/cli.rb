@@ -119,7 +119,20 @@ module Bobbin
         load_recurring
         pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval, :stall_threshold, :thread_lane).transform_keys(&:to_s)
         Bobbin.config.set(**options.slice(:shutdown_timeout, :notified_polling_interval))
-        Bobbin.config.workers = [ pool ] if (pool.keys & %w[fibers threads]).any?
+        Bobbin.config.workers = [ flagged_pool(pool) ] if pool.any?
+      end
+
+      # The one pool the flags describe: with --fibers or --threads, the flags alone; otherwise the configured pool
+      # with the flags' changes (`start -q critical` runs only that queue), which needs exactly one configured pool.
+      def flagged_pool(flags)
+        return flags if flags.key?("fibers") || flags.key?("threads")
+
+        pools = Bobbin.config.pools
+        unless pools.one?
+          raise ConfigurationError, "#{flags.keys.map { |key| "--#{key.tr('_', '-')}" }.join(', ')}: the configuration has #{pools.size} " \
+                                    "pools; give --fibers N or --threads N to run one pool from the flags instead"
+        end
+        pools.first.settings.merge(flags)
       end
 
       # config/recurring.yml, unless the Rails app loaded it: the supervisor schedules its tasks, workers run

@@ -63,4 +63,17 @@ class SettingsTest < Bobbin::TestCase
     big = Bobbin::Pool.parse({ "threads" => 26 }, "workers[0]")
     assert_raises(Bobbin::ConfigurationError) { Bobbin::ConnectionBudget.check_pools!([ pools.first, big ], :fork) }
   end
+
+  test "pool flags without --fibers or --threads change the configured pool instead of being ignored" do
+    status, out, err = run_bobbin("doctor", "-q", "critical,mail", "--processes", "3")
+    assert status.success?, err
+    assert_match(/workers\[0\] fibers: 100 × 3 processes, queues critical,mail /, out, "the default pool, on the given queues")
+    one = write_file("production:\n  workers: [{ threads: 3, queues: [a] }]\n", ".yml")
+    status, out, err = run_bobbin("doctor", "-c", one, "--queues", "b", env: { "BOBBIN_ENV" => "production" })
+    assert status.success?, err
+    assert_match(/workers\[0\] threads: 3 × 1 process, queues b /, out, "the file's pool, on the given queue")
+    two = write_file("production:\n  workers: [{ threads: 3 }, { fibers: 5 }]\n", ".yml")
+    assert_config_exit(run_bobbin("start", "-c", two, "-q", "b", env: { "BOBBIN_ENV" => "production" }),
+                       /--queues: the configuration has 2 pools; give --fibers N or --threads N to run one pool from the flags instead/)
+  end
 end

@@ -54,6 +54,12 @@ module Bobbin
       mode == :fibers ? options.merge(stall_threshold: stall_threshold, thread_lane: thread_lane).compact : options
     end
 
+    # The pool as the Hash `parse` takes back.
+    def settings
+      { "queues" => queues, mode.to_s => size, "processes" => processes, "polling_interval" => polling_interval,
+        "stall_threshold" => stall_threshold, "thread_lane" => thread_lane }.compact
+    end
+
     def to_s = "#{mode}: #{size} × #{processes} process#{'es' if processes > 1}, queues #{queues.join(',')}"
   end
 end
