@@ -266,12 +266,24 @@ module Bobbin
         @outcomes.stop
         @heartbeat.stop
         services.each(&:join)
-        @outcomes.flush
         @stall_log&.flush(@writer)
         @stuck = @executor.held_ids
+        release_unfinished
+        abandon(@stuck) if @stuck.any?
+      end
+
+      # Writes the outcomes still held and returns the unfinished jobs to ready. With the database gone, the worker
+      # stops all the same and says what becomes of its jobs: they stay claimed by this process, and recovery
+      # returns them to ready once its last heartbeat is process_alive_threshold old (those whose outcome was
+      # not written run again).
+      def release_unfinished
+        unwritten = @outcomes.flush ? 0 : @outcomes.pending_ids.size
         released = @claimer.release_all(keep: @stuck)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready")
-        abandon(@stuck) if @stuck.any?
+      rescue Store::Unavailable => error
+        Bobbin.logger.error("bobbin worker #{@process_id} stopped with the database unavailable (#{error.message}): its unfinished jobs" \
+                            "#{" and #{unwritten} finished #{unwritten == 1 ? 'job' : 'jobs'} whose outcome could not be written" if unwritten.positive?} " \
+                            "stay claimed until recovery returns them to ready, process_alive_threshold after its last heartbeat")
       end
 
       def wait_until_idle(seconds)

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "tempfile"
 
 class DatabaseOutageTest < Bobbin::TestCase
   # The local cluster serving the test database, as [version, name], when this machine can restart it.
@@ -62,6 +63,33 @@ class DatabaseOutageTest < Bobbin::TestCase
       wait_for("the jobs enqueued after the restart to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == 40 }
       assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections")
     end
+  end
+
+  test "a worker stopped while PostgreSQL is down exits cleanly, says its jobs stay claimed, and they run once it is back" do
+    cluster = cluster!
+    log = log_file("stop-in-outage")
+    pids = []
+    config = Tempfile.create([ "bobbin", ".yml" ])
+    config.write({ "heartbeat_interval" => 0.5, "process_alive_threshold" => 2, "workers" => [ { "fibers" => 5 } ] }.to_yaml)
+    config.close
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "5", log: log)
+      Bobbin.enqueue_all([ [ SleepJob, [ 3 ] ] ])
+      wait_for("the job to start") { Bobbin.counts["running"] == 1 }
+      assert pg_ctlcluster(*cluster, "stop", "-m", "fast"), "PostgreSQL stopped"
+      Process.kill(:TERM, pids.first) # the job finishes within shutdown_timeout; its outcome cannot be written
+      assert wait_exit(pids.first, timeout: 60)&.success?, "the worker exited cleanly:\n#{File.read(log)}"
+      assert pg_ctlcluster(*cluster, "start"), "PostgreSQL started again"
+      output = File.read(log)
+      assert_match(/stopped with the database unavailable \(.*\): its unfinished jobs and 1 finished job whose outcome could not be written stay claimed/, output)
+      assert_no_match(/\.rb:\d+:in /, output, "no backtrace")
+      assert_equal "running", query { Bobbin::JobRecord.sole.state }, "the job is kept, claimed by the stopped worker"
+      pids << spawn_bobbin("start", "-c", config.path)
+      wait_for("the job to run again once its worker's heartbeat expired", timeout: 60) { query { Bobbin.counts["succeeded"] } == 1 }
+    end
+  ensure
+    pg_ctlcluster(*cluster, "start") if cluster # a failure above may have left it down (a running one stays as it is)
+    File.unlink(config.path) if config && File.exist?(config.path)
   end
 
   test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs" do

@@ -3,11 +3,20 @@
 module Bobbin
   module Store
     # Serialises a store's calls (fibers and threads share it) and turns lost connections into Unavailable.
+    #
+    # A session the server closed while it sat idle (idle_session_timeout, a pooler's or proxy's idle timeout such as
+    # RDS Proxy's or PgBouncer's client_idle_timeout, pg_terminate_backend) has its goodbye waiting on the socket: a
+    # call after IDLE seconds of quiet looks for it first and reconnects before sending anything, so a quiet worker
+    # neither logs an outage nor waits a retry for its next claim. Nothing was sent on the closed session, so
+    # nothing is in doubt.
     class Guarded
+      IDLE = 1.0
+
       def initialize(store)
         @store = store
         @lock = Mutex.new
         @broken = false
+        @used_at = monotonic
       end
 
       # Each forwards its arguments with `...` and the block: no Array or Hash per call (a claim per job).
@@ -21,15 +30,25 @@ module Bobbin
       private
         def guard(name)
           @lock.synchronize do
-            reconnect if @broken
+            reconnect if @broken || dropped_while_idle?
             yield
           rescue *driver_errors, *CONNECTION_ERRORS => error
             @broken = true
             raise Unavailable, "database unavailable during #{name}: #{error.class}: #{error.message.lines.first&.strip}"
+          ensure
+            @used_at = monotonic
           end
         end
 
+        def dropped_while_idle?
+          return false unless monotonic - @used_at >= IDLE && @store.dropped?
+
+          Bobbin.logger.debug { "bobbin: the server closed an idle session; reconnecting" }
+          true
+        end
+
         def reconnect
+          @broken = true
           @store.reconnect!
           @broken = false
         rescue StandardError => error
@@ -43,6 +62,8 @@ module Bobbin
           errors.push(SQLite3::BusyException) if defined?(SQLite3::BusyException)
           errors
         end
+
+        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -336,6 +336,17 @@ module Bobbin
         configure
       end
 
+      # True when the server has closed this session while it sat idle. Reading what waits on its socket, without
+      # blocking, finds the goodbye: the server's FATAL message takes one read and the end of the stream after it
+      # another (a reset fails the first).
+      def dropped?
+        raw = @adapter.raw_connection
+        2.times { raw.consume_input }
+        raw.status == PG::CONNECTION_BAD
+      rescue PG::ConnectionBad, PG::UnableToSend
+        true
+      end
+
       # Closes the connection.
       def close = @adapter.disconnect!
 

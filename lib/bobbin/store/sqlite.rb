@@ -174,6 +174,9 @@ module Bobbin
       # Closes the connection.
       def close = @adapter.disconnect!
 
+      # An embedded database is never closed under the worker.
+      def dropped? = false
+
       private
         def db = @adapter.raw_connection
 

@@ -118,6 +118,10 @@ module Bobbin
           @adapter = Store::OwnConnections.open(@db_config)
           @connection = @adapter.raw_connection
           @waits_on = [ @connection.socket_io, @wake ].freeze
+          # A listening session waits for the server, not for a client: it is exempt from idle_session_timeout
+          # (PostgreSQL 14+), which would otherwise close it after each quiet spell (a proxy's idle timeout sees
+          # the pings below).
+          @connection.exec("SET idle_session_timeout = 0") if @connection.server_version >= 140_000
           @connection.exec("LISTEN #{CHANNEL}")
           Wakeups.note_paused(@connection.exec("SELECT queue FROM bobbin_pauses").column_values(0)) # later changes are announced
           return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
