@@ -92,6 +92,44 @@ class DatabaseOutageTest < Bobbin::TestCase
     File.unlink(config.path) if config && File.exist?(config.path)
   end
 
+  # A failover can leave a worker's address answered by a read-only server (the old primary, now a replica) for a
+  # while. Played here by a role of the worker's own whose new sessions are read-only, then writable again.
+  test "PostgreSQL turns read-only under a running worker: it logs an outage, keeps running, and runs jobs once writable" do
+    skip_unless_postgres
+    connection = Bobbin::Record.connection
+    skip("needs a role that may create roles") unless connection.select_value("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")
+    role = "bobbin_failover_#{Process.pid}"
+    connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'failover' IN ROLE #{connection.quote_column_name(connection.select_value('SELECT current_user'))}")
+    database = connection.select_value("SELECT current_database()")
+    name = "bobbin-failover-#{Process.pid}"
+    url = "postgres://#{role}:failover@127.0.0.1:#{TestDatabase.url[/port=(\d+)/, 1] || 5432}/#{database}?pool=25&application_name=#{name}"
+    terminate = -> { connection.select_value("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '#{name}'") }
+    log = log_file("read-only")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "5", "--polling-interval", "0.2", log: log, env: { "DATABASE_URL" => url })
+      wait_for("the worker to register") { Bobbin::ProcessRecord.exists?(kind: "worker") }
+      connection.execute("ALTER ROLE #{role} SET default_transaction_read_only = on")
+      assert terminate.call.positive?
+      Bobbin.enqueue_all([ [ LedgerUpsertJob, [ "while-read-only" ] ] ])
+      wait_for("the worker to find the database read-only") { File.read(log).include?("read-only transaction") }
+      sleep(1) # claims fail meanwhile, with the worker alive
+      assert_nil Process.wait(pids.first, Process::WNOHANG), "the worker is still running:\n#{File.read(log)}"
+      assert_equal 0, LedgerEntry.count
+      connection.execute("ALTER ROLE #{role} RESET default_transaction_read_only")
+      terminate.call
+      wait_for("the job to run once the database is writable", timeout: 30) { LedgerEntry.exists?(key: "while-read-only") }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?
+    end
+    output = File.read(log)
+    assert_match(/database unavailable during claim: PG::ReadOnlySqlTransaction/, output)
+    assert_match(/database reachable again/, output)
+    assert_no_match(/\.rb:\d+:in /, output, "no backtrace")
+  ensure
+    Bobbin::Record.connection.execute("DROP ROLE IF EXISTS #{role}") if role
+  end
+
   test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs" do
     cluster = cluster!
     log = log_file("crash")
