@@ -51,4 +51,20 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(%r{<td class="n">13 ms</td>\s*<td class="n">312 ms</td>\s*<td class="n">3</td>}, body)
     assert_match(%r{<a href="/jobs/42">&lt;b&gt;Job&lt;/b&gt; 42</a>.*312 ms.*app/jobs/x.rb:7}m, body)
   end
+
+  test "with the database unreachable, pages answer 503 saying so, without the connection's details, and work again once it is back" do
+    app = Bobbin::Dashboard.new(environment: "development")
+    port = TCPServer.open("127.0.0.1", 0).then { |server| server.addr[1].tap { server.close } }
+    ActiveRecord::Base.establish_connection("postgres://127.0.0.1:#{port}/nowhere")
+    [ "/", "/jobs?state=failed", "/queues", "/metrics" ].each do |path|
+      response = get(app, path)
+      assert_equal 503, response.status, path
+      assert_equal "5", response.headers["retry-after"]
+      assert_match(/The database is unavailable \(ActiveRecord::\w+\)\. This page works again once it is back\./, response.body)
+      refute_match(/127\.0\.0\.1|#{port}|\.rb:\d+/, response.body, "no host, port or backtrace on the page")
+    end
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+    assert_equal 200, get(app, "/").status
+  end
 end
