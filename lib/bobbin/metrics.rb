@@ -18,7 +18,7 @@ module Bobbin
     module_function
 
     # The exposition text for this moment.
-    def text(now = Time.now.utc)
+    def text(now = ProcessRecord.now)
       registry = Prometheus::Client::Registry.new
       jobs(registry, now)
       queues(registry, now)

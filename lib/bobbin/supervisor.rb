@@ -82,7 +82,7 @@ module Bobbin
       # Beats and runs the host's Maintenance (its workers leave it to the supervisor); retries in a second
       # while the database is unavailable.
       def beat
-        Maintenance.quietly { ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: Time.now.utc) }
+        Maintenance.quietly { ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: ProcessRecord.now) }
         @outage.succeeded
         Maintenance.run("supervisor") ? monotonic + Bobbin.config.heartbeat_interval : monotonic + 1
       rescue ActiveRecord::ActiveRecordError => error

@@ -65,6 +65,32 @@ class LivenessTest < Bobbin::TestCase
     refute_match PRUNED, File.read(log)
   end
 
+  # Hosts sharing one PostgreSQL can disagree about the time; heartbeats are written and judged by the database's
+  # clock, so a host whose clock runs ahead does not find every other host's workers silent.
+  test "PostgreSQL: a supervisor on a host whose clock runs 2 minutes ahead prunes no live worker of another" do
+    skip_unless_postgres
+    @skew = Tempfile.create([ "skew", ".rb" ])
+    @skew.write("Time.singleton_class.prepend(Module.new { def now(...) = super + 120 }) # this host's clock runs ahead\n")
+    @skew.close
+    log = @log = "tmp/liveness-skew-#{Process.pid}.log"
+    skewed_log = "tmp/liveness-skewed-#{Process.pid}.log"
+    Bobbin.enqueue_all(Array.new(5) { |i| [ CrashSafeJob, [ 4, "job-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 5, processes: 1, log: log)
+      wait_for("5 jobs running") { StartEntry.count == 5 }
+      pids << spawn_bobbin("start", "-c", @config.path, "-r", @skew.path, log: skewed_log)
+      wait_for("every job done", timeout: 60, interval: 0.2) { LedgerEntry.count == 5 }
+      assert_nil Process.wait(pids.last, Process::WNOHANG), "the skewed supervisor runs:\n#{File.read(skewed_log)}"
+      pids.each { |pid| stop(pid) }
+    end
+    assert_each_started_once
+    assert_equal 0, Bobbin.counts["failed"]
+    [ log, skewed_log ].each { |path| refute_match PRUNED, File.read(path) }
+  ensure
+    FileUtils.rm_f([ @skew&.path, (skewed_log if passed?) ].compact)
+  end
+
   test "a live worker whose row was pruned registers again and keeps its running jobs" do
     log = @log = "tmp/liveness-reregister-#{Process.pid}.log"
     Bobbin.enqueue_all(Array.new(5) { |i| [ CrashSafeJob, [ 3, "job-#{i}" ] ] })

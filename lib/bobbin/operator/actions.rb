@@ -32,7 +32,7 @@ module Bobbin
       # `process_alive_threshold` (a stuck job); its attempt is given back. A job whose process is alive is left
       # running (false): releasing it would run it twice.
       def release(id, by:)
-        live = ProcessRecord.where(ProcessRecord.arel_table[:last_heartbeat_at].gteq(Time.now.utc - Bobbin.config.process_alive_threshold)).select(:id)
+        live = ProcessRecord.where.not(id: ProcessRecord.stale(Bobbin.config.process_alive_threshold).select(:id)).select(:id)
         running = JobRecord.where(id: id, state: "running")
         released = running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
                           .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_by: nil, claimed_at: nil, started_at: nil,

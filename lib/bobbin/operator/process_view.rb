@@ -11,7 +11,7 @@ module Bobbin
       attr_reader :record, :metadata, :running
 
       # Every registered process, workers first, with their running jobs counted in one grouped query.
-      def self.all(now = Time.now.utc)
+      def self.all(now = ProcessRecord.now)
         records = ProcessRecord.order(:kind, :id).to_a
         running = JobRecord.where(state: "running", claimed_by: records.map(&:id)).group(:claimed_by).count
         records.map { |record| new(record, running.fetch(record.id, 0), now) }
