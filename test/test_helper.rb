@@ -18,6 +18,9 @@ module Bobbin
     setup do
       TestDatabase.clean!
       Recorder.reset
+      # An earlier test's outage (a worker run in this process that lost the database) leaves Recovery distrusting
+      # silent heartbeats for process_alive_threshold; each test starts with none.
+      Bobbin::Recovery.instance_variable_set(:@reachable_since, nil)
     end
 
     def postgres? = TestDatabase.postgres?

@@ -51,8 +51,6 @@ class RecoveryTest < Bobbin::TestCase
     assert Bobbin::ProcessRecord.exists?(process.id)
     assert_equal [ "running" ], jobs(ids).pluck(:state).uniq
     assert_equal 3, Bobbin::Recovery.prune(threshold: 0), "once reachable for the whole threshold, silence counts"
-  ensure
-    Bobbin::Recovery.instance_variable_set(:@reachable_since, nil)
   end
 
   test "running jobs whose process row is gone are recovered too" do

@@ -7,9 +7,10 @@ module TestProcesses
   ROOT = File.expand_path("../..", __dir__)
 
   # Spawns `exe/bobbin ARGS` against the test database, loading the test jobs; returns its pid.
-  def spawn_bobbin(*args, log: File::NULL, env: {})
+  # `prefix` runs it through another command (e.g. `ip netns exec NAME`).
+  def spawn_bobbin(*args, log: File::NULL, env: {}, prefix: [])
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }.merge(env)
-    command = [ RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
+    command = [ *prefix, RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
     # stdout and stderr share one opening of the log: opened twice, each write at its own offset, stderr's lines
     # (a job's `abort`, libpq's notices) overwrote the start of the log, once cutting a character in two.
     Process.spawn(env, *command, chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)

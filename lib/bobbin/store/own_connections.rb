@@ -9,12 +9,26 @@ module Bobbin
     # process that a job forks would close them as it exits (libpq's goodbye goes down the socket it shares with the
     # parent), and the worker would lose its claim, outcome and LISTEN sessions with every fork. In a child they are
     # forgotten without a word to the server, as Active Record forgets its own.
+    #
+    # On PostgreSQL they also run with KEEPALIVE: libpq's defaults leave a session to a host that vanished (a
+    # crashed database host, a failover to another address, a cut network) waiting ~15 minutes for a lost packet
+    # and 2 hours for an answer, with the worker's claims or outcome writes stuck behind it.
     module OwnConnections
+      # libpq settings of these sessions (a database config's own values win): the kernel gives up on a peer that
+      # stops acknowledging within seconds, and the worker retries on a new session.
+      KEEPALIVE = { connect_timeout: 5, keepalives: 1, keepalives_idle: 5, keepalives_interval: 2, keepalives_count: 3,
+                    tcp_user_timeout: 10_000 }.freeze
+
       @adapters = ObjectSpace::WeakMap.new
 
       # A new session on `db_config` (an Active Record adapter) that a forked child leaves alone.
       def self.open(db_config)
+        db_config = with_keepalive(db_config) if db_config.adapter.to_s.match?(/postg/i)
         db_config.new_connection.tap { |adapter| @adapters[adapter] = true }
+      end
+
+      def self.with_keepalive(db_config)
+        ActiveRecord::DatabaseConfigurations::HashConfig.new(db_config.env_name, db_config.name, KEEPALIVE.merge(db_config.configuration_hash))
       end
 
       # In a forked child: forgets every session opened in the parent.

@@ -16,8 +16,8 @@ module Bobbin
     # other half, the listener counts as unhealthy and idle workers poll at once and every polling_interval, while
     # it waits up to PING_TIMEOUT for the answer (a late one makes it healthy again); none by then is a lost
     # connection. That is one trivial round trip per quiet/2 per idle process, none while notifications flow, and
-    # no claim. Keepalives and tcp_user_timeout (KEEPALIVE) bound the listener's other statements and
-    # connect_timeout its reconnects the same way.
+    # no claim. Keepalives and tcp_user_timeout (Store::OwnConnections::KEEPALIVE) bound the listener's other
+    # statements and connect_timeout its reconnects the same way.
     class Listener
       CHANNEL = "bobbin_jobs"
       # Seconds a probe NOTIFY may take to come back before we conclude notifications do not work here.
@@ -29,10 +29,6 @@ module Bobbin
       PING_TIMEOUT = 2.0
       # Named, so that pg_stat_activity tells an idle listener's session apart from the others.
       PING = "SELECT 1 AS bobbin_listener_ping"
-      # libpq settings of the listener's sessions (a database config's own values win): the kernel gives up on a
-      # peer that stops acknowledging within seconds rather than hours.
-      KEEPALIVE = { connect_timeout: 5, keepalives: 1, keepalives_idle: 5, keepalives_interval: 2, keepalives_count: 3,
-                    tcp_user_timeout: 10_000 }.freeze
       MAX_BACKOFF = 30.0
 
       # True when a NOTIFY sent from another session reaches a LISTEN on `db_config` within PROBE_TIMEOUT
@@ -66,8 +62,7 @@ module Bobbin
       end
 
       def initialize(db_config, logger: Bobbin.logger)
-        @db_config = ActiveRecord::DatabaseConfigurations::HashConfig.new(db_config.env_name, db_config.name,
-                                                                          KEEPALIVE.merge(db_config.configuration_hash))
+        @db_config = db_config
         @logger = logger
         @healthy = false
         @stop = Thread::Queue.new
