@@ -87,4 +87,17 @@ class FiberWorkerTest < Bobbin::TestCase
     ensure
       Object.send(:remove_const, name)
     end
+
+  test "a worker drains again after run_until_empty returned: fibers, fibers with a thread lane, threads" do
+    [ { fibers: 5, thread_lane: 0 }, { fibers: 5, thread_lane: 1 }, { threads: 3 } ].each do |options|
+      worker = Bobbin::Worker.new(polling_interval: 0.05, **options)
+      3.times do |round|
+        keys = Array.new(10) { |i| "#{options.keys.join('-')}-#{round}-#{i}" }
+        Bobbin.enqueue_all(keys.map { |key| [ LedgerUpsertJob, [ key ] ] })
+        worker.run_until_empty
+        assert_equal keys.sort, LedgerEntry.where(key: keys).pluck(:key).sort, "#{options} round #{round}"
+      end
+    end
+    assert_equal 0, Bobbin::JobRecord.where.not(state: "succeeded").count
+  end
 end

@@ -65,6 +65,12 @@ module Bobbin
       def kill_stuck = nil
 
       private
+        # A new line for each run: the last run closed its own, and a worker may run again (run_until_empty twice).
+        def open_line
+          @queue = Thread::Queue.new if @queue.closed?
+          @lock.synchronize { @interrupted.clear }
+        end
+
         # Fiber-locals the stall detector reads from its own thread: which job the loop runs, since when.
         def started!(id)
           Thread.current[StallDetector::STARTED] = id && ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)

@@ -59,6 +59,7 @@ module Bobbin
 
       private
         def in_loop(task, &body)
+          open_line
           start_fibers(task)
           @detector&.start(task)
           body.call

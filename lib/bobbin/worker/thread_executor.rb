@@ -9,6 +9,8 @@ module Bobbin
 
       # Starts the pool, runs `body`, then stops the pool; a thread still running a job by then is killed.
       def run(&body)
+        open_line
+        @killing = false
         @threads = Array.new(@capacity) { |i| Thread.new { guarded_loop }.tap { |t| t.name = "bobbin-job-#{i}" } }
         body.call
       ensure
