@@ -82,8 +82,9 @@ module Bobbin
     end
 
     def prune_stale(threshold)
-      ProcessRecord.stale(threshold).pluck(:id, :pid, :hostname).sum do |id, pid, host|
-        claimed = ProcessRecord.stale(threshold).where(id: id).delete_all == 1
+      now = ProcessRecord.now
+      ProcessRecord.stale(threshold, now).pluck(:id, :pid, :hostname).sum do |id, pid, host|
+        claimed = ProcessRecord.stale(threshold, now).where(id: id).delete_all == 1
         claimed ? recover(id, "process #{pid} on #{host} stopped heartbeating") : 0
       end
     end

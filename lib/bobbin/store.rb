@@ -109,6 +109,9 @@ module Bobbin
       end
     end
 
+    # True when `db_config` (Bobbin's, by default) is a PostgreSQL database.
+    def self.postgresql?(db_config = Record.connection_db_config) = db_config.adapter.to_s.match?(/postg/i)
+
     # The class holding the hot-path SQL for an adapter name.
     def self.for_adapter(name)
       case name.to_s.downcase

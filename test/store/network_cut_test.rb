@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "socket"
+require_relative "../wakeups/silent_proxy"
 
 # A database host that vanishes (it crashed, or a failover moved the database to another address) answers
 # nothing: no reset, no error. libpq's defaults would leave a worker's claim on such a session waiting ~15
@@ -11,37 +11,6 @@ require "socket"
 class NetworkCutTest < Bobbin::TestCase
   HOST_IP = "10.213.0.1"
   WORKER_IP = "10.213.0.2"
-
-  # Forwards TCP connections on HOST_IP to the test database (its socket or host), a thread per direction.
-  class Forwarder
-    attr_reader :port
-
-    def initialize(config)
-      @upstream = config[:host].nil? || config[:host].start_with?("/") ? [ UNIXSocket, File.join(config[:host] || "/var/run/postgresql", ".s.PGSQL.#{config[:port] || 5432}") ] : [ TCPSocket, config[:host], config[:port] || 5432 ]
-      @server = TCPServer.new(HOST_IP, 0)
-      @port = @server.addr[1]
-      @threads = [ Thread.new { loop { pair(@server.accept) } } ]
-    end
-
-    def close
-      @threads.each(&:kill)
-      @server.close
-    end
-
-    private
-      def pair(client)
-        server = @upstream.first.new(*@upstream.drop(1))
-        [ [ client, server ], [ server, client ] ].each { |from, to| @threads << Thread.new { pump(from, to) } }
-      end
-
-      def pump(from, to)
-        while (data = from.readpartial(65_536))
-          to.write(data)
-        end
-      rescue IOError, SystemCallError
-        [ from, to ].each { |socket| socket.close unless socket.closed? }
-      end
-  end
 
   def ip(*args) = system("ip", *args, out: File::NULL, err: File::NULL)
 
@@ -55,7 +24,7 @@ class NetworkCutTest < Bobbin::TestCase
     assert ip("addr", "add", "#{HOST_IP}/30", "dev", @link) && ip("link", "set", @link, "up")
     inside = [ "netns", "exec", @namespace, "ip" ]
     assert ip(*inside, "addr", "add", "#{WORKER_IP}/30", "dev", "#{@link}n") && ip(*inside, "link", "set", "#{@link}n", "up")
-    @forwarder = Forwarder.new(Bobbin::Record.connection_db_config.configuration_hash)
+    @forwarder = SilentProxy.new(Bobbin::Record.connection_db_config.configuration_hash, bind: HOST_IP) # never cut: a forwarder
   end
 
   teardown do
@@ -66,10 +35,7 @@ class NetworkCutTest < Bobbin::TestCase
   end
 
   test "PostgreSQL: a worker whose database host vanishes notices within seconds, and runs jobs again once it is reachable" do
-    config = Bobbin::Record.connection_db_config.configuration_hash
-    user = [ config[:username] || Bobbin::Record.connection.select_value("SELECT current_user"), config[:password] ].compact
-                                                                  .map { |part| URI.encode_www_form_component(part.to_s) }.join(":")
-    url = "postgres://#{user}@#{HOST_IP}:#{@forwarder.port}/#{config[:database]}?sslmode=disable&pool=25&application_name=bobbin-cut"
+    url = @forwarder.url("bobbin-cut")
     log = @log = "tmp/network-cut-#{Process.pid}.log"
     pids = []
     ensure_killed(pids) do

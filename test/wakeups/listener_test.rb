@@ -28,11 +28,8 @@ class ListenerTest < Bobbin::TestCase
 
   # Connects this process (its workers, its listener, the test's own queries) to PostgreSQL through a SilentProxy.
   def through_proxy
-    config = Bobbin::Record.connection_db_config.configuration_hash
-    proxy = SilentProxy.new(config[:host], config[:port] || 5432)
-    user = [ config[:username], config[:password] ].compact.map { |part| URI.encode_www_form_component(part.to_s) }.join(":")
-    Bobbin.connect("postgres://#{user}#{'@' unless user.empty?}127.0.0.1:#{proxy.port}/#{config[:database]}?sslmode=disable&pool=25" \
-                   "&application_name=#{TestDatabase.application_name}")
+    proxy = SilentProxy.new(Bobbin::Record.connection_db_config.configuration_hash)
+    Bobbin.connect(proxy.url(TestDatabase.application_name))
     proxy
   end
 

@@ -5,21 +5,32 @@ require "socket"
 # A TCP proxy on loopback in front of PostgreSQL that can cut the listening connection silently: `cut_listeners`
 # stops forwarding the connections that sent `LISTEN bobbin_jobs` but closes nothing — bytes either way stay unread
 # and no reset is sent, as when a NAT or firewall forgets an idle flow. Other connections, and any opened later
-# (a reconnecting listener's), are forwarded as before.
+# (a reconnecting listener's), are forwarded as before. Never cut, it is a plain forwarder (e.g. on an address another
+# network namespace reaches).
 class SilentProxy
   Pair = Struct.new(:client, :server, :listening, :silent)
 
   # The port clients connect to (127.0.0.1).
   attr_reader :port
 
-  # Forwards to PostgreSQL at `host` (a socket directory or a host name; nil: /var/run/postgresql) and `port`.
-  def initialize(host, port)
+  # Forwards connections to `bind` to the database of `config` (an Active Record configuration hash): its socket
+  # directory or host (nil: /var/run/postgresql) and port.
+  def initialize(config, bind: "127.0.0.1")
+    host, port = config[:host], config[:port] || 5432
     @upstream = host.nil? || host.start_with?("/") ? [ UNIXSocket, File.join(host || "/var/run/postgresql", ".s.PGSQL.#{port}") ] : [ TCPSocket, host, port ]
-    @server = TCPServer.new("127.0.0.1", 0)
+    @config = config
+    @bind = bind
+    @server = TCPServer.new(bind, 0)
     @port = @server.addr[1]
     @lock = Mutex.new
     @pairs = {}
     @thread = Thread.new { run }
+  end
+
+  # A database URL through this proxy, with the config's user and database, naming its sessions `application_name`.
+  def url(application_name)
+    user = [ @config[:username], @config[:password] ].compact.map { |part| URI.encode_www_form_component(part.to_s) }.join(":")
+    "postgres://#{user}#{'@' unless user.empty?}#{@bind}:#{port}/#{@config[:database]}?sslmode=disable&pool=25&application_name=#{application_name}"
   end
 
   # Makes the listening connections silent from now on; returns how many there were.

@@ -89,7 +89,7 @@ module Bobbin
 
       def minute_sql = postgres? ? "to_char(finished_at, 'YYYY-MM-DD HH24:MI')" : "strftime('%Y-%m-%d %H:%M', finished_at)"
 
-      def postgres? = JobRecord.connection_db_config.adapter.to_s.match?(/postg/i)
+      def postgres? = Store.postgresql?(JobRecord.connection_db_config)
     end
   end
 end

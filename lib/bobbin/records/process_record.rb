@@ -14,7 +14,7 @@ module Bobbin
     # ran ahead by more than process_alive_threshold would judge every other host's workers dead and run their jobs
     # again; the database agrees with itself. SQLite serves one host, whose clock it is.
     def self.now
-      return Time.now.utc unless connection_db_config.adapter.to_s.match?(/postg/i)
+      return Time.now.utc unless Store.postgresql?(connection_db_config)
 
       Time.at(with_connection { |connection| connection.select_value("SELECT extract(epoch FROM now())") }.to_r).utc
     end

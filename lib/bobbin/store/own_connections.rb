@@ -23,7 +23,7 @@ module Bobbin
 
       # A new session on `db_config` (an Active Record adapter) that a forked child leaves alone.
       def self.open(db_config)
-        db_config = with_keepalive(db_config) if db_config.adapter.to_s.match?(/postg/i)
+        db_config = with_keepalive(db_config) if Store.postgresql?(db_config)
         db_config.new_connection.tap { |adapter| @adapters[adapter] = true }
       end
 
