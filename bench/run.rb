@@ -84,8 +84,8 @@ record = lambda do |cell|
 end
 steady = {} # [workload, system] => jobs for the measured rounds, sized from the warm-up's throughput
 enqueue_rounds = options[:enqueue] ? (1..options[:rounds]).to_a : []
-workers = systems.reject { |s| s[:enqueue_only] } # enqueue_only: a variant that differs only in how it enqueues one job
-total = options[:workloads].size * (options[:rounds] + (options[:quick] ? 0 : 1)) * workers.size + enqueue_rounds.size * systems.size + stress.size + sweep.size +
+total = options[:workloads].sum { |workload| Plan.workers(systems, workload).size } * (options[:rounds] + (options[:quick] ? 0 : 1)) +
+        enqueue_rounds.size * systems.size + stress.size + sweep.size +
         producers.size + idle.size + (options[:sqlite] ? 1 : 0)
 bar = ProgressBar.create(title: "bench", total: total, format: "%t %c/%C |%B| %e %a")
 begin
@@ -93,7 +93,7 @@ begin
     spec = Plan::WORKLOADS.fetch(workload)
     first = options[:quick] ? 1 : 0 # round 0 is the warm-up
     (first..options[:rounds]).each do |round|
-      workers.rotate(round).each do |system|
+      Plan.workers(systems, workload).rotate(round).each do |system|
         concurrency, pool = Plan.sizing(system, workload)
         jobs = options[:quick] || (round.zero? && spec[:steady]) ? spec[:quick] : steady.fetch([ workload, system[:name] ], spec[:jobs])
         bar.title = "#{workload} r#{round} #{system[:name]}".ljust(34)

@@ -24,13 +24,19 @@ module Plan
     # perform_later with Bobbin.config.durable_enqueue = false (a lone enqueue commits without waiting for the WAL flush,
     # as Redis's default appendfsync everysec does): only one-at-a-time enqueue differs, so it runs only there.
     { name: "bobbin-fibers-aj-nondurable", script: "bobbin_active_job", mode: "fibers", database: "bench_bobbin", pool: 5, active_job: true,
-      env: { "BENCH_DURABLE_ENQUEUE" => "0" }, enqueue_only: true }
+      env: { "BENCH_DURABLE_ENQUEUE" => "0" }, enqueue_only: true },
+    # Bobbin's own API with durable_enqueue = false: what the enqueue's WAL flush costs pickup, measured beside the
+    # durable default in the open-loop cells (and one-at-a-time enqueue), where alone it differs.
+    { name: "bobbin-fibers-nondurable", script: "bobbin", mode: "fibers", database: "bench_bobbin", pool: 5,
+      env: { "BENCH_DURABLE_ENQUEUE" => "0" }, open_loop_only: true }
   ].freeze
 
   # The systems compared in the "through Active Job" table: the Active Job mode's, and the peers that only have it.
   ACTIVE_JOB = %w[bobbin-fibers-aj sidekiq-aj async_job-aj solid_queue-fibers solid_queue-threads good_job].freeze
   # Bobbin's Active Job path with durable_enqueue = false, shown as its own perform_later row in that table.
   NONDURABLE = "bobbin-fibers-aj-nondurable"
+  # Bobbin's own API with durable_enqueue = false, run in the open-loop cells beside the durable default.
+  NONDURABLE_OPEN_LOOP = "bobbin-fibers-nondurable"
 
   # steady: in full runs the measured rounds' job count comes from the warm-up's throughput (Plan.steady_jobs);
   # the others are scenarios with a fixed count. latency: seconds each job waits (nil for CPU-bound); threads: the thread systems' concurrency where it
@@ -86,9 +92,15 @@ module Plan
 
   module_function
 
+  # The systems that run `workload`'s cells: a variant that differs only in how it enqueues runs only where that shows.
+  def workers(systems, workload)
+    open_loop = WORKLOADS.fetch(workload).key?(:rate)
+    systems.reject { |s| s[:enqueue_only] || (s[:open_loop_only] && !open_loop) }
+  end
+
   # [system, processes, concurrency, pool] for every stress cell of the PostgreSQL systems.
   def stress_cells
-    SYSTEMS.reject { |s| s[:script].start_with?("sidekiq", "async_job") || s[:enqueue_only] }.flat_map do |system|
+    SYSTEMS.reject { |s| s[:script].start_with?("sidekiq", "async_job") || s[:enqueue_only] || s[:open_loop_only] }.flat_map do |system|
       STRESS[:processes].product(STRESS[:concurrency]).map do |processes, concurrency|
         pool = case system[:pool]
         when :threads then concurrency + 2
@@ -102,7 +114,7 @@ module Plan
 
   # [system, concurrency, pool] for every sweep cell; pools as in the main tables (thread peers capped at 50).
   def sweep_cells(systems, concurrencies)
-    systems.reject { |s| s[:enqueue_only] }.flat_map do |system|
+    systems.reject { |s| s[:enqueue_only] || s[:open_loop_only] }.flat_map do |system|
       concurrencies.map { |concurrency| [ system, concurrency, pool(system, concurrency) ] }
     end
   end

@@ -13,6 +13,7 @@ end
 Work.enqueue_one = ->(workload, key) { BenchJob.enqueue(workload, key) }
 
 Bobbin.config.logger.level = Logger::WARN
+Bobbin.config.durable_enqueue = false if ENV["BENCH_DURABLE_ENQUEUE"] == "0" # the bobbin-fibers-nondurable variant
 command, *args = ARGV
 case ($PROGRAM_NAME == __FILE__) && command
 when "reset"

@@ -72,6 +72,22 @@ class ReportTest < Minitest::Test
     refute_includes text, "100 jobs/s arriving"
   end
 
+  def test_the_nondurable_variant_runs_only_where_its_enqueue_shows_and_gets_its_own_pickup_rows
+    variant = Plan::SYSTEMS.find { |s| s[:name] == Plan::NONDURABLE_OPEN_LOOP }
+
+    assert_includes Plan.workers(Plan::SYSTEMS, "latency_2k"), variant
+    refute_includes Plan.workers(Plan::SYSTEMS, "noop"), variant
+    assert_includes Plan.workers(Plan::SYSTEMS, "noop"), Plan::SYSTEMS.first
+    refute_includes Plan.stress_cells.map(&:first), variant
+    refute_includes Plan.sweep_cells(Plan::SYSTEMS, [ 100 ]).map(&:first), variant
+
+    text = results_of([ open_loop_cell("latency", 1.4, returned: 0.6), open_loop_cell("latency", 0.9, returned: 0.5).merge("system" => variant[:name]) ])
+
+    assert_includes text, "| pickup at 200 jobs/s arriving, from the enqueue call's start: p50 ≤ 1 ms, p99 ≤ 5 ms | ≤ 1 / ≤ 5 | 1.4 / 1.4 | missed |"
+    assert_includes text, "| pickup at 200 jobs/s arriving, `durable_enqueue = false`, from the enqueue call's start: p50 ≤ 1 ms, p99 ≤ 5 ms | ≤ 1 / ≤ 5 | 0.9 / 0.9 | met |"
+    assert_includes text, "| bobbin-fibers-nondurable | 200 jobs/s arriving: enqueue → start | 0.9 | 0.9 | 0.9 | 0.5 / 0.5 | 0/1 |"
+  end
+
   def test_the_header_says_which_run_each_part_comes_from
     one = { "system" => "bobbin-fibers", "workload" => "noop", "jobs" => 500, "enqueue_one_per_second" => 1_600, "round" => 1, "enqueue" => true, "run" => "quick-run" }
     cells = sleep_cells("bobbin-fibers", [ 1_950 ]).map { |c| c.merge("run" => "full-run") } + [ one ]
