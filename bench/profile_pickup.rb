@@ -132,10 +132,14 @@ module PickupProfile
   def report(rate, producers, workers, data)
     times = Hash.new { |hash, key| hash[key] = [] }
     per_second = Hash.new { |hash, key| hash[key] = [] }
+    claim_trips = Hash.new { |hash, key| hash[key] = [] }
+    calls = Hash.new { |hash, key| hash[key] = [] }
     data[:rows].each do |index, id, call, returned|
       start = data[:starts][index] or next
       sent, back, count = data[:by_id][id]
       per_second[(index / rate).floor] << start - returned
+      claim_trips[(index / rate).floor] << back - sent if sent
+      calls[(index / rate).floor] << returned - call
       [ returned - call, start - call, start - returned, sent && sent - returned, sent && back - sent, back && start - back, count && count / 1000.0 ]
         .each_with_index { |value, i| times[SEGMENTS[i]] << value if value }
     end
@@ -146,7 +150,11 @@ module PickupProfile
       *SEGMENTS.map { |name| "| #{name} | #{%w[0.5 0.9 0.99 1.0].map { |q| format('%.2f', quantile(times[name], q.to_f) * 1000) }.join(' | ')} |" }, "",
       "claims: #{data[:claims].size} (#{empty} empty); GC in the workers while jobs arrived: #{gc['count']} (#{gc['major_gc_count']} major), #{gc['time']} ms",
       "call return → job start by second of the run (p50 / p99): " +
-        per_second.sort.map { |second, waits| format("%ds %.1f / %.1f", second, quantile(waits, 0.5) * 1000, quantile(waits, 0.99) * 1000) }.join(", ") ]
+        per_second.sort.map { |second, waits| format("%ds %.1f / %.1f", second, quantile(waits, 0.5) * 1000, quantile(waits, 0.99) * 1000) }.join(", "),
+      "claim round trip by second (p50 / p99): " +
+        claim_trips.sort.map { |second, trips| format("%ds %.2f / %.2f", second, quantile(trips, 0.5) * 1000, quantile(trips, 0.99) * 1000) }.join(", "),
+      "enqueue call by second (p50 / p99): " +
+        calls.sort.map { |second, trips| format("%ds %.2f / %.2f", second, quantile(trips, 0.5) * 1000, quantile(trips, 0.99) * 1000) }.join(", ") ]
   end
 
   def quantile(values, q)
