@@ -12,7 +12,7 @@ module Bobbin
       return 0 if retention.nil?
 
       cutoff = Time.now.utc - retention
-      expired = JobRecord.where(state: %w[succeeded discarded]).where(JobRecord.arel_table[:finished_at].lt(cutoff))
+      expired = JobRecord.where(state: %w[succeeded discarded], finished_at: ...cutoff)
       deleted = 0
       batches.times do
         count = expired.limit(BATCH).delete_all

@@ -102,7 +102,7 @@ module Bobbin
     # holder's duration running out, a crash, or a retry coming due. Returns how many jobs it promoted.
     def self.promote_due
       Record.with_connection do |connection|
-        keys = JobRecord.where(state: "blocked").where(JobRecord.arel_table[:run_at].lteq(Time.now.utc)).distinct.pluck(:concurrency_key)
+        keys = JobRecord.where(state: "blocked", run_at: ..Time.now.utc).distinct.pluck(:concurrency_key)
         promoted = keys.empty? ? 0 : for_adapter(connection.adapter_name).promote(connection, keys)
         Wakeups.announce(nil, connection: connection) if promoted.positive?
         promoted

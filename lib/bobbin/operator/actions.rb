@@ -48,7 +48,7 @@ module Bobbin
 
         deleted = 0
         loop do
-          ids = JobRecord.where(state: states).where(JobRecord.arel_table[:finished_at].lt(before)).limit(BATCH).pluck(:id)
+          ids = JobRecord.where(state: states, finished_at: ...before).limit(BATCH).pluck(:id)
           break deleted if ids.empty?
 
           deleted += JobRecord.where(id: ids, state: states).delete_all
@@ -76,7 +76,7 @@ module Bobbin
         done = 0
         last = 0
         loop do
-          ids = relation.where(JobRecord.arel_table[:id].gt(last)).order(:id).limit(BATCH).pluck(:id)
+          ids = relation.where.not(id: ..last).order(:id).limit(BATCH).pluck(:id)
           break done if ids.empty?
 
           done += patiently { yield(ids) }

@@ -49,20 +49,19 @@ module Bobbin
         relation = relation.where(claimed_by: process_id) if process_id
         relation = relation.where(active_job_id: active_job_id) if active_job_id
         relation = relation.where(table[:stalls].gt(0)) if stalled
-        relation = relation.where(table[:enqueued_at].gteq(enqueued_after)) if enqueued_after
-        relation = relation.where(table[:enqueued_at].lt(enqueued_before)) if enqueued_before
-        relation = relation.where(table[:finished_at].gteq(finished_after)) if finished_after
-        relation = relation.where(table[:finished_at].lt(finished_before)) if finished_before
+        relation = relation.where(enqueued_at: enqueued_after..) if enqueued_after # times as ranges: bind parameters
+        relation = relation.where(enqueued_at: ...enqueued_before) if enqueued_before
+        relation = relation.where(finished_at: finished_after..) if finished_after
+        relation = relation.where(finished_at: ...finished_before) if finished_before
         search ? relation.where(search_condition) : relation
       end
 
       private
         def state_scope(now)
-          due = JobRecord.arel_table[:run_at]
           case state
           when nil then JobRecord.all
-          when "scheduled" then JobRecord.where(state: "ready").where(due.gt(now))
-          when "ready" then JobRecord.where(state: "ready").where(due.lteq(now))
+          when "scheduled" then JobRecord.where(state: "ready").where.not(run_at: ..now)
+          when "ready" then JobRecord.where(state: "ready", run_at: ..now)
           else JobRecord.where(state: state)
           end
         end

@@ -54,7 +54,7 @@ module Bobbin
       # one entry per minute, oldest first. Reads the (state, finished_at) index over the window only.
       def throughput(minutes: 60, now: Time.now.utc)
         start = Time.at((now.to_i / 60 - minutes + 1) * 60).utc
-        counts = JobRecord.where(state: %w[succeeded failed]).where(JobRecord.arel_table[:finished_at].gteq(start))
+        counts = JobRecord.where(state: %w[succeeded failed], finished_at: start..)
                           .group(:state, Arel.sql(minute_sql)).count
         Array.new(minutes) do |i|
           minute = start + i * 60

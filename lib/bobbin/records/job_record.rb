@@ -7,7 +7,7 @@ module Bobbin
 
     STATES = %w[ready blocked running succeeded failed discarded].freeze
 
-    scope :scheduled, -> { where(state: "ready").where(arel_table[:run_at].gt(Time.now.utc)) }
+    scope :scheduled, -> { where(state: "ready").where.not(run_at: ..Time.now.utc) }
 
     # Job counts by state; "scheduled" are ready jobs whose run_at is still ahead, "blocked" jobs wait for a
     # concurrency slot (their key's limit is reached).

@@ -7,7 +7,9 @@ module Bobbin
   class ProcessRecord < Record
     self.table_name = "bobbin_processes"
 
-    scope :stale, ->(threshold, now = self.now) { where(arel_table[:last_heartbeat_at].lt(now - threshold)) }
+    # Times go in as bind parameters (a range), as in every periodic query: SQL with the time written in is a new
+    # statement each call, and Active Record prepares each new one on the server.
+    scope :stale, ->(threshold, now = self.now) { where(last_heartbeat_at: ...(now - threshold)) }
 
     # The time by the database's clock, by which every heartbeat is written and judged (UTC). The hosts sharing a
     # PostgreSQL may disagree about the time (a VM back from a pause, a container without NTP), and one whose clock

@@ -27,7 +27,7 @@ module Bobbin
     # Deletes runs older than KEEP seconds, keeping the latest of each task; returns how many.
     def self.sweep(now = Time.now.utc)
       latest = group(:task_key).maximum(:run_at)
-      where(arel_table[:run_at].lt(now - KEEP)).where.not(run_at: latest.values).delete_all
+      where(run_at: ...(now - KEEP)).where.not(run_at: latest.values).delete_all
     end
   end
 end

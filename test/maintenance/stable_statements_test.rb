@@ -1,0 +1,57 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Housekeeping runs every second (the clock) or every heartbeat_interval for as long as a process lives, and the
+# dashboard refreshes its counts every few seconds. With the time written into their SQL, every pass was a statement
+# never seen before, and Active Record prepares each new text on the server (up to statement_limit, 1,000 a
+# connection): a supervisor's session gained a prepared statement a second, and the app's connections filled with the
+# dashboard's. Their times are now bind parameters: passes apart in time send the same texts, none with a timestamp.
+class StableStatementsTest < Bobbin::TestCase
+  TIMESTAMP = /'\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d/
+
+  def test_housekeeping_passes_apart_in_time_send_the_same_statements_with_no_time_in_them
+    first = statements { housekeeping }
+    sleep 0.01
+    second = statements { housekeeping }
+
+    assert_operator first.size, :>=, 5, "the passes ran their queries: #{first.inspect}"
+    assert_empty first.grep(TIMESTAMP), "a time written into the SQL"
+    assert_equal first, second
+  end
+
+  def test_the_operator_layers_counts_and_filters_send_the_same_statements_at_another_time
+    filter = Bobbin::Operator::Filter.new(state: "failed", enqueued_after: Time.now.utc - 3_600, enqueued_before: Time.now.utc,
+                                          finished_after: Time.now.utc - 60, finished_before: Time.now.utc)
+    pages = lambda do |now|
+      Bobbin::Operator::Stats.counts(now)
+      Bobbin::Operator::Stats.throughput(now: now)
+      filter.scope(now).to_a
+      Bobbin::Operator::Filter.new(state: "scheduled").scope(now).count
+      Bobbin::JobRecord.scheduled.count
+      Bobbin::Operator.delete_finished(before: now - 86_400)
+    end
+    first = statements { pages.call(Time.now.utc) }
+    second = statements { pages.call(Time.now.utc + 61) }
+
+    assert_empty first.grep(TIMESTAMP), "a time written into the SQL"
+    assert_equal first, second
+  end
+
+  private
+    # What the supervisor's housekeeping runs: recovery, retention, old recurring runs, due concurrency slots, and
+    # the election of a host's housekeeper among supervisor-less workers.
+    def housekeeping
+      Bobbin::Maintenance::SERVICES.each_value(&:call)
+      Bobbin::Store.promote_due
+      Bobbin::Maintenance.elected?(0)
+    end
+
+    # The distinct SQL texts the block sends (schema lookups, transactions and savepoints left out).
+    def statements
+      seen = []
+      callback = ->(*, payload) { seen << payload[:sql] unless payload[:name] == "SCHEMA" || payload[:sql].match?(/\A\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)/i) }
+      ActiveSupport::Notifications.subscribed(callback, "sql.active_record") { yield }
+      seen.uniq.sort
+    end
+end
