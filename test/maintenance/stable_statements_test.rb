@@ -25,6 +25,7 @@ class StableStatementsTest < Bobbin::TestCase
                                           finished_after: Time.now.utc - 60, finished_before: Time.now.utc)
     pages = lambda do |now|
       Bobbin::Operator::Stats.counts(now)
+      Bobbin::Operator::Stats.queues(now)
       Bobbin::Operator::Stats.throughput(now: now)
       filter.scope(now).to_a
       Bobbin::Operator::Filter.new(state: "scheduled").scope(now).count

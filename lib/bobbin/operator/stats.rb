@@ -38,12 +38,14 @@ module Bobbin
         Counts.new(by_state, estimated)
       end
 
-      # Every queue that has waiting, running or failed jobs, or is paused, busiest (most due) first.
+      # Every queue that has waiting, running or failed jobs, or is paused, busiest (most due) first. `now` is a bind
+      # parameter (the dashboard asks every few seconds: a time written into the SQL would be a new statement each time).
       def queues(now = Time.now.utc)
-        due = JobRecord.arel_table[:run_at].lteq(now).to_sql
+        run_at = JobRecord.arel_table[:run_at]
+        due = run_at.lteq(Arel::Nodes::BindParam.new(ActiveRecord::Relation::QueryAttribute.new("run_at", now, JobRecord.type_for_attribute(:run_at))))
         rows = JobRecord.where(state: %w[ready blocked running failed]).group(:queue, :state)
-                        .pluck(:queue, :state, Arel.sql("COUNT(*)"), Arel.sql("SUM(CASE WHEN #{due} THEN 1 ELSE 0 END)"),
-                               Arel.sql("MIN(CASE WHEN #{due} THEN run_at END)"))
+                        .pluck(:queue, :state, Arel.sql("COUNT(*)"), Arel::Nodes::Sum.new([ Arel::Nodes::Case.new.when(due).then(1).else(0) ]),
+                               Arel::Nodes::Min.new([ Arel::Nodes::Case.new.when(due).then(run_at) ]))
         paused = QueuePause.pluck(:queue)
         names = (rows.map(&:first) + paused).uniq
         names.map { |name| queue(name, rows.select { |row| row[0] == name }, paused.include?(name), now) }
