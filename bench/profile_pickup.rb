@@ -129,17 +129,20 @@ module PickupProfile
   SEGMENTS = [ "enqueue call", "call start → job start", "call return → job start", "  return → claim sent",
                "  claim round trip", "  claim returned → job start", "jobs per claim (count)" ].freeze
 
+  # The series reported by second of the run, each with its format (ms).
+  BY_SECOND = { "call return → job start" => "%.1f", "claim round trip" => "%.2f", "enqueue call" => "%.2f" }.freeze
+
   def report(rate, producers, workers, data)
     times = Hash.new { |hash, key| hash[key] = [] }
-    per_second = Hash.new { |hash, key| hash[key] = [] }
-    claim_trips = Hash.new { |hash, key| hash[key] = [] }
-    calls = Hash.new { |hash, key| hash[key] = [] }
+    # By second of the run: series name => { second => [seconds, …] }.
+    by_second = BY_SECOND.keys.to_h { |name| [ name, Hash.new { |hash, key| hash[key] = [] } ] }
     data[:rows].each do |index, id, call, returned|
       start = data[:starts][index] or next
       sent, back, count = data[:by_id][id]
-      per_second[(index / rate).floor] << start - returned
-      claim_trips[(index / rate).floor] << back - sent if sent
-      calls[(index / rate).floor] << returned - call
+      second = (index / rate).floor
+      by_second["call return → job start"][second] << start - returned
+      by_second["claim round trip"][second] << back - sent if sent
+      by_second["enqueue call"][second] << returned - call
       [ returned - call, start - call, start - returned, sent && sent - returned, sent && back - sent, back && start - back, count && count / 1000.0 ]
         .each_with_index { |value, i| times[SEGMENTS[i]] << value if value }
     end
@@ -149,12 +152,10 @@ module PickupProfile
       "| segment | p50 | p90 | p99 | max |", "|---|---|---|---|---|",
       *SEGMENTS.map { |name| "| #{name} | #{%w[0.5 0.9 0.99 1.0].map { |q| format('%.2f', quantile(times[name], q.to_f) * 1000) }.join(' | ')} |" }, "",
       "claims: #{data[:claims].size} (#{empty} empty); GC in the workers while jobs arrived: #{gc['count']} (#{gc['major_gc_count']} major), #{gc['time']} ms",
-      "call return → job start by second of the run (p50 / p99): " +
-        per_second.sort.map { |second, waits| format("%ds %.1f / %.1f", second, quantile(waits, 0.5) * 1000, quantile(waits, 0.99) * 1000) }.join(", "),
-      "claim round trip by second (p50 / p99): " +
-        claim_trips.sort.map { |second, trips| format("%ds %.2f / %.2f", second, quantile(trips, 0.5) * 1000, quantile(trips, 0.99) * 1000) }.join(", "),
-      "enqueue call by second (p50 / p99): " +
-        calls.sort.map { |second, trips| format("%ds %.2f / %.2f", second, quantile(trips, 0.5) * 1000, quantile(trips, 0.99) * 1000) }.join(", ") ]
+      *by_second.map do |name, series|
+        "#{name} by second of the run (p50 / p99): " +
+          series.sort.map { |second, values| format("%ds #{BY_SECOND[name]} / #{BY_SECOND[name]}", second, quantile(values, 0.5) * 1000, quantile(values, 0.99) * 1000) }.join(", ")
+      end ]
   end
 
   def quantile(values, q)

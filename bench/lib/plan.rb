@@ -92,15 +92,18 @@ module Plan
 
   module_function
 
-  # The systems that run `workload`'s cells: a variant that differs only in how it enqueues runs only where that shows.
+  # True for a variant that differs from its system only in how it enqueues: it runs only where that shows.
+  def variant?(system) = system[:enqueue_only] || system[:open_loop_only]
+
+  # The systems that run `workload`'s cells (an open-loop-only variant runs in the open-loop ones).
   def workers(systems, workload)
     open_loop = WORKLOADS.fetch(workload).key?(:rate)
-    systems.reject { |s| s[:enqueue_only] || (s[:open_loop_only] && !open_loop) }
+    systems.reject { |s| variant?(s) && !(s[:open_loop_only] && open_loop) }
   end
 
   # [system, processes, concurrency, pool] for every stress cell of the PostgreSQL systems.
   def stress_cells
-    SYSTEMS.reject { |s| s[:script].start_with?("sidekiq", "async_job") || s[:enqueue_only] || s[:open_loop_only] }.flat_map do |system|
+    SYSTEMS.reject { |s| s[:script].start_with?("sidekiq", "async_job") || variant?(s) }.flat_map do |system|
       STRESS[:processes].product(STRESS[:concurrency]).map do |processes, concurrency|
         pool = case system[:pool]
         when :threads then concurrency + 2
@@ -114,7 +117,7 @@ module Plan
 
   # [system, concurrency, pool] for every sweep cell; pools as in the main tables (thread peers capped at 50).
   def sweep_cells(systems, concurrencies)
-    systems.reject { |s| s[:enqueue_only] || s[:open_loop_only] }.flat_map do |system|
+    systems.reject { |s| variant?(s) }.flat_map do |system|
       concurrencies.map { |concurrency| [ system, concurrency, pool(system, concurrency) ] }
     end
   end

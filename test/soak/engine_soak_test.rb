@@ -52,6 +52,7 @@ class EngineSoakTest < Bobbin::TestCase
   end
 
   def test_rounds_of_jobs_run_exactly_once_and_leave_no_garbage_behind
+    level = Bobbin.config.logger.level
     Bobbin.config.logger.level = Logger::WARN # a retried attempt logs at info
     worker = Bobbin::Worker.new(queues: [ "*" ], fibers: 100, polling_interval: 0.05)
     live = []
@@ -74,7 +75,7 @@ class EngineSoakTest < Bobbin::TestCase
     assert_operator live.last, :<=, live[1] * (1 + GROWTH),
                     "live objects grew from #{live[1]} after round 2 to #{live.last} after round #{ROUNDS}: #{live.inspect}"
   ensure
-    Bobbin.config.logger.level = Logger::INFO
+    Bobbin.config.logger.level = level
   end
 
   private

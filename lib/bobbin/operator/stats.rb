@@ -42,7 +42,7 @@ module Bobbin
       # parameter (the dashboard asks every few seconds: a time written into the SQL would be a new statement each time).
       def queues(now = Time.now.utc)
         run_at = JobRecord.arel_table[:run_at]
-        due = run_at.lteq(Arel::Nodes::BindParam.new(ActiveRecord::Relation::QueryAttribute.new("run_at", now, JobRecord.type_for_attribute(:run_at))))
+        due = run_at.lteq(JobRecord.predicate_builder.build_bind_attribute("run_at", now))
         rows = JobRecord.where(state: %w[ready blocked running failed]).group(:queue, :state)
                         .pluck(:queue, :state, Arel.sql("COUNT(*)"), Arel::Nodes::Sum.new([ Arel::Nodes::Case.new.when(due).then(1).else(0) ]),
                                Arel::Nodes::Min.new([ Arel::Nodes::Case.new.when(due).then(run_at) ]))
