@@ -87,4 +87,13 @@ class OperatorActionsTest < Bobbin::TestCase
     refute Bobbin::JobRecord.where(id: gone).exists?
     assert_raises(ArgumentError) { Bobbin::Operator.delete_finished(before: Time.now.utc, states: %w[running]) }
   end
+
+  test "delete finished jobs refuses a bound that is not a time, and deletes nothing" do
+    insert_jobs(2, state: "succeeded", finished_at: Time.now.utc - 86_400)
+    [ nil, "yesterday", 3600 ].each do |before|
+      error = assert_raises(ArgumentError) { Bobbin::Operator.delete_finished(before: before) }
+      assert_includes error.message, "before: must be a Time"
+    end
+    assert_equal 2, Bobbin::JobRecord.count
+  end
 end

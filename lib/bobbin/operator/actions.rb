@@ -45,6 +45,8 @@ module Bobbin
       def delete_finished(before:, states: FINISHED)
         states = Array(states).map(&:to_s)
         raise ArgumentError, "only finished jobs can be deleted (#{FINISHED.join(', ')}), not #{(states - FINISHED).join(', ')}" if (states - FINISHED).any?
+        # A nil bound would be an open range, every finished job; anything but a time would be cast to nil.
+        raise ArgumentError, "before: must be a Time, got #{before.inspect}" unless before.is_a?(Time) || before.is_a?(DateTime)
 
         deleted = 0
         loop do
