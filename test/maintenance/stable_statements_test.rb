@@ -39,6 +39,18 @@ class StableStatementsTest < Bobbin::TestCase
     assert_equal first, second
   end
 
+  def test_a_search_for_other_text_sends_the_same_statement
+    job = Bobbin::JobRecord.find(SleepJob.enqueue(0, "needle in the arguments"))
+    search = ->(text) { Bobbin::Operator::Filter.new(search: text).scope.pluck(:id) }
+    found = nil
+    first = statements { found = search.call("needle") }
+    second = statements { search.call("hay_100%") }
+
+    assert_equal [ job.id ], found, "the search still finds its job"
+    assert_empty first.grep(/needle/), "the searched text written into the SQL"
+    assert_equal first, second
+  end
+
   private
     # What the supervisor's housekeeping runs: recovery, retention, old recurring runs, due concurrency slots, and
     # the election of a host's housekeeper among supervisor-less workers.

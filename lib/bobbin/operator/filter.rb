@@ -68,10 +68,13 @@ module Bobbin
 
         # A substring anywhere in the arguments' JSON or the last error (case-sensitive on PostgreSQL; SQLite's LIKE
         # ignores ASCII case). A scan of the rows the other criteria leave: narrow by state or queue on big tables.
+        # The pattern is a bind parameter, so each search is not a new statement prepared on the server.
         def search_condition
           pattern = "%#{JobRecord.sanitize_sql_like(search)}%"
           table = JobRecord.arel_table
-          %i[arguments last_error_message last_error_class].map { |column| table[column].matches(pattern, "\\", true) }.reduce(:or)
+          %i[arguments last_error_message last_error_class].map do |column|
+            table[column].matches(JobRecord.predicate_builder.build_bind_attribute(column.to_s, pattern), "\\", true)
+          end.reduce(:or)
         end
 
         # true for true/"true"/"1"/"yes"; nil (no criterion) for false/"false"/"0"/"no".
