@@ -41,11 +41,35 @@ class SchemaTest < Bobbin::TestCase
     assert_equal "succeeded", Bobbin::JobRecord.find(ids["failed"].first).state
   end
 
-  test "every version's step runs on old tables: the columns and indexes of version 8 are there after the upgrade" do
+  test "every version's step runs on old tables: the columns and indexes of the current version are there after the upgrade" do
     fresh = with_connection { |connection| shape(connection) }
     with_connection { |connection| VersionOneSchema.install(connection) }
     Bobbin.migrate!
     assert_equal fresh, with_connection { |connection| shape(connection) }, "an upgraded install has the tables of a new one"
+  end
+
+  test "an install at version 8 upgrades to 9: the indexes that took an entry at each job's change of state for nothing are gone" do
+    fresh = with_connection { |connection| shape(connection) }
+    with_connection do |connection| # version 8's indexes, as it created them
+      connection.remove_index(:bobbin_jobs, name: "bobbin_jobs_active_job")
+      connection.add_index(:bobbin_jobs, %i[state finished_at], name: "bobbin_jobs_finished")
+      connection.add_index(:bobbin_jobs, %i[run_at], name: "bobbin_jobs_due", where: "state = 'ready'")
+      connection.add_index(:bobbin_jobs, %i[active_job_id], name: "bobbin_jobs_active_job_id")
+      connection.execute("DELETE FROM bobbin_schema")
+      connection.execute("INSERT INTO bobbin_schema (version) VALUES (8)")
+    end
+    assert_equal 8, version
+    assert_raises(Bobbin::ConfigurationError) { drain(threads: 1) }
+
+    Bobbin.migrate!
+    assert_equal 9, version
+    after = with_connection { |connection| shape(connection) }
+    assert_equal fresh, after
+    names = after["bobbin_jobs"][:indexes].map(&:first)
+    assert_empty names & Bobbin::Schema::DROPPED_INDEXES
+    _, columns, _, where = after["bobbin_jobs"][:indexes].assoc("bobbin_jobs_active_job")
+    assert_equal [ "active_job_id" ], columns
+    assert_match(/\A\(?active_job_id IS NOT NULL\)?\z/, where, "only jobs with an Active Job id are indexed")
   end
 
   test "without tables the version is 0 and a worker says how to create them" do

@@ -397,7 +397,8 @@ module Bobbin
           SQL
         end
 
-        # Walks the partial index bobbin_jobs_due (run_at) and stops at the first row of a selected queue.
+        # Walks bobbin_jobs_state_run_at (state, run_at, id) from the first ready row not yet due, and stops at the
+        # first row of a selected queue.
         def next_run_at_sql
           <<~SQL
             SELECT EXTRACT(EPOCH FROM run_at)::float8 FROM bobbin_jobs
