@@ -16,11 +16,12 @@ module TestProcesses
     Process.spawn(env, *command, chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
   end
 
-  # Waits up to `timeout` seconds for the block to return truthy; fails the test otherwise.
-  def wait_for(what, timeout: 30, interval: 0.05)
+  # Waits up to `timeout` seconds for the block to return truthy; fails the test otherwise. `seen`, if given, says
+  # what the test saw instead (called only on a timeout).
+  def wait_for(what, timeout: 30, interval: 0.05, seen: nil)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
     until (result = yield)
-      flunk("timed out after #{timeout}s waiting for #{what}") if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      flunk("timed out after #{timeout}s waiting for #{what}#{"; seen: #{seen.call}" if seen}") if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
       sleep(interval)
     end
     result

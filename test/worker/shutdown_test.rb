@@ -45,12 +45,15 @@ class ShutdownTest < Bobbin::TestCase
       ensure_killed(pids) do
         pids << spawn_bobbin("work", "--#{mode}", "4", "--polling-interval", "0.05", log: log)
         wait_for("the first worker's 4 jobs writing") { LedgerEntry.distinct.count(:pid) == 1 && LedgerEntry.count >= 200 }
-        pids << spawn_bobbin("work", "--#{mode}", "8", "--polling-interval", "0.01")
+        pids << spawn_bobbin("work", "--#{mode}", "8", "--polling-interval", "0.01", log: @second_log = "tmp/quit-#{mode}-second-#{Process.pid}.log")
         wait_for("the second worker writing") { LedgerEntry.distinct.count(:pid) == 2 }
         Process.kill(:QUIT, pids.first)
         assert wait_exit(pids.first, timeout: 5 + Bobbin::Worker::STOP_GRACE)&.success?
-        wait_for("every job done", timeout: 120) { Bobbin.counts["succeeded"] == 8 }
+        seen = -> { "jobs #{Bobbin.counts.reject { |_, n| n.zero? }}; the second worker's log ends: #{File.read(@second_log).lines.last(5).join}" }
+        wait_for("every job finished", timeout: 120, seen: seen) { Bobbin.counts.values_at("ready", "scheduled", "running").sum.zero? }
       end
+      failed = Bobbin::JobRecord.where.not(state: "succeeded").pluck(:arguments, :state, :last_error_class, :last_error_message)
+      assert_empty failed, "every job succeeded"
       rows = LedgerEntry.order(:id).pluck(:key, :id)
       executions = rows.group_by { |key, _| key.split("/").values_at(0, 2) }.transform_values { |list| list.map(&:last) }
       by_job = executions.group_by { |(job, _), _| job }
@@ -67,5 +70,5 @@ class ShutdownTest < Bobbin::TestCase
     end
   end
 
-  teardown { FileUtils.rm_f(@log) if @log && passed? }
+  teardown { FileUtils.rm_f([ @log, @second_log ].compact) if passed? }
 end
