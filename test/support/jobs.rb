@@ -122,18 +122,21 @@ class SessionCountingJob
   bobbin_options retries: 0
 
   class << self
-    attr_accessor :peak
+    # `since`: the database's time as the test began (a String from PostgreSQL).
+    attr_accessor :peak, :since
   end
 
   def perform(key)
     Recorder.around(key) { sleep(0.05) }
-    sessions = LedgerEntry.with_connection { |c| c.select_value(SESSIONS) if c.adapter_name.match?(/postg/i) }
+    sessions = LedgerEntry.with_connection { |c| c.select_value(SESSIONS, nil, [ self.class.since ]) if c.adapter_name.match?(/postg/i) }
     self.class.peak = [ self.class.peak.to_i, sessions.to_i ].max
     LedgerEntry.create!(key: key, pid: Process.pid)
   end
 
-  # This process's own sessions (TestDatabase names them), not autovacuum's or another client's.
-  SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = current_setting('application_name')"
+  # This process's own sessions (TestDatabase names them), not autovacuum's or another client's, opened since the
+  # test began: a session an earlier test closed stays in pg_stat_activity until its backend has exited.
+  SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = current_setting('application_name') " \
+             "AND backend_start >= $1::timestamptz"
 end
 
 class FlakyJob
