@@ -12,7 +12,7 @@ module Bobbin
   #   retry          id, class_name, queue, attempts, error (the exception), run_at
   #   fail           id, class_name, queue, attempts, error
   #   discard        id, class_name, queue
-  #   release        process_id, count  (jobs handed back to ready at shutdown)
+  #   release        process_id, count  (jobs handed back to ready at shutdown, or when quiet)
   #   recover        process_id, reason, ready, failed, blamed (ids)  (a dead process's jobs)
   #   start_process  process_id, kind ("worker", "supervisor"), name, pid
   #   stop_process   process_id, kind, name, pid

@@ -4,7 +4,8 @@ require_relative "supervisor/slot"
 
 module Bobbin
   # `bobbin start`: runs every configured pool process (forked, or as threads with mode: :async), restarts any
-  # that die, recovers their jobs, and stops them all on TERM/INT (graceful) or QUIT (immediate).
+  # that die, recovers their jobs, and stops them all on TERM/INT (graceful) or QUIT (immediate). TSTP makes every
+  # worker quiet (Worker#quiet) and stops restarts, until the stop.
   class Supervisor
     SIGNALS = %w[TERM INT QUIT].freeze
     # Seconds past shutdown_timeout before stuck workers are killed: longer than a worker's own stop grace,
@@ -44,14 +45,24 @@ module Bobbin
       def supervise
         beat_at = 0
         loop do
-          @slots.each { |slot| slot.start(identity) if slot.due? }
+          @slots.each { |slot| slot.start(identity) if slot.due? } unless @quiet
           signal = next_signal(1.0)
-          return signal if signal
+          quiet if signal == Worker::QUIET_SIGNAL
+          return signal if signal && signal != Worker::QUIET_SIGNAL
 
           reap
           beat_at = beat if monotonic >= beat_at
           ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
         end
+      end
+
+      # Every worker stops claiming (running jobs finish) and none is restarted: the supervisor waits for the stop.
+      def quiet
+        return if @quiet
+
+        @quiet = true
+        Bobbin.logger.info("bobbin supervisor: #{Worker::QUIET_SIGNAL}, workers quiet: no new jobs, none restarted, until TERM")
+        @slots.each(&:quiet)
       end
 
       def process_event = { process_id: @process.id, kind: "supervisor", name: "supervisor", pid: ::Process.pid }
@@ -103,7 +114,7 @@ module Bobbin
       end
 
       def trap_signals
-        SIGNALS.each { |signal| trap(signal) { @signal_writer.write_nonblock("#{signal}\n", exception: false) } }
+        [ *SIGNALS, Worker::QUIET_SIGNAL ].each { |signal| trap(signal) { @signal_writer.write_nonblock("#{signal}\n", exception: false) } }
       end
 
       def next_signal(timeout)

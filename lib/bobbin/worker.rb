@@ -33,6 +33,8 @@ module Bobbin
     STOP_OVERDUE = 2
     # Exit status of a worker process that had to exit with jobs that would not stop.
     EXIT_STUCK = 3
+    # The signal that makes a worker (or a supervisor's every worker) quiet: Sidekiq's, so deploy scripts carry over.
+    QUIET_SIGNAL = "TSTP"
 
     # Workers of this process that are stopping. No Mutex: `stop` runs in signal handlers, where a Mutex may not
     # be taken; a Hash update is atomic under the GVL.
@@ -79,10 +81,10 @@ module Bobbin
       @supervisor = supervisor
     end
 
-    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate). Owns the process: when jobs
-    # refuse to stop, it exits with EXIT_STUCK and leaves them to be recovered once it is gone.
+    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate); TSTP makes it quiet. Owns the
+    # process: when jobs refuse to stop, it exits with EXIT_STUCK and leaves them to be recovered once it is gone.
     def start
-      previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) } }
+      previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) }, QUIET_SIGNAL => -> { quiet } }
                  .to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
       @owns_process = true
       run
@@ -105,9 +107,20 @@ module Bobbin
       @waker.wake
     end
 
+    # Stops claiming for good and hands back the jobs claimed ahead that have not started; the running ones finish,
+    # and the worker stays (heartbeat, outcomes) until `stop`. Before a deploy, as Sidekiq's TSTP: no job starts
+    # here that a stop would then interrupt. Safe from a signal handler.
+    def quiet
+      @quiet = true
+      @waker.wake
+    end
+
+    # True once `quiet` was asked.
+    def quiet? = @quiet == true
+
     # Live numbers for the process row, process title and dashboard (a fiber pool's loop health among them).
     def status
-      { mode: @executor.mode, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name,
+      { mode: @executor.mode, quiet: quiet?, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name,
         claims: @claimer&.claims, last_claim_at: @claimer&.last_claim_at, listening: Wakeups.listening?, queued: @executor.queued,
         **Operator::ProcessView.resources, **@detector&.health.to_h }
     end
@@ -195,7 +208,7 @@ module Bobbin
       end
 
       def boot
-        @stopping = @finished = false
+        @stopping = @finished = @quieted = false
         @stopping_at = nil
         @stuck = []
         Record.with_connection { |connection| Schema.check!(connection) }
@@ -218,6 +231,10 @@ module Bobbin
       def claim_loop(drain)
         wait = method(:wait)
         until @stopping
+          if @quiet
+            rest_quietly
+            next
+          end
           @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
           jobs = @claimer.next_jobs(wait: wait)
           jobs.each { |job| @executor.post(job) { perform(job) } }
@@ -226,6 +243,22 @@ module Bobbin
 
           idle unless drain && @executor.busy.zero?
         end
+      end
+
+      # A quiet worker claims nothing. Once, it hands back the jobs it claimed ahead (queued, not started), so other
+      # workers run them now (while the database is down: it tries again each second); then it waits for the stop.
+      def rest_quietly
+        unless @quieted
+          @executor.drop_queued
+          released = @claimer.release_all(keep: held_ids)
+          @quieted = true
+          Bobbin.logger.info("bobbin worker #{@process_id} quiet: claiming no more jobs; #{@executor.busy} running finish here, " \
+                             "#{released} claimed ahead returned to ready")
+        end
+        wait(1.0)
+      rescue Store::Unavailable => error
+        Bobbin.logger.warn("bobbin worker #{@process_id} quiet: could not hand back its queued jobs yet (#{error.message}); retrying")
+        wait(1.0)
       end
 
       # Runs `job` and hands its outcome to the writer. A job that ends its own thread (Thread.exit, Thread#kill: no

@@ -51,6 +51,8 @@ module Bobbin
       def capacity = metadata["capacity"]
       def busy = metadata["busy"]
       def queued = metadata["queued"]
+      # A worker made quiet (TSTP): it claims no more jobs and waits for its stop.
+      def quiet? = metadata["quiet"] == true
       def queues = metadata["queues"]
       def rss_kb = metadata["rss_kb"]
       def db_pool = metadata["db_pool"]

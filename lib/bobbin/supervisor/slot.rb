@@ -52,6 +52,13 @@ module Bobbin
         status
       end
 
+      # Makes the worker quiet (Worker#quiet): TSTP to a process, the call to a thread.
+      def quiet
+        @pid ? ::Process.kill(Worker::QUIET_SIGNAL, @pid) : @worker&.quiet
+      rescue Errno::ESRCH
+        nil
+      end
+
       # Asks the worker to stop: TERM (graceful) or QUIT (immediate).
       def stop(graceful:)
         if @pid
@@ -83,6 +90,7 @@ module Bobbin
 
         def run_child(supervisor)
           Supervisor::SIGNALS.each { |signal| trap(signal, "DEFAULT") }
+          trap(Worker::QUIET_SIGNAL, "IGNORE") # not the parent's handler; the worker traps it as it starts
           worker(supervisor).start
           exit!(0)
         rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks

@@ -1,0 +1,75 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tempfile"
+
+# TSTP (Sidekiq's quiet): before a deploy, a worker stops taking jobs, lets its running ones finish and waits for
+# TERM, so the stop interrupts nothing. Real processes and signals; "nothing started" is shown by a job enqueued
+# after the signal that a quiet worker with free slots, polling every 50 ms, leaves to a worker started later.
+class QuietTest < Bobbin::TestCase
+  QUIETED = "quiet: claiming no more jobs"
+
+  teardown do
+    FileUtils.rm_f(@log) if @log && passed?
+    File.unlink(@config.path) if @config && File.exist?(@config.path)
+  end
+
+  %w[threads fibers].each do |mode|
+    test "TSTP with #{mode}: the running jobs finish, no job starts after it, TERM then stops the worker" do
+      gate = GatedJob.gate("quiet-#{mode}")
+      Bobbin.enqueue_all(Array.new(2) { |i| [ GatedJob, [ gate, "held-#{i}" ] ] })
+      log = @log = "tmp/quiet-#{mode}-#{Process.pid}.log"
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("work", "--#{mode}", "4", "--polling-interval", "0.05", log: log)
+        wait_for("both jobs running") { Bobbin.counts["running"] == 2 }
+        Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
+        wait_for("the worker quiet") { File.read(log).include?(QUIETED) }
+
+        SleepJob.enqueue(0, "after-quiet")
+        GatedJob.open_gate(gate)
+        wait_for("the running jobs finished") { Bobbin.counts["succeeded"] == 2 }
+        pids << spawn_bobbin("work", "--threads", "1", "--polling-interval", "0.05")
+        wait_for("the job enqueued after TSTP done") { LedgerEntry.exists?(key: "after-quiet") }
+
+        Process.kill(:TERM, pids.first)
+        assert wait_exit(pids.first, timeout: 30)&.success?, "the quiet worker stops on TERM"
+      end
+      assert_equal [ pids.first ] * 2, LedgerEntry.where(key: %w[held-0 held-1]).pluck(:pid), "the running jobs finished on the quiet worker"
+      assert_equal [ pids.last ], LedgerEntry.where(key: "after-quiet").pluck(:pid), "the quiet worker, 2 slots free, started nothing"
+      assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state)
+    end
+  end
+
+  test "TSTP to bobbin start: every worker goes quiet, the process rows say so, and a worker that dies is not restarted" do
+    @config = Tempfile.create([ "bobbin", ".yml" ])
+    @config.write({ "heartbeat_interval" => 0.5, "workers" => [ { "fibers" => 2, "processes" => 2, "polling_interval" => 0.05 } ] }.to_yaml)
+    @config.close
+    gate = GatedJob.gate("quiet-supervisor")
+    log = @log = "tmp/quiet-supervisor-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", @config.path, log: log)
+      wait_for("two workers registered") { Bobbin::ProcessRecord.where(kind: "worker").count == 2 }
+      Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
+      wait_for("both workers quiet") { File.read(log).scan(QUIETED).size == 2 }
+      wait_for("their process rows say quiet") { Bobbin::Operator.processes.select { |p| p.kind == "worker" }.all?(&:quiet?) }
+
+      Bobbin.enqueue_all([ [ GatedJob, [ gate, "after-quiet" ] ] ])
+      worker = Bobbin::ProcessRecord.where(kind: "worker").first
+      Process.kill(:KILL, worker.pid)
+      wait_for("the supervisor saw it exit") { File.read(log).include?("exited") }
+      supervisor = Bobbin::ProcessRecord.find_by(kind: "supervisor")
+      beat = supervisor.last_heartbeat_at
+      # A worker that died within QUICK_DEATH of its start would be restarted 2 s later: wait past that, by the
+      # supervisor's own heartbeats (it beats each 0.5 s from the loop that restarts workers).
+      wait_for("the supervisor's loop 3 s on", timeout: 60) { (supervisor.reload.last_heartbeat_at - beat) >= 3 }
+      assert_equal 2, File.read(log).scan(/bobbin worker \d+ \(pid \d+\) started/).size, "no worker started again while quiet"
+      assert_equal "ready", Bobbin::JobRecord.find_by(class_name: "GatedJob").state, "nobody claimed the job enqueued after TSTP"
+
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops on TERM"
+    end
+    assert_match(/TSTP, workers quiet/, File.read(log))
+  end
+end
