@@ -65,6 +65,9 @@ class OperatorCommandsTest < Bobbin::TestCase
     status, out, = run_bobbin("processes")
     assert_equal 0, status.exitstatus
     assert_match(/worker\s+\S+:\d+\s+fibers\s+3\/10\s+0\s+\S+s\s+200M\s+1\/3\s+2\/311\s+2$/, out.lines[1])
+
+    Bobbin::ProcessRecord.update_all(metadata: JSON.generate(mode: "fibers", quiet: true, capacity: 10, busy: 0))
+    assert_match(/worker\s+\S+:\d+\s+fibers,quiet\s+0\/10\s/, run_bobbin("processes")[1].lines[1])
   end
 end
 

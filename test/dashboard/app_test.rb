@@ -50,6 +50,10 @@ class DashboardAppTest < Bobbin::TestCase
 
     assert_match(%r{<td class="n">13 ms</td>\s*<td class="n">312 ms</td>\s*<td class="n">3</td>}, body)
     assert_match(%r{<a href="/jobs/42">&lt;b&gt;Job&lt;/b&gt; 42</a>.*312 ms.*app/jobs/x.rb:7}m, body)
+    refute_match(/quiet/, body)
+
+    Bobbin::ProcessRecord.update_all(metadata: JSON.generate(mode: "fibers", quiet: true))
+    assert_match(%r{<td>fibers · quiet</td>}, get(Bobbin::Dashboard.new(environment: "development"), "/processes").body)
   end
 
   test "with the database unreachable, pages answer 503 saying so, without the connection's details, and work again once it is back" do
