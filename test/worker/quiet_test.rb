@@ -72,4 +72,27 @@ class QuietTest < Bobbin::TestCase
     end
     assert_match(/TSTP, workers quiet/, File.read(log))
   end
+
+  test "TSTP to bobbin start --mode async: its worker threads go quiet" do
+    @config = Tempfile.create([ "bobbin", ".yml" ])
+    @config.write({ "heartbeat_interval" => 0.5, "workers" => [ { "threads" => 2, "processes" => 1, "polling_interval" => 0.05 } ] }.to_yaml)
+    @config.close
+    log = @log = "tmp/quiet-async-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--mode", "async", "-c", @config.path, log: log)
+      wait_for("the worker registered") { Bobbin::ProcessRecord.exists?(kind: "worker") }
+      Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
+      wait_for("the worker quiet") { File.read(log).include?(QUIETED) }
+
+      id = SleepJob.enqueue(0, "after-quiet")
+      supervisor = Bobbin::ProcessRecord.find_by(kind: "supervisor")
+      beat = supervisor.last_heartbeat_at
+      wait_for("the supervisor 1 s on (the worker polls each 50 ms)") { (supervisor.reload.last_heartbeat_at - beat) >= 1 }
+      assert_equal "ready", Bobbin::JobRecord.find(id).state, "the quiet worker claimed nothing"
+
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops on TERM"
+    end
+  end
 end
