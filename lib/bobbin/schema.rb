@@ -99,8 +99,8 @@ module Bobbin
 
     # Version 9: fewer index entries per job. A job's row changes state three times or more (ready, running, a
     # finish), and every index holding `state` takes a new entry at each change: version 8 wrote 25 index entries
-    # over the life of a plain job (enqueued, claimed, succeeded), version 9 writes 18. The three DROPPED_INDEXES go; the Active Job id is indexed only where
-    # a job has one (`active_job_id = ?` implies it, on both databases).
+    # over the life of a plain job (enqueued, claimed, succeeded), version 9 writes 18. The three DROPPED_INDEXES
+    # go; the Active Job id is indexed only where a job has one (`active_job_id = ?` implies it, on both databases).
     def slim_job_indexes(connection)
       DROPPED_INDEXES.each { |name| connection.remove_index(:bobbin_jobs, name: name) if connection.index_name_exists?(:bobbin_jobs, name) }
       add_index(connection, :bobbin_jobs, %i[active_job_id], "bobbin_jobs_active_job", "active_job_id IS NOT NULL")

@@ -46,9 +46,11 @@ module Bobbin
         beat_at = 0
         loop do
           @slots.each { |slot| slot.start(identity) if slot.due? } unless @quiet
-          signal = next_signal(1.0)
-          quiet if signal == Worker::QUIET_SIGNAL
-          return signal if signal && signal != Worker::QUIET_SIGNAL
+          case (signal = next_signal(1.0))
+          when nil then nil
+          when Worker::QUIET_SIGNAL then quiet
+          else return signal
+          end
 
           reap
           beat_at = beat if monotonic >= beat_at
