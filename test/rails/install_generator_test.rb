@@ -89,7 +89,7 @@ class InstallGeneratorTest < Bobbin::TestCase
     end
   end
 
-  test "queue database: another gem's queue_schema.rb (Solid Queue's) gets a migration that adds Bobbin's tables" do
+  test "queue database: another gem's queue_schema.rb (Solid Queue's) gets the create migration in db/queue_migrate; again, nothing" do
     write("db/queue_schema.rb", %(ActiveRecord::Schema[7.1].define(version: 1) do\n  create_table "solid_queue_jobs", force: :cascade do |t|\n  end\nend\n))
     write("config/recurring.yml", <<~YAML) # as `rails new` writes it (Solid Queue's installer)
       production:
@@ -98,9 +98,15 @@ class InstallGeneratorTest < Bobbin::TestCase
           schedule: every hour at minute 12
     YAML
     output = generate
-    assert_equal 1, upgrades("db/queue_migrate").size
+    created = files("db/queue_migrate/*_create_bobbin_tables.rb")
+    assert_equal 1, created.size, "a migration that creates the tables, named so"
+    assert_empty upgrades("db/queue_migrate")
+    assert_includes File.read(path(created.first)), "Bobbin schema version #{VERSION}"
     assert_match(/bin\/rails db:migrate\s+create Bobbin's tables beside those of db\/queue_schema.rb/, output)
     assert_match(/config\/recurring.yml keeps Solid Queue's clear_solid_queue_finished_jobs: Bobbin runs it now/, output)
+    snapshot = files("**/*")
+    generate
+    assert_equal snapshot, files("**/*"), "a second run adds no migration"
   end
 
   test "Kamal's config/deploy.yml, as rails new writes it, runs Bobbin in Puma and on a job role instead of Solid Queue; again, nothing" do

@@ -81,11 +81,14 @@ module Bobbin
         @status ||= :gone
       end
 
-      def to_s = "#{@pool.mode}-#{@index} (#{@last_pid ? "pid #{@last_pid}" : 'thread'}, queues #{@pool.queues.join(',')})"
+      def to_s = "#{name} (#{@last_pid ? "pid #{@last_pid}" : 'thread'}, queues #{@pool.queues.join(',')})"
+
+      # The worker's name, as its process row, process title and the dashboard show it: fibers-50#0.
+      def name = "#{@pool.mode}-#{@pool.size}##{@index}"
 
       private
         def worker(supervisor)
-          Worker.new(**@pool.worker_options, name: "#{@pool.mode}-#{@pool.size}##{@index}", supervisor: supervisor)
+          Worker.new(**@pool.worker_options, name: name, supervisor: supervisor)
         end
 
         def run_child(supervisor)

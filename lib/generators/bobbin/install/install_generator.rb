@@ -35,16 +35,16 @@ module Bobbin
         chmod "bin/bobbin", 0o755 & ~File.umask, verbose: false
       end
 
-      # A new install gets Bobbin's schema (db/queue_schema.rb, or a migration in the primary database); an install
-      # whose files bring the tables to an older schema version (a gem upgrade) gets an upgrade migration; an
-      # install at this version gets nothing.
+      # A new install gets Bobbin's schema: db/queue_schema.rb, or a create migration in the primary database or
+      # beside another gem's db/queue_schema.rb (Solid Queue's); an install whose files bring the tables to an older
+      # schema version (a gem upgrade) gets an upgrade migration; an install at this version gets nothing.
       def create_schema
-        if installed.outdated?
+        if installed.version == 0 || (installed.version.nil? && !separate?)
+          migration_template "db/create_bobbin_tables.rb", "#{migrations}/create_bobbin_tables.rb"
+        elsif installed.outdated?
           migration_template "db/upgrade_bobbin_tables.rb", "#{migrations}/#{InstalledSchema.upgrade_migration(Schema::VERSION)}.rb"
         elsif installed.version
           say_status :identical, "Bobbin's schema (version #{installed.version}, #{migrations})", :blue
-        elsif !separate?
-          migration_template "db/create_bobbin_tables.rb", "db/migrate/create_bobbin_tables.rb"
         end
         separate_database if separate?
       end
