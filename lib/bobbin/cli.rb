@@ -9,8 +9,8 @@ module Bobbin
   class CLI
     USAGE = <<~TEXT
       Usage: bobbin COMMAND [options]
-        start    run the configured pools under a supervisor (-c config/bobbin.yml; TERM/INT graceful, QUIT now, TSTP quiet)
-        work     run one worker pool in the foreground (TERM/INT: graceful stop, QUIT: immediate, TSTP: quiet)
+        start    run the configured pools under a supervisor (-c config/bobbin.yml; TERM/INT graceful, QUIT now, TSTP quiet, TTIN dump)
+        work     run one worker pool in the foreground (TERM/INT: graceful stop, QUIT: immediate, TSTP: quiet, TTIN: dump)
         doctor   check a configuration against the database before deploy (exit 1 on a problem)
         pause Q  stop workers from claiming jobs of queue Q;  resume Q  let them again
         migrate  create or upgrade Bobbin's tables

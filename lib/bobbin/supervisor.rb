@@ -5,7 +5,7 @@ require_relative "supervisor/slot"
 module Bobbin
   # `bobbin start`: runs every configured pool process (forked, or as threads with mode: :async), restarts any
   # that die, recovers their jobs, and stops them all on TERM/INT (graceful) or QUIT (immediate). TSTP makes every
-  # worker quiet (Worker#quiet) and stops restarts, until the stop.
+  # worker quiet (Worker#quiet) and stops restarts, until the stop. TTIN has every worker log where its jobs are.
   class Supervisor
     SIGNALS = %w[TERM INT QUIT].freeze
     # Seconds past shutdown_timeout before stuck workers are killed: longer than a worker's own stop grace,
@@ -49,6 +49,7 @@ module Bobbin
           case (signal = next_signal(1.0))
           when nil then nil
           when Worker::QUIET_SIGNAL then quiet
+          when Worker::Backtraces::SIGNAL then dump
           else return signal
           end
 
@@ -65,6 +66,13 @@ module Bobbin
         @quiet = true
         Bobbin.logger.info("bobbin supervisor: #{Worker::QUIET_SIGNAL}, workers quiet: no new jobs, none restarted, until TERM")
         @slots.each(&:quiet)
+      end
+
+      # Each worker process logs its own dump; in async mode the workers are this process's threads.
+      def dump
+        return Worker::Backtraces.log_later(@slots.filter_map(&:worker)) if @mode == :async
+
+        @slots.each(&:dump)
       end
 
       def process_event = { process_id: @process.id, kind: "supervisor", name: "supervisor", pid: ::Process.pid }
@@ -116,7 +124,7 @@ module Bobbin
       end
 
       def trap_signals
-        [ *SIGNALS, Worker::QUIET_SIGNAL ].each { |signal| trap(signal) { @signal_writer.write_nonblock("#{signal}\n", exception: false) } }
+        [ *SIGNALS, Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].each { |signal| trap(signal) { @signal_writer.write_nonblock("#{signal}\n", exception: false) } }
       end
 
       def next_signal(timeout)

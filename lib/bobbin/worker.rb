@@ -15,6 +15,7 @@ require_relative "worker/lanes"
 require_relative "worker/heartbeat"
 require_relative "worker/claimer"
 require_relative "worker/pacer"
+require_relative "worker/backtraces"
 
 module Bobbin
   # One worker pool in one process: claims jobs in batches as its slots free up (plus the few it will start
@@ -81,10 +82,12 @@ module Bobbin
       @supervisor = supervisor
     end
 
-    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate); TSTP makes it quiet. Owns the
-    # process: when jobs refuse to stop, it exits with EXIT_STUCK and leaves them to be recovered once it is gone.
+    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate); TSTP makes it quiet, TTIN logs where
+    # each running job is (Backtraces). Owns the process: when jobs refuse to stop, it exits with EXIT_STUCK and
+    # leaves them to be recovered once it is gone.
     def start
-      previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) }, QUIET_SIGNAL => -> { quiet } }
+      previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) }, QUIET_SIGNAL => -> { quiet },
+                   Backtraces::SIGNAL => -> { Backtraces.log_later([ self ]) } }
                  .to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
       @owns_process = true
       run

@@ -59,6 +59,16 @@ module Bobbin
         nil
       end
 
+      # Has a worker process log its dump (TTIN).
+      def dump
+        ::Process.kill(Worker::Backtraces::SIGNAL, @pid) if @pid
+      rescue Errno::ESRCH
+        nil
+      end
+
+      # The Worker of a slot run as a thread (async mode); nil for a process.
+      attr_reader :worker
+
       # Asks the worker to stop: TERM (graceful) or QUIT (immediate).
       def stop(graceful:)
         if @pid
@@ -87,14 +97,15 @@ module Bobbin
       def name = "#{@pool.mode}-#{@pool.size}##{@index}"
 
       private
-        def worker(supervisor)
+        def new_worker(supervisor)
           Worker.new(**@pool.worker_options, name: name, supervisor: supervisor)
         end
 
         def run_child(supervisor)
           Supervisor::SIGNALS.each { |signal| trap(signal, "DEFAULT") }
-          trap(Worker::QUIET_SIGNAL, "IGNORE") # not the parent's handler; the worker traps it as it starts
-          worker(supervisor).start
+          # Not the parent's handlers, nor TSTP's and TTIN's default (which stops the process): the worker traps them as it starts.
+          [ Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].each { |signal| trap(signal, "IGNORE") }
+          new_worker(supervisor).start
           exit!(0)
         rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks
           Bobbin.logger.error("bobbin worker #{::Process.pid} crashed: #{error.class}: #{error.message}")
@@ -102,7 +113,7 @@ module Bobbin
         end
 
         def run_thread(supervisor)
-          @worker = worker(supervisor.merge(pid: nil))
+          @worker = new_worker(supervisor.merge(pid: nil))
           @worker.run
           :stopped
         rescue StandardError => error

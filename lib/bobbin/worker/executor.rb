@@ -35,6 +35,9 @@ module Bobbin
       # The claimed job `id` (a Store::ClaimedJob) while it is handed over and not yet done; nil otherwise.
       def job(id) = @lock.synchronize { @held[id] }
 
+      # The jobs running now: [[runner (a Thread, or a fiber's Async::Task), job id]] (TTIN's dump).
+      def runners = @lock.synchronize { @running.to_a }
+
       # Hands the block (running `job`) to the next free runner; it waits in line when every runner is busy.
       def post(job, &block)
         @lock.synchronize { @busy += 1; @held[job.id] = job }

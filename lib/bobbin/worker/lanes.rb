@@ -40,6 +40,9 @@ module Bobbin
       # The claimed job `id` while either holds it.
       def job(id) = @fibers.job(id) || @lane.job(id)
 
+      # The jobs running in both, with their runners.
+      def runners = @both.flat_map(&:runners)
+
       # Hands `job` to the lane when its class asks for a thread, else to the fibers.
       def post(job, &) = (@thread_job.call(job) ? @lane : @fibers).post(job, &)
 
