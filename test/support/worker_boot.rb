@@ -2,3 +2,12 @@
 
 # Loaded by worker processes the tests start (`bobbin work --require`): the test job classes.
 require_relative "jobs"
+
+# A forked worker that boots slowly (BOBBIN_TEST_SLOW_FORK seconds after fork, before anything of Bobbin's runs in it),
+# marking the moment in BOBBIN_TEST_FORK_MARK: a signal can then be sent to it before its worker traps any.
+if (seconds = ENV["BOBBIN_TEST_SLOW_FORK"])
+  ActiveSupport::ForkTracker.after_fork do
+    FileUtils.touch(ENV.fetch("BOBBIN_TEST_FORK_MARK"))
+    sleep(Float(seconds))
+  end
+end

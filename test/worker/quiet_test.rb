@@ -73,6 +73,31 @@ class QuietTest < Bobbin::TestCase
     assert_match(/TSTP, workers quiet/, File.read(log))
   end
 
+  test "TSTP to bobbin start while a worker is still booting (forked, its trap not set yet): it goes quiet once it runs" do
+    @config = Tempfile.create([ "bobbin", ".yml" ])
+    @config.write({ "heartbeat_interval" => 0.5, "workers" => [ { "threads" => 2, "processes" => 1, "polling_interval" => 0.05 } ] }.to_yaml)
+    @config.close
+    log = @log = "tmp/quiet-booting-#{Process.pid}.log"
+    mark = File.expand_path("../../tmp/forked-#{Process.pid}", __dir__)
+    FileUtils.rm_f(mark)
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", @config.path, log: log, env: { "BOBBIN_TEST_SLOW_FORK" => "1.5", "BOBBIN_TEST_FORK_MARK" => mark })
+      wait_for("the worker forked") { File.exist?(mark) }
+      Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
+      wait_for("the supervisor quiet") { File.read(log).include?("workers quiet") }
+      id = SleepJob.enqueue(0, "after-quiet")
+
+      wait_for("the worker registered") { Bobbin::ProcessRecord.exists?(kind: "worker") }
+      wait_for("the worker quiet", seen: -> { File.read(log) }) { File.read(log).include?(QUIETED) }
+      assert_equal "ready", Bobbin::JobRecord.find(id).state, "the worker claimed nothing"
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops on TERM"
+    end
+  ensure
+    FileUtils.rm_f(mark)
+  end
+
   test "TSTP to bobbin start --mode async: its worker threads go quiet" do
     @config = Tempfile.create([ "bobbin", ".yml" ])
     @config.write({ "heartbeat_interval" => 0.5, "workers" => [ { "threads" => 2, "processes" => 1, "polling_interval" => 0.05 } ] }.to_yaml)

@@ -20,7 +20,9 @@ module Bobbin
         if supervisor[:async]
           @thread = Thread.new { run_thread(supervisor) }
         else
-          @pid = @last_pid = fork { run_child(supervisor) }
+          quiet_reader, @quiet_writer = IO.pipe
+          @pid = @last_pid = fork { @quiet_writer.close; run_child(supervisor, quiet_reader) }
+          quiet_reader.close
         end
       end
 
@@ -47,15 +49,20 @@ module Bobbin
         return unless status
 
         @pid = @status = nil
+        @quiet_writer&.close
+        @quiet_writer = nil
         @failures = monotonic - @started_at < QUICK_DEATH ? @failures + 1 : 0
         @restart_at = monotonic + (@failures.zero? ? 0 : [ 2**@failures, 30 ].min)
         status
       end
 
-      # Makes the worker quiet (Worker#quiet): TSTP to a process, the call to a thread.
+      # Makes the worker quiet (Worker#quiet): TSTP to a process, the call to a thread. Also noted where a worker
+      # still booting finds it (a byte in the child's pipe; the slot's flag): TSTP before its trap is lost.
       def quiet
+        @quiet = true
+        @quiet_writer&.write_nonblock(".", exception: false)
         @pid ? ::Process.kill(Worker::QUIET_SIGNAL, @pid) : @worker&.quiet
-      rescue Errno::ESRCH
+      rescue Errno::ESRCH, Errno::EPIPE # the process is gone
         nil
       end
 
@@ -101,11 +108,16 @@ module Bobbin
           Worker.new(**@pool.worker_options, name: name, supervisor: supervisor)
         end
 
-        def run_child(supervisor)
+        # Until its worker exists, TSTP and TTIN are ignored (not the parent's handlers, nor their default, which stops
+        # the process); a TSTP meanwhile left a byte in `quiet_reader`, read once the worker's own trap would catch
+        # the next one.
+        def run_child(supervisor, quiet_reader)
           Supervisor::SIGNALS.each { |signal| trap(signal, "DEFAULT") }
-          # Not the parent's handlers, nor TSTP's and TTIN's default (which stops the process): the worker traps them as it starts.
           [ Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].each { |signal| trap(signal, "IGNORE") }
-          new_worker(supervisor).start
+          worker = new_worker(supervisor)
+          trap(Worker::QUIET_SIGNAL) { worker.quiet }
+          worker.quiet if quiet_reader.wait_readable(0)
+          worker.start
           exit!(0)
         rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks
           Bobbin.logger.error("bobbin worker #{::Process.pid} crashed: #{error.class}: #{error.message}")
@@ -114,6 +126,7 @@ module Bobbin
 
         def run_thread(supervisor)
           @worker = new_worker(supervisor.merge(pid: nil))
+          @worker.quiet if @quiet
           @worker.run
           :stopped
         rescue StandardError => error
