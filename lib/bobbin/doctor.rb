@@ -96,6 +96,9 @@ module Bobbin
         stalls = config.stall_threshold ? "a job holding the loop over #{(config.stall_threshold * 1000).round} ms is reported" : "off"
         offload = FiberSafety.offload? && config.offload_threads.positive? ? "#{config.offload_threads} threads" : "off"
         @out.puts("  stall detector: #{stalls}; thread lane: #{config.thread_lane} threads; offload: #{offload} (per fiber pool)")
+        @out.puts("  event loop: io-event #{Worker::FiberExecutor.selector.name.split('::').last} (IO_EVENT_SELECTOR chooses)")
+      rescue ConfigurationError => error
+        @problems << error.message
       end
 
       def report_notifications

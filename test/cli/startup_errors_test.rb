@@ -40,6 +40,15 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
+  test "an IO_EVENT_SELECTOR this io-event lacks, for a fiber pool; thread pools do not mind" do
+    %w[work start].each do |command|
+      assert_config_exit(run_bobbin(command, "--fibers", "2", env: { "IO_EVENT_SELECTOR" => "Nope" }),
+                         /\Abobbin: IO_EVENT_SELECTOR=Nope is not a selector of this io-event \(it has (URing, )?EPoll, Select; unset it/)
+    end
+    status, _, err = run_bobbin("doctor", "--fibers", "2", env: { "IO_EVENT_SELECTOR" => "Nope" })
+    assert_equal 1, status.exitstatus, err
+  end
+
   test "an empty DATABASE_URL" do
     assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => "" }), /no database: DATABASE_URL is unset or empty; set it/)
     assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => " " }), /DATABASE_URL is unset or empty/)

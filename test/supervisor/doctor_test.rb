@@ -45,6 +45,7 @@ class DoctorTest < Bobbin::TestCase
     _, report = doctor([ { "fibers" => 10 } ])
     assert_match(/! mysql2 is loaded: its calls block a fiber pool's event loop \(use trilogy, or give the jobs that need it runs_on: :thread\)/, report)
     assert_match(/stall detector: a job holding the loop over 100 ms is reported; thread lane: 2 threads; offload: 4 threads/, report)
+    assert_match(/event loop: io-event (URing|EPoll) \(IO_EVENT_SELECTOR chooses\)/, report)
     _, threads_only = doctor([ { "threads" => 5 } ])
     refute_match(/mysql2|stall detector/, threads_only, "thread pools are not concerned")
   ensure

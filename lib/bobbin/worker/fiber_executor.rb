@@ -16,8 +16,24 @@ module Bobbin
       # fibers slows to a crawl and the last ones fail (32,000 fibers hung at 65,530).
       MAP_SHARE = 0.9
 
-      # Raises ConfigurationError when this machine cannot give `capacity` fibers their stacks.
+      # io-event's selectors, best first (io-event's own order).
+      SELECTORS = %i[URing EPoll KQueue Select].freeze
+
+      # The io-event selector the loop runs on: IO_EVENT_SELECTOR when set (io-event's own switch), else the best this
+      # build of io-event has (URing where it was built with liburing, else EPoll). A name it lacks raises
+      # ConfigurationError here rather than NameError in the loop.
+      def self.selector
+        IO::Event::Selector.default
+      rescue NameError
+        built = SELECTORS.select { |name| IO::Event::Selector.const_defined?(name) }
+        raise ConfigurationError, "IO_EVENT_SELECTOR=#{ENV['IO_EVENT_SELECTOR']} is not a selector of this io-event " \
+                                  "(it has #{built.join(', ')}; unset it for the best of them)"
+      end
+
+      # Raises ConfigurationError when this machine cannot give `capacity` fibers their stacks, or io-event the
+      # selector IO_EVENT_SELECTOR names.
       def self.check!(capacity)
+        selector
         limit = File.exist?(MAP_COUNT) ? File.read(MAP_COUNT).to_i : nil
         return if limit.nil?
 
