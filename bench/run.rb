@@ -35,11 +35,12 @@ parser = OptionParser.new do |o|
   o.on("--rounds N", Integer, "measured rounds (after one warm-up)") { |v| options.merge!(rounds: v, rounds_given: true) }
   o.on("--profile", "profile Bobbin alone: per-statement costs, 10,000 in-flight 2 s jobs, concurrency limits (bench/profile.rb), " \
                     "an Active Job job's pieces (bench/profile_active_job.rb), schema 8's indexes against 9's (bench/schema_indexes.rb), " \
-                    "where open-loop pickup goes (bench/profile_pickup.rb)") do
+                    "io-event's selectors side by side (bench/selector.rb), where open-loop pickup goes (bench/profile_pickup.rb)") do
     Servers.create_database("bench_bobbin") # on a fresh machine
     system({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile.rb")) or exit(1)
     system({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile_active_job.rb")) or exit(1)
     system({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "schema_indexes.rb")) or exit(1)
+    system({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "selector.rb")) or exit(1)
     exec({ "BENCH_PG_PORT" => Servers.port }, RbConfig.ruby, File.join(__dir__, "profile_pickup.rb"))
   end
   o.on("--dashboard [JOBS]", Integer, "time every Bobbin::Dashboard page with JOBS (default #{Plan::DASHBOARD[:jobs]}) jobs in the table " \
