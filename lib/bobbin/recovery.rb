@@ -47,9 +47,7 @@ module Bobbin
       blamed = blamed_ids(running)
       error = { last_error_class: ProcessDied.name, last_error_message: "#{reason} while this job was running",
                 last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }
-      failed = running.where(id: blamed).where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
-                      .update_all(error.merge(state: "failed", finished_at: Time.now.utc))
-      ready = running.where(id: blamed).update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil))
+      failed, ready = blamed.empty? ? [ 0, 0 ] : charge(running.where(id: blamed), error)
       spared = spare(running.where.not(id: blamed), error, suspects: blamed.empty?)
       log(reason, ready + spared, failed, blamed)
       Wakeups.announce(nil) if ready + spared > 0
@@ -57,6 +55,14 @@ module Bobbin
         Instrumentation.instrument(:recover, process_id: process_id, reason: reason, ready: ready + spared, failed: failed, blamed: blamed)
       end
       ready + failed + spared
+    end
+
+    # The crash counts against these jobs: those out of crash retries fail, the others go back to ready. Returns
+    # [failed, ready].
+    def charge(blamed, error)
+      failed = blamed.where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
+                     .update_all(error.merge(state: "failed", finished_at: Time.now.utc))
+      [ failed, blamed.update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil)) ]
     end
 
     # The jobs a crash counts against: the only one in flight, else the suspect in flight.
