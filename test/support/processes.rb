@@ -1,10 +1,20 @@
 # frozen_string_literal: true
 
 require "rbconfig"
+require "tempfile"
 
 # Starts real `bobbin` processes for tests and waits on real conditions (never on a fixed sleep).
 module TestProcesses
   ROOT = File.expand_path("../..", __dir__)
+
+  # A config file for `bobbin start -c`: the one pool `pool` (polling each 50 ms), heartbeats each 0.5 s. The caller
+  # deletes it.
+  def start_config(pool)
+    Tempfile.create([ "bobbin", ".yml" ]).tap do |file|
+      file.write({ "heartbeat_interval" => 0.5, "workers" => [ pool.merge("polling_interval" => 0.05) ] }.to_yaml)
+      file.close
+    end
+  end
 
   # Spawns `exe/bobbin ARGS` against the test database, loading the test jobs; returns its pid.
   # `prefix` runs it through another command (e.g. `ip netns exec NAME`).

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "tempfile"
 
 # TTIN (Sidekiq's thread dump): a worker logs each running job with the backtrace of its own fiber or thread, and
 # goes on. Real processes and signals; the jobs wait at a gate in test/support/jobs.rb, so the line they wait on
@@ -50,9 +49,7 @@ class BacktracesTest < Bobbin::TestCase
 
   { "fork" => { "fibers" => 2, "processes" => 2 }, "async" => { "threads" => 2, "processes" => 2 } }.each do |mode, pool|
     test "TTIN to bobbin start (#{mode}): every worker logs its running jobs, and nothing stops" do
-      @config = Tempfile.create([ "bobbin", ".yml" ])
-      @config.write({ "heartbeat_interval" => 0.5, "workers" => [ pool.merge("polling_interval" => 0.05) ] }.to_yaml)
-      @config.close
+      @config = start_config(pool)
       gate = GatedJob.gate("dump-start-#{mode}")
       log = @log = "tmp/dump-start-#{mode}-#{Process.pid}.log"
       pids = []

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "tempfile"
 
 # TSTP (Sidekiq's quiet): before a deploy, a worker stops taking jobs, lets its running ones finish and waits for
 # TERM, so the stop interrupts nothing. Real processes and signals; "nothing started" is shown by a job enqueued
@@ -42,9 +41,7 @@ class QuietTest < Bobbin::TestCase
   end
 
   test "TSTP to bobbin start: every worker goes quiet, the process rows say so, and a worker that dies is not restarted" do
-    @config = Tempfile.create([ "bobbin", ".yml" ])
-    @config.write({ "heartbeat_interval" => 0.5, "workers" => [ { "fibers" => 2, "processes" => 2, "polling_interval" => 0.05 } ] }.to_yaml)
-    @config.close
+    @config = start_config({ "fibers" => 2, "processes" => 2 })
     gate = GatedJob.gate("quiet-supervisor")
     log = @log = "tmp/quiet-supervisor-#{Process.pid}.log"
     pids = []
@@ -74,9 +71,7 @@ class QuietTest < Bobbin::TestCase
   end
 
   test "TSTP to bobbin start while a worker is still booting (forked, its trap not set yet): it goes quiet once it runs" do
-    @config = Tempfile.create([ "bobbin", ".yml" ])
-    @config.write({ "heartbeat_interval" => 0.5, "workers" => [ { "threads" => 2, "processes" => 1, "polling_interval" => 0.05 } ] }.to_yaml)
-    @config.close
+    @config = start_config({ "threads" => 2, "processes" => 1 })
     log = @log = "tmp/quiet-booting-#{Process.pid}.log"
     mark = File.expand_path("../../tmp/forked-#{Process.pid}", __dir__)
     FileUtils.rm_f(mark)
@@ -99,9 +94,7 @@ class QuietTest < Bobbin::TestCase
   end
 
   test "TSTP to bobbin start --mode async: its worker threads go quiet" do
-    @config = Tempfile.create([ "bobbin", ".yml" ])
-    @config.write({ "heartbeat_interval" => 0.5, "workers" => [ { "threads" => 2, "processes" => 1, "polling_interval" => 0.05 } ] }.to_yaml)
-    @config.close
+    @config = start_config({ "threads" => 2, "processes" => 1 })
     log = @log = "tmp/quiet-async-#{Process.pid}.log"
     pids = []
     ensure_killed(pids) do

@@ -61,30 +61,20 @@ module Bobbin
       def quiet
         @quiet = true
         @quiet_writer&.write_nonblock(".", exception: false)
-        @pid ? ::Process.kill(Worker::QUIET_SIGNAL, @pid) : @worker&.quiet
-      rescue Errno::ESRCH, Errno::EPIPE # the process is gone
+        @pid ? signal(Worker::QUIET_SIGNAL) : @worker&.quiet
+      rescue Errno::EPIPE # the process is gone
         nil
       end
 
       # Has a worker process log its dump (TTIN).
-      def dump
-        ::Process.kill(Worker::Backtraces::SIGNAL, @pid) if @pid
-      rescue Errno::ESRCH
-        nil
-      end
+      def dump = (signal(Worker::Backtraces::SIGNAL) if @pid)
 
       # The Worker of a slot run as a thread (async mode); nil for a process.
       attr_reader :worker
 
       # Asks the worker to stop: TERM (graceful) or QUIT (immediate).
       def stop(graceful:)
-        if @pid
-          ::Process.kill(graceful ? "TERM" : "QUIT", @pid)
-        else
-          @worker&.stop(timeout: graceful ? nil : 0)
-        end
-      rescue Errno::ESRCH
-        nil
+        @pid ? signal(graceful ? "TERM" : "QUIT") : @worker&.stop(timeout: graceful ? nil : 0)
       end
 
       # Kills a worker process that outlived the shutdown timeout and waits for it, so that `exited` reports it
@@ -104,6 +94,13 @@ module Bobbin
       def name = "#{@pool.mode}-#{@pool.size}##{@index}"
 
       private
+        # Sends `name` to the worker process; nothing when it is gone.
+        def signal(name)
+          ::Process.kill(name, @pid)
+        rescue Errno::ESRCH
+          nil
+        end
+
         def new_worker(supervisor)
           Worker.new(**@pool.worker_options, name: name, supervisor: supervisor)
         end
