@@ -9,12 +9,6 @@ require_relative "../support/version_one_schema"
 class RailsInstallTest < Bobbin::TestCase
   def app = GeneratedApp.installed
 
-  # Puma 8.0.2's own TERM race (puma/puma#3677, fixed upstream by #3940, not yet released): its server thread
-  # closes the notify pipe while the TERM trap's write to it is still in flight, and waits in IO#close forever.
-  # Plain Puma without the plugin hangs so in about 2 runs of 100 on a loaded machine. Its signature: the main
-  # thread is past every after_stopped hook (Bobbin's included), joining the server thread, which sits in IO#close.
-  PUMA_CLOSE_RACE = /in 'Puma::Server#stop'.*@puma srv[^\n]*\n\s+\S+server\.rb:\d+:in 'IO#close'\n\s+\S+:in 'block in Puma::Server#handle_servers'/m
-
   def wait_for_file(name, timeout: 90) = wait_for("tmp/#{name}", timeout: timeout) { File.exist?(app.path("tmp/#{name}")) && app.read("tmp/#{name}") }
 
   test "bobbin:install sets the adapter in production (over Solid Queue's), a queue database, bin/bobbin; again it changes nothing" do
@@ -156,13 +150,25 @@ class RailsInstallTest < Bobbin::TestCase
     # The supervisors the plugin started, in order, as their start lines in Puma's log name them.
     def supervisors(log) = File.read(log).scan(/^bobbin supervisor (\d+) \(fork\) starting/).flatten.map(&:to_i)
 
+    # Puma 8.0.2's own TERM hang, plugin or not. Its single mode joins the server thread from the TERM trap while the
+    # main thread is already joining it (puma/puma#94), and now and then that join never returns: either the server
+    # thread waits forever in IO#close of the notify pipe (puma/puma#3677, fixed upstream by #3940, not yet released)
+    # or it is gone and the trap's join still waits. Plain Puma without the plugin hangs so in about 2 runs of 100 on a
+    # loaded machine. Recognised by where it happens: after every after_stopped hook had returned (Bobbin's "Stopping
+    # Bobbin", then Puma's own "Gracefully stopping"), with Puma's main thread in Puma::Server#stop.
+    def puma_own_hang?(output)
+      stopped = output.index("Stopping Bobbin") or return false
+      graceful = output.index("- Gracefully stopping", stopped) or return false
+      output.index("in 'Puma::Server#stop'", graceful).present?
+    end
+
     def assert_puma_exits(pid, log, dump, cause)
       return if wait_exit(pid, timeout: 60)
 
       File.write(dump, "") # Puma's threads' backtraces: where it hangs
       sleep 2
       output = File.read(log)
-      flunk "Puma did not exit within 60 s of #{cause}:\n#{output}" unless output.match?(PUMA_CLOSE_RACE)
-      warn("\nPuma hung after stopping Bobbin, in its own shutdown race (puma/puma#3677); the plugin's part passed")
+      flunk "Puma did not exit within 60 s of #{cause}:\n#{output}" unless puma_own_hang?(output)
+      warn("\nPuma hung in its own stop after the plugin had stopped Bobbin (puma/puma#94, #3677); the plugin's part passed")
     end
 end
