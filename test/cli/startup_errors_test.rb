@@ -54,6 +54,58 @@ class StartupErrorsTest < Bobbin::TestCase
     assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => " " }), /DATABASE_URL is unset or empty/)
   end
 
+  test "a database URL of another database is named, without its password" do
+    status, out, err = result = run_bobbin("work", "--threads", "1", env: { "DATABASE_URL" => "mysql2://app:secret@127.0.0.1/app" })
+    assert_config_exit(result, /\Abobbin: Bobbin runs on PostgreSQL or SQLite, not mysql2 \(give a postgres:\/\/… or sqlite3:path URL\)$/)
+    refute_match(/secret/, out + err, status.inspect)
+  end
+
+  test "a -r file that calls Bobbin.connect needs no DATABASE_URL; one that does not is told to" do
+    with_tmpdir do |dir|
+      ran = File.join(dir, "ran")
+      File.write(File.join(dir, "jobs.rb"), <<~RUBY)
+        Bobbin.connect("sqlite3:#{dir}/jobs.sqlite3")
+        Bobbin.migrate!
+        class SelfConnectedJob
+          include Bobbin::Job
+          def perform(path) = File.write(path, "ran in \#{Process.pid}")
+        end
+        SelfConnectedJob.enqueue(#{ran.inspect}) if Bobbin.counts.values.sum.zero?
+      RUBY
+      status, _, err = run_bobbin("work", "--threads", "1", "--drain", "-r", File.join(dir, "jobs.rb"), env: { "DATABASE_URL" => "" })
+      assert status.success?, err
+      assert_match(/\Aran in \d+\z/, File.read(ran))
+
+      File.write(File.join(dir, "defines_only.rb"), "class DefinedOnlyJob; include Bobbin::Job; end\n")
+      assert_config_exit(run_bobbin("work", "--threads", "1", "-r", File.join(dir, "defines_only.rb"), env: { "DATABASE_URL" => "" }),
+                         /no database: DATABASE_URL is unset or empty and .*defines_only\.rb did not call Bobbin\.connect; set it/)
+    end
+  end
+
+  test "a plain Ruby app whose Gemfile lacks the database's driver is told to add it" do
+    with_tmpdir do |dir|
+      File.write(File.join(dir, "Gemfile"), %(source "https://rubygems.org"\ngem "bobbin", path: #{ROOT.inspect}\n))
+      File.write(File.join(dir, "jobs.rb"), %(Bobbin.connect(ENV.fetch("JOBS_URL"))\n))
+      bundle = ->(*command, env: {}) do
+        Bundler.with_unbundled_env do
+          Open3.capture3({ "BUNDLE_GEMFILE" => File.join(dir, "Gemfile"), "BUNDLE_PATH" => File.join(ROOT, "vendor/bundle") }.merge(env),
+                         "bundle", *command, chdir: dir)
+        end
+      end
+      _, err, status = bundle.call("install", "--local")
+      assert status.success?, err
+
+      { "sqlite3:#{dir}/jobs.sqlite3" => "sqlite3", "postgres://127.0.0.1/app" => "pg" }.each do |url, driver|
+        scheme = url[/\A[^:]*/]
+        assert_config_exit(bundle.call("exec", "bobbin", "work", "--threads", "1", env: { "DATABASE_URL" => url }).then { |o, e, st| [ st, o, e ] },
+                           /\Abobbin: a #{scheme}: URL needs the #{driver} gem, which is not in this bundle: add it to the Gemfile \(bundle add #{driver}\)$/)
+        _, err, status = bundle.call("exec", "ruby", "-rbobbin", "jobs.rb", env: { "JOBS_URL" => url })
+        assert_match(/needs the #{driver} gem.*\(Bobbin::ConfigurationError\)/, err, status.inspect)
+      end
+      refute File.exist?(File.join(dir, "jobs.sqlite3")), "nothing was created"
+    end
+  end
+
   test "a PostgreSQL database that does not exist" do
     skip_unless_postgres
     url = postgres_url(path: "/bobbin_no_such_database_#{Process.pid}")

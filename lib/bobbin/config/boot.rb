@@ -11,11 +11,23 @@ module Bobbin
 
     # Boots the Rails app (config/environment.rb, when present and no `database` URL was given) or connects to
     # `database` (default DATABASE_URL), loads `requires`, and unless `tables: false` checks Bobbin's tables exist.
+    # With no URL anywhere and no Rails app, a -r file may connect itself (Bobbin.connect in a plain Ruby app's jobs file).
     def run(database: nil, requires: [], tables: true)
-      database_step { connect(database) }
-      requires.each { |file| load_file(file) }
+      later = database.nil? && ENV["DATABASE_URL"].to_s.strip.empty? && !File.exist?("config/environment.rb") && requires.any?
+      database_step { connect(database) } unless later
+      database_step { requires.each { |file| load_file(file) } }
+      raise ConfigurationError, "no database: DATABASE_URL is unset or empty and #{requires.join(', ')} did not call Bobbin.connect; set it " \
+                                "(postgres://… or sqlite3:path) or pass -d URL" if later && !connected?
       database_step { check_tables } if tables
       true
+    end
+
+    # True once Bobbin's records have a connection pool.
+    def connected?
+      Record.connection_pool
+      true
+    rescue ActiveRecord::ConnectionNotEstablished
+      false
     end
 
     # Runs the block, turning a failure to reach or use the database into a one-line ConfigurationError.
