@@ -27,7 +27,7 @@ class EnqueueValidationTest < Bobbin::TestCase
   end
 
   test "arguments given as a Hash (or anything but an Array) are refused instead of becoming key-value pairs" do
-    assert_refused(/SleepJob: arguments must be an Array.*got \{"a" => 1\}/) { Bobbin.enqueue_all([ [ SleepJob, { "a" => 1 } ] ]) }
+    assert_refused(/SleepJob: arguments must be an Array.*got #{Regexp.escape({ "a" => 1 }.inspect)}/) { Bobbin.enqueue_all([ [ SleepJob, { "a" => 1 } ] ]) }
     assert_refused(/arguments must be an Array/) { Bobbin.enqueue_all([ [ SleepJob, "a" ] ]) }
     assert_equal 2, Bobbin.enqueue_all([ [ LedgerJob, [ { "a" => 1 } ] ], [ NotImplementedJob ] ]).size
   end

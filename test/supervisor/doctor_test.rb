@@ -21,6 +21,10 @@ class DoctorTest < Bobbin::TestCase
     [ Bobbin::Doctor.new(pools, mode: mode, out: out, root: root).run, out.string ]
   end
 
+  # The report's warning lines, but for the one a Ruby before 3.4 always gets (FiberSafety: offload-safe C calls stay on
+  # the event loop), which its own test checks.
+  def warnings(report) = report.lines.grep(/^  ! /).grep_v(/^  ! Ruby #{Regexp.escape(RUBY_VERSION)} keeps offload-safe C calls/)
+
   # A fake Rails app root: config/application.rb and config/environments/NAME.rb with the given contents.
   def rails_root(application, environments)
     root = tmpdir
@@ -44,7 +48,7 @@ class DoctorTest < Bobbin::TestCase
     Gem.loaded_specs["mysql2"] = Gem::Specification.new("mysql2", "0.5.6")
     _, report = doctor([ { "fibers" => 10 } ])
     assert_match(/! mysql2 is loaded: its calls block a fiber pool's event loop \(use trilogy, or give the jobs that need it runs_on: :thread\)/, report)
-    assert_match(/stall detector: a job holding the loop over 100 ms is reported; thread lane: 2 threads; offload: 4 threads/, report)
+    assert_match(/stall detector: a job holding the loop over 100 ms is reported; thread lane: 2 threads; offload: #{Bobbin::FiberSafety.offload? ? "4 threads" : "off"}/, report)
     assert_match(/event loop: io-event (URing|EPoll) \(IO_EVENT_SELECTOR chooses\)/, report)
     _, threads_only = doctor([ { "threads" => 5 } ])
     refute_match(/mysql2|stall detector/, threads_only, "thread pools are not concerned")
@@ -113,9 +117,8 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/^  development +from config\/application.rb$/, report)
     assert_match(/^  production +solid_queue  config\/environments\/production.rb:3$/, report)
     assert_match(/^  test +ENV.fetch\("ADAPTER", "test"\)  config\/environments\/test.rb:2 \(computed: not checked\)$/, report)
-    warnings = report.lines.grep(/^  ! /)
     assert_equal [ "  ! config/environments/production.rb:3 sets queue_adapter = :solid_queue: jobs in production do not go to Bobbin\n" ],
-                 warnings
+                 warnings(report)
   end
 
   test "an adapter set in config/application.rb other than bobbin is named for the environments that inherit it" do
@@ -124,7 +127,7 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/^  application +sidekiq  config\/application.rb:1$/, report)
     assert_match(/^  production +bobbin  config\/environments\/production.rb:1$/, report)
     assert_equal [ "  ! config/application.rb:1 sets queue_adapter = :sidekiq: jobs in environments that do not set their own do not go to Bobbin\n" ],
-                 report.lines.grep(/^  ! /)
+                 warnings(report)
   end
 
   test "the test adapter in config/environments/test.rb (what bobbin:install --environments all writes) is no warning" do
@@ -133,7 +136,19 @@ class DoctorTest < Bobbin::TestCase
     _, report = doctor([ { "fibers" => 10 } ], root: root)
     assert_match(/^  test +test  config\/environments\/test.rb:1$/, report)
     assert_equal [ "  ! config/environments/development.rb:1 sets queue_adapter = :test: jobs in development do not go to Bobbin\n" ],
-                 report.lines.grep(/^  ! /), "in development it is still named"
+                 warnings(report), "in development it is still named"
+  end
+
+  test "on a Ruby before 3.4 a fiber pool's report says offload-safe C calls stay on the event loop; on 3.4 it does not" do
+    _, report = doctor([ { "fibers" => 10 } ])
+    line = "  ! Ruby #{RUBY_VERSION} keeps offload-safe C calls (zlib, ...) on the event loop: Ruby >= 3.4 hands them to threads\n"
+    if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
+      refute_includes report.lines, line
+      assert_match(/offload: 4 threads/, report)
+    else
+      assert_includes report.lines, line
+      assert_match(/offload: off/, report)
+    end
   end
 
   test "outside a Rails app root there is no per-environment section" do
@@ -146,7 +161,7 @@ class DoctorTest < Bobbin::TestCase
     assert_equal 0, status.exitstatus, output
     assert_match(/^Active Job adapter in this process: bobbin$/, output)
     assert_match(/^  production +bobbin  config\/environments\/production.rb:\d+$/, output)
-    refute_match(/^  ! /, output)
+    assert_empty warnings(output)
   end
 
   test "bobbin doctor fails in a Rails app whose production.rb overrides the adapter, naming the line" do
