@@ -86,20 +86,21 @@ class StartupErrorsTest < Bobbin::TestCase
     with_tmpdir do |dir|
       File.write(File.join(dir, "Gemfile"), %(source "https://rubygems.org"\ngem "bobbin", path: #{ROOT.inspect}\n))
       File.write(File.join(dir, "jobs.rb"), %(Bobbin.connect(ENV.fetch("JOBS_URL"))\n))
-      bundle = ->(*command, env: {}) do
-        Bundler.with_unbundled_env do
+      bundle = ->(*command, env: {}) do # [status, stdout, stderr], as run_bobbin
+        out, err, status = Bundler.with_unbundled_env do
           Open3.capture3({ "BUNDLE_GEMFILE" => File.join(dir, "Gemfile"), "BUNDLE_PATH" => File.join(ROOT, "vendor/bundle") }.merge(env),
                          "bundle", *command, chdir: dir)
         end
+        [ status, out, err ]
       end
-      _, err, status = bundle.call("install", "--local")
+      status, _, err = bundle.call("install", "--local")
       assert status.success?, err
 
       { "sqlite3:#{dir}/jobs.sqlite3" => "sqlite3", "postgres://127.0.0.1/app" => "pg" }.each do |url, driver|
         scheme = url[/\A[^:]*/]
-        assert_config_exit(bundle.call("exec", "bobbin", "work", "--threads", "1", env: { "DATABASE_URL" => url }).then { |o, e, st| [ st, o, e ] },
+        assert_config_exit(bundle.call("exec", "bobbin", "work", "--threads", "1", env: { "DATABASE_URL" => url }),
                            /\Abobbin: a #{scheme}: URL needs the #{driver} gem, which is not in this bundle: add it to the Gemfile \(bundle add #{driver}\)$/)
-        _, err, status = bundle.call("exec", "ruby", "-rbobbin", "jobs.rb", env: { "JOBS_URL" => url })
+        status, _, err = bundle.call("exec", "ruby", "-rbobbin", "jobs.rb", env: { "JOBS_URL" => url })
         assert_match(/needs the #{driver} gem.*\(Bobbin::ConfigurationError\)/, err, status.inspect)
       end
       refute File.exist?(File.join(dir, "jobs.sqlite3")), "nothing was created"

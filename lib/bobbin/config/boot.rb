@@ -13,11 +13,9 @@ module Bobbin
     # `database` (default DATABASE_URL), loads `requires`, and unless `tables: false` checks Bobbin's tables exist.
     # With no URL anywhere and no Rails app, a -r file may connect itself (Bobbin.connect in a plain Ruby app's jobs file).
     def run(database: nil, requires: [], tables: true)
-      later = database.nil? && ENV["DATABASE_URL"].to_s.strip.empty? && !File.exist?("config/environment.rb") && requires.any?
-      database_step { connect(database) } unless later
+      connected = database_step { connect(database) }
       database_step { requires.each { |file| load_file(file) } }
-      raise ConfigurationError, "no database: DATABASE_URL is unset or empty and #{requires.join(', ')} did not call Bobbin.connect; set it " \
-                                "(postgres://… or sqlite3:path) or pass -d URL" if later && !connected?
+      raise ConfigurationError, no_database(requires) unless connected || connected?
       database_step { check_tables } if tables
       true
     end
@@ -30,6 +28,11 @@ module Bobbin
       false
     end
 
+    def no_database(requires)
+      loaded = " and #{requires.join(', ')} did not call Bobbin.connect" if requires.any?
+      "no database: DATABASE_URL is unset or empty#{loaded}; set it (postgres://… or sqlite3:path) or pass -d URL"
+    end
+
     # Runs the block, turning a failure to reach or use the database into a one-line ConfigurationError.
     def database_step
       yield
@@ -37,12 +40,13 @@ module Bobbin
       raise ConfigurationError, DatabaseProblem.describe(error)
     end
 
-    # Boots the Rails app or connects to the URL given or in DATABASE_URL.
+    # Boots the Rails app or connects to the URL given or in DATABASE_URL; false when there is no URL (the -r files may
+    # connect).
     def connect(database)
-      return boot_rails if File.exist?("config/environment.rb") && database.nil?
+      return boot_rails.then { true } if File.exist?("config/environment.rb") && database.nil?
 
       url = database || ENV["DATABASE_URL"]
-      raise ConfigurationError, "no database: DATABASE_URL is unset or empty; set it (postgres://… or sqlite3:path) or pass -d URL" if url.to_s.strip.empty?
+      return false if url.to_s.strip.empty?
 
       check_sqlite_directory(url)
       Bobbin.connect(url)
