@@ -71,6 +71,14 @@ module Bobbin
       retry
     end
 
+    # `count` jobs that succeeded past the retention (two days ago, or a minute beyond a longer one); returns their ids.
+    def expired_jobs(count)
+      ids = (0...count).each_slice(5_000).flat_map { |slice| Bobbin.enqueue_all(slice.map { |i| [ SleepJob, [ i ] ] }) }
+      finished = Time.now.utc - [ 2 * 86_400, Bobbin.config.retention.to_i + 60 ].max
+      Bobbin::JobRecord.where(id: ids).update_all(state: "succeeded", finished_at: finished)
+      ids
+    end
+
     # Asserts the block raises Bobbin::EnqueueError matching `pattern` and that nothing was written.
     def assert_refused(pattern, &block)
       error = assert_raises(Bobbin::EnqueueError, &block)

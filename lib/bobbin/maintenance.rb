@@ -8,7 +8,8 @@ module Bobbin
   # finished jobs and old recurring runs. The same process runs the Clock (recurring ticks, concurrency slots) on
   # its own timing.
   module Maintenance
-    SERVICES = { recovery: -> { Recovery.prune }, retention: -> { Retention.sweep }, recurring_runs: -> { RecurringRun.sweep } }.freeze
+    # Seconds until the next run after one that could not finish: the database was unreachable, or retention is behind.
+    SOON = 1
 
     module_function
 
@@ -21,15 +22,20 @@ module Bobbin
       alive.minimum(:id) == process_id
     end
 
-    # Runs every service once; returns false (and logs) when the database could not be reached, which also
-    # makes Recovery distrust silent heartbeats for a while.
-    def run(who)
-      quietly { SERVICES.each_value(&:call) }
-      true
+    # Runs every service once; returns the seconds until the next run: heartbeat_interval, or SOON when retention
+    # has more to delete than one sweep's budget, or when the database could not be reached (logged; Recovery then
+    # distrusts silent heartbeats for a while).
+    def run(who, retention_budget: Retention::BUDGET)
+      behind = quietly do
+        Recovery.prune
+        RecurringRun.sweep
+        Retention.sweep(budget: retention_budget).behind
+      end
+      behind ? SOON : Bobbin.config.heartbeat_interval
     rescue ActiveRecord::ActiveRecordError => error
       Recovery.unreachable!
       Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{error.message.lines.first&.strip}); retrying")
-      false
+      SOON
     end
 
     # Runs the block with the app's debug lines held back: Active Record logs every query at debug (in development,

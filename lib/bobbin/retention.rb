@@ -4,22 +4,30 @@ module Bobbin
   # Deletes finished jobs older than Bobbin.config.retention; failed jobs stay until retried or discarded.
   module Retention
     BATCH = 1_000
+    # Seconds one sweep may spend deleting, so the process that keeps house (the supervisor reads its signals between
+    # rounds) is never held for long. A sweep that runs out of it is `behind`, and Maintenance comes back within a second.
+    BUDGET = 1.0
+
+    # How many rows a sweep deleted, and whether expired ones remain (it stopped on its budget, not on a short batch).
+    Sweep = Data.define(:deleted, :behind)
 
     module_function
 
-    # Deletes up to `batches` × BATCH expired succeeded/discarded jobs; returns how many.
-    def sweep(retention: Bobbin.config.retention, batches: 10)
-      return 0 if retention.nil?
+    # Deletes expired succeeded/discarded jobs, BATCH at a time, until none is left or `budget` seconds are spent.
+    def sweep(retention: Bobbin.config.retention, budget: BUDGET)
+      return Sweep.new(0, false) if retention.nil?
 
-      cutoff = Time.now.utc - retention
-      expired = JobRecord.where(state: %w[succeeded discarded], finished_at: ...cutoff)
+      expired = JobRecord.where(state: %w[succeeded discarded], finished_at: ...(Time.now.utc - retention))
+      deadline = monotonic + budget
       deleted = 0
-      batches.times do
+      loop do
         count = expired.limit(BATCH).delete_all
         deleted += count
-        break if count < BATCH
+        return Sweep.new(deleted, false) if count < BATCH
+        return Sweep.new(deleted, true) if monotonic >= deadline
       end
-      deleted
     end
+
+    def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end
 end

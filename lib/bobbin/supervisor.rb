@@ -101,16 +101,16 @@ module Bobbin
         false
       end
 
-      # Beats and runs the host's Maintenance (its workers leave it to the supervisor); retries in a second
-      # while the database is unavailable.
+      # Beats and runs the host's Maintenance (its workers leave it to the supervisor); returns when to come back:
+      # within a second while the database is unavailable or retention is behind.
       def beat
         Maintenance.quietly { ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: ProcessRecord.now) }
         @outage.succeeded
-        Maintenance.run("supervisor") ? monotonic + Bobbin.config.heartbeat_interval : monotonic + 1
+        monotonic + Maintenance.run("supervisor")
       rescue ActiveRecord::ActiveRecordError => error
         Recovery.unreachable!
         @outage.failed(error)
-        monotonic + 1
+        monotonic + Maintenance::SOON
       end
 
       def shut_down(signal)

@@ -10,8 +10,25 @@ class RetentionTest < Bobbin::TestCase
     Bobbin::JobRecord.where(id: ids[1]).update_all(state: "discarded", finished_at: old)
     Bobbin::JobRecord.where(id: ids[2]).update_all(state: "failed", finished_at: old)
     Bobbin::JobRecord.where(id: ids[3]).update_all(state: "succeeded", finished_at: Time.now.utc)
-    assert_equal 2, Bobbin::Retention.sweep(retention: 86_400)
+    assert_equal Bobbin::Retention::Sweep.new(2, false), Bobbin::Retention.sweep(retention: 86_400)
     assert_equal ids[2..], Bobbin::JobRecord.order(:id).pluck(:id)
-    assert_equal 0, Bobbin::Retention.sweep(retention: nil), "nil keeps everything"
+    assert_equal 0, Bobbin::Retention.sweep(retention: nil).deleted, "nil keeps everything"
+  end
+
+  # A host finishing more than a thousand jobs a second must not pile up finished rows: a sweep once deleted at
+  # most 10,000 a round (one round every heartbeat_interval, 10 s by default).
+  test "a sweep deletes every expired job, batch after batch, until none is left" do
+    expired_jobs(10 * Bobbin::Retention::BATCH + 17)
+    assert_equal Bobbin::Retention::Sweep.new(10 * Bobbin::Retention::BATCH + 17, false), Bobbin::Retention.sweep(budget: 600)
+    assert_equal 0, Bobbin::JobRecord.count
+  end
+
+  test "a sweep out of time stops after a batch and says it is behind; Maintenance then comes back within a second" do
+    expired_jobs(2 * Bobbin::Retention::BATCH + 5)
+    assert_equal Bobbin::Retention::Sweep.new(Bobbin::Retention::BATCH, true), Bobbin::Retention.sweep(budget: 0)
+    assert_equal Bobbin::Maintenance::SOON, Bobbin::Maintenance.run("test", retention_budget: 0)
+    assert_equal 5, Bobbin::JobRecord.count
+    assert_equal Bobbin.config.heartbeat_interval, Bobbin::Maintenance.run("test")
+    assert_equal 0, Bobbin::JobRecord.count
   end
 end

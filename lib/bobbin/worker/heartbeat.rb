@@ -3,9 +3,10 @@
 module Bobbin
   class Worker
     # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (the elected
-    # worker among those without a supervisor) runs the host's Maintenance, also at boot. Every second: stops the worker if its
-    # supervisor is gone or its stop is overdue, and writes the stalls its jobs caused to their rows. Runs on a thread of its own, so a job that blocks the event loop cannot make its live
-    # process look dead.
+    # worker among those without a supervisor) runs the host's Maintenance, also at boot and within a second while
+    # it is behind. Every second: stops the worker if its supervisor is gone or its stop is overdue, and writes the
+    # stalls its jobs caused to their rows. Runs on a thread of its own, so a job that blocks the event loop cannot
+    # make its live process look dead.
     class Heartbeat
       TICK = 1.0
 
@@ -23,17 +24,17 @@ module Bobbin
       # Beats until `stop`.
       def run
         title
-        maintain
+        maintain_at = maintain
         last = monotonic
         until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
           orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
           @worker.exit_if_stop_overdue
           @worker.stall_log&.flush(@store)
-          next if monotonic - last < @interval
-
-          last = monotonic
-          beat
-          maintain
+          if monotonic - last >= @interval
+            last = monotonic
+            beat
+          end
+          maintain_at = maintain if monotonic >= maintain_at
         end
       ensure
         @clock&.stop
@@ -69,15 +70,18 @@ module Bobbin
           @outage.failed(error)
         end
 
-        # The elected worker keeps house: the heartbeat's services now, the Clock's on their own timing.
+        # The elected worker keeps house: the heartbeat's services now, the Clock's on their own timing. Returns when
+        # to look again: after Maintenance's own wait when elected, else at the next beat.
         def maintain
-          return unless @maintain && Maintenance.quietly { Maintenance.elected?(@worker.process_id) }
+          return monotonic + @interval unless @maintain && Maintenance.quietly { Maintenance.elected?(@worker.process_id) }
 
-          Maintenance.run("worker #{@worker.process_id}")
+          wait = Maintenance.run("worker #{@worker.process_id}")
           @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}")
+          monotonic + wait
         rescue ActiveRecord::ActiveRecordError => error
           Recovery.unreachable!
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: maintenance skipped: #{error.message.lines.first&.strip}")
+          monotonic + @interval
         end
 
         def orphaned!
