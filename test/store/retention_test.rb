@@ -31,4 +31,27 @@ class RetentionTest < Bobbin::TestCase
     assert_equal Bobbin.config.heartbeat_interval, Bobbin::Maintenance.run("test")
     assert_equal 0, Bobbin::JobRecord.count
   end
+
+  test "on PostgreSQL a sweep steps over the rows another transaction holds instead of waiting for it" do
+    skip_unless_postgres
+    ids = expired_jobs(Bobbin::Retention::BATCH + 10)
+    held = ids.first(Bobbin::Retention::BATCH)
+    locked = Queue.new
+    release = Queue.new
+    other = Thread.new do # another host's sweep, mid-batch
+      Bobbin::JobRecord.transaction do
+        Bobbin::JobRecord.where(id: held).lock.to_a
+        locked << true
+        release.pop
+      end
+    end
+    locked.pop
+    sweep = Thread.new { Bobbin::Retention.sweep }
+    done = sweep.join(10)
+    release << true
+    other.join
+    assert done, "the sweep waited for the other transaction's rows"
+    assert_equal Bobbin::Retention::Sweep.new(10, false), sweep.value
+    assert_equal held, Bobbin::JobRecord.order(:id).pluck(:id)
+  end
 end

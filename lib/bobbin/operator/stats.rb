@@ -2,7 +2,9 @@
 
 module Bobbin
   module Operator
-    # Aggregates that stay fast on big tables: each reads one index range, never the whole table.
+    # Aggregates that stay fast on big tables: each reads index ranges, never the table's rows. Finished jobs,
+    # however many, cost nothing but `counts`' capped reads; `queues` reads every waiting, running and failed job's
+    # index entry (about 0.3 s per million waiting on PostgreSQL on a 2-core machine).
     module Stats
       # Counts above this are estimated on PostgreSQL (the planner's row estimate) instead of counted.
       EXACT_UP_TO = 10_000
