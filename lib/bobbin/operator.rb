@@ -31,7 +31,7 @@ module Bobbin
     def resume(queue) = QueuePause.resume(queue)
 
     def counts = Stats.counts
-    def queues = Stats.queues
+    def queues(cap: nil) = Stats.queues(cap: cap)
     def throughput(minutes: 60) = Stats.throughput(minutes: minutes)
     def latency(queues = nil) = Stats.latency(queues)
     def processes = ProcessView.all

@@ -56,6 +56,13 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(%r{<td>fibers · quiet</td>}, get(Bobbin::Dashboard.new(environment: "development"), "/processes").body)
   end
 
+  test "the queues page shows a queue's count past its cap as 10,000+" do
+    insert_jobs(Bobbin::Operator::Stats::EXACT_UP_TO + 1, queue: "bulk")
+    insert_jobs(2, queue: "bulk", **failed_attributes)
+    page = get(Bobbin::Dashboard.new(environment: "development"), "/queues").body
+    assert_match(%r{<tr id="queue-bulk">.*?>10,000\+</a>.*?>0</a>.*?>2</a>}m, page)
+  end
+
   test "with the database unreachable, pages answer 503 saying so, without the connection's details, and work again once it is back" do
     app = Bobbin::Dashboard.new(environment: "development")
     port = TCPServer.open("127.0.0.1", 0).then { |server| server.addr[1].tap { server.close } }

@@ -26,12 +26,14 @@ class StableStatementsTest < Bobbin::TestCase
     pages = lambda do |now|
       Bobbin::Operator::Stats.counts(now)
       Bobbin::Operator::Stats.queues(now)
+      Bobbin::Operator::Stats.queues(now, cap: 10)
       Bobbin::Operator::Stats.throughput(now: now)
       filter.scope(now).to_a
       Bobbin::Operator::Filter.new(state: "scheduled").scope(now).count
       Bobbin::JobRecord.scheduled.count
       Bobbin::Operator.delete_finished(before: now - 86_400)
     end
+    SleepJob.enqueue(0) # a queue for the capped counts to visit
     first = statements { pages.call(Time.now.utc) }
     second = statements { pages.call(Time.now.utc + 61) }
 

@@ -42,6 +42,27 @@ class OperatorStatsTest < Bobbin::TestCase
     assert_operator Bobbin::Operator.latency([ "mail" ]), :>=, 119
   end
 
+  test "queues with a cap: each count stops at the cap and says so, the rest as exact, the order and latency kept" do
+    insert_jobs(4, queue: "mail", run_at: Time.now.utc - 120)
+    insert_jobs(1, queue: "mail", run_at: Time.now.utc + 600)
+    insert_jobs(3, queue: "mail", **failed_attributes)
+    insert_jobs(3, queue: "llm", state: "running")
+    insert_jobs(2, queue: "llm", state: "blocked", concurrency_key: "k")
+    insert_jobs(9, queue: "webhooks")
+    Bobbin::Operator.pause("idle")
+    exact = Bobbin::Operator.queues
+    assert_equal exact, Bobbin::Operator.queues(cap: 9), "nothing reached the cap"
+    assert_equal %w[webhooks mail idle llm], exact.map(&:name), "most due first"
+    capped = Bobbin::Operator.queues(cap: 3).to_h { |queue| [ queue.name, queue ] }
+    mail = capped["mail"]
+    assert_equal [ 3, 1, 3, [ :ready ] ], [ mail.ready, mail.scheduled, mail.failed, mail.capped ], "3 of 4 due shown as 3+; failed exactly 3"
+    assert_operator mail.latency, :>=, 119
+    assert_equal [ 0, 2, 3, [] ], [ capped["llm"].ready, capped["llm"].blocked, capped["llm"].running, capped["llm"].capped ]
+    assert capped["webhooks"].capped?(:ready)
+    assert capped["idle"].paused
+    assert_equal %w[mail webhooks idle llm], Bobbin::Operator.queues(cap: 3).map(&:name), "capped ties by name"
+  end
+
   test "throughput per minute counts succeeded and failed jobs by the minute they finished" do
     now = Time.now.utc
     insert_jobs(3, state: "succeeded", finished_at: now)

@@ -63,6 +63,12 @@ module Bobbin
 
       def number(value) = value.to_i.to_s.reverse.scan(/\d{1,3}/).join(",").reverse
 
+      # A queue's count of `field`, "10,000+" when it stopped at the dashboard's cap.
+      def queue_count(queue, field) = "#{number(queue.public_send(field))}#{'+' if queue.capped?(field)}"
+
+      # The queues, each count read up to a cap: a backlog of millions costs a refresh what ten thousand do.
+      def capped_queues = Bobbin::Operator.queues(cap: Bobbin::Operator::Stats::EXACT_UP_TO)
+
       def shown_state(job) = job.state == "ready" && job.run_at > Time.now.utc ? "scheduled" : job.state
 
       def badge(state) = %(<span class="badge #{h(state)}">#{h(state)}</span>)

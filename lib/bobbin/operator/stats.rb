@@ -2,17 +2,22 @@
 
 module Bobbin
   module Operator
-    # Aggregates that stay fast on big tables: each reads index ranges, never the table's rows. Finished jobs,
-    # however many, cost nothing but `counts`' capped reads; `queues` reads every waiting, running and failed job's
-    # index entry (about 0.3 s per million waiting on PostgreSQL on a 2-core machine).
+    # Aggregates that stay fast on big tables: each reads index ranges, never the table's rows, and finished jobs,
+    # however many, cost no more than `counts`' capped reads. `queues` is exact by default and then reads every
+    # waiting, running and failed job's index entry (about 0.3 s per million on PostgreSQL on a 2-core machine); the
+    # dashboard asks for it capped.
     module Stats
       # Counts above this are estimated on PostgreSQL (the planner's row estimate) instead of counted.
       EXACT_UP_TO = 10_000
       # One queue's numbers: jobs due (ready), scheduled, blocked, running, failed; latency = age in seconds of
-      # its oldest due job (0 when none); paused.
-      Queue = Data.define(:name, :ready, :scheduled, :blocked, :running, :failed, :latency, :paused) do
+      # its oldest due job (0 when none); paused; `capped` lists the counts that stopped at a cap (at least that many).
+      Queue = Data.define(:name, :ready, :scheduled, :blocked, :running, :failed, :latency, :paused, :capped) do
+        def initialize(capped: [], **fields) = super
         def size = ready + scheduled + blocked
+        def capped?(field) = capped.include?(field.to_sym)
       end
+      # The states `queues` reports: jobs waiting, running, or failed (kept until retried or discarded).
+      QUEUED = %w[ready blocked running failed].freeze
       # Job counts by state; `estimated` lists the states whose count is the planner's estimate.
       Counts = Data.define(:by_state, :estimated) do
         def [](state) = by_state.fetch(state.to_s, 0)
@@ -42,10 +47,17 @@ module Bobbin
 
       # Every queue that has waiting, running or failed jobs, or is paused, busiest (most due) first. `now` is a bind
       # parameter (the dashboard asks every few seconds: a time written into the SQL would be a new statement each time).
-      def queues(now = Time.now.utc)
+      # Exact counts read every such job's index entry in one grouped query. With `cap`, each count of each queue stops
+      # at `cap` (Queue#capped says which did), and the reads are bounded by queues × 5 × cap index entries whatever
+      # the backlog: a million jobs waiting, or failures piling up for weeks, no longer cost the dashboard's refresh.
+      def queues(now = Time.now.utc, cap: nil)
+        cap ? capped_queues(now, cap) : exact_queues(now)
+      end
+
+      def exact_queues(now)
         run_at = JobRecord.arel_table[:run_at]
-        due = run_at.lteq(JobRecord.predicate_builder.build_bind_attribute("run_at", now))
-        rows = JobRecord.where(state: %w[ready blocked running failed]).group(:queue, :state)
+        due = run_at.lteq(bind("run_at", now))
+        rows = JobRecord.where(state: QUEUED).group(:queue, :state)
                         .pluck(:queue, :state, Arel.sql("COUNT(*)"), Arel::Nodes::Sum.new([ Arel::Nodes::Case.new.when(due).then(1).else(0) ]),
                                Arel::Nodes::Min.new([ Arel::Nodes::Case.new.when(due).then(run_at) ]))
         paused = QueuePause.pluck(:queue)
@@ -75,6 +87,38 @@ module Bobbin
         oldest ? [ now - oldest, 0 ].max : 0
       end
 
+      # One queue at a time: its name found by a seek per queue and state (the (state, queue, run_at) index), each
+      # count a read of at most `cap` + 1 index entries, the oldest due job the first entry of its range.
+      def capped_queues(now, cap)
+        paused = QueuePause.pluck(:queue)
+        present = QUEUED.to_h { |state| [ state, queue_names(state) ] }
+        (present.values.flatten + paused).uniq.map do |name|
+          ready = JobRecord.where(state: "ready", queue: name)
+          due = ready.where(run_at: ..now)
+          scopes = { ready: due, scheduled: ready.where(JobRecord.arel_table[:run_at].gt(bind("run_at", now))),
+                     blocked: JobRecord.where(state: "blocked", queue: name), running: JobRecord.where(state: "running", queue: name),
+                     failed: JobRecord.where(state: "failed", queue: name) }
+          counts = scopes.to_h do |field, scope|
+            state = field == :scheduled ? "ready" : field.to_s
+            [ field, present.fetch(state).include?(name) ? capped_count(scope, cap) : 0 ] # no seek found it: none
+          end
+          capped = counts.filter_map { |field, count| field if count > cap }
+          oldest = (due.minimum(:run_at) if counts[:ready].positive?)
+          Queue.new(name: name, **counts.transform_values { |count| [ count, cap ].min }, capped: capped, paused: paused.include?(name),
+                    latency: oldest ? [ (now - oldest).round(1), 0 ].max : 0)
+        end.sort_by { |queue| [ -queue.ready, queue.name ] }
+      end
+
+      # The queues that have jobs in `state`, in order: one index seek each (PostgreSQL reads no DISTINCT this way).
+      def queue_names(state)
+        scope = JobRecord.where(state: state).order(:queue)
+        names = []
+        while (name = (names.empty? ? scope : scope.where(JobRecord.arel_table[:queue].gt(bind("queue", names.last)))).pick(:queue))
+          names << name
+        end
+        names
+      end
+
       def queue(name, rows, paused, now)
         by_state = rows.to_h { |_, state, count, due, oldest| [ state, [ count.to_i, due.to_i, oldest ] ] }
         ready, ready_due, oldest = by_state.fetch("ready", [ 0, 0, nil ])
@@ -84,7 +128,9 @@ module Bobbin
                   latency: oldest ? [ (now - oldest).round(1), 0 ].max : 0, paused: paused)
       end
 
-      def capped_count(scope) = JobRecord.from(scope.select(:id).limit(EXACT_UP_TO + 1), :capped).count
+      def capped_count(scope, cap = EXACT_UP_TO) = JobRecord.from(scope.select(:id).limit(cap + 1), :capped).count
+
+      def bind(column, value) = JobRecord.predicate_builder.build_bind_attribute(column, value)
 
       def estimate(scope)
         plan = JobRecord.connection.select_value("EXPLAIN (FORMAT JSON) #{scope.select(:id).to_sql}")
