@@ -61,6 +61,7 @@ class OperatorStatsTest < Bobbin::TestCase
     assert capped["webhooks"].capped?(:ready)
     assert capped["idle"].paused
     assert_equal %w[mail webhooks idle llm], Bobbin::Operator.queues(cap: 3).map(&:name), "capped ties by name"
+    [ 0, -1, "10", 2.5 ].each { |bad| assert_raises(ArgumentError) { Bobbin::Operator.queues(cap: bad) } }
   end
 
   test "throughput per minute counts succeeded and failed jobs by the minute they finished" do

@@ -51,6 +51,8 @@ module Bobbin
       # at `cap` (Queue#capped says which did), and the reads are bounded by queues × 5 × cap index entries whatever
       # the backlog: a million jobs waiting, or failures piling up for weeks, no longer cost the dashboard's refresh.
       def queues(now = Time.now.utc, cap: nil)
+        raise ArgumentError, "cap: must be a positive Integer or nil, got #{cap.inspect}" unless cap.nil? || (cap.is_a?(Integer) && cap.positive?)
+
         cap ? capped_queues(now, cap) : exact_queues(now)
       end
 
