@@ -95,19 +95,15 @@ module Bobbin
         paused = QueuePause.pluck(:queue)
         present = QUEUED.to_h { |state| [ state, queue_names(state) ] }
         (present.values.flatten + paused).uniq.map do |name|
+          # A state whose seek did not find the queue has none of its jobs: no count to read.
+          count = ->(state, scope = JobRecord.where(state: state, queue: name)) { present.fetch(state).include?(name) ? capped_count(scope, cap) : 0 }
           ready = JobRecord.where(state: "ready", queue: name)
           due = ready.where(run_at: ..now)
-          scopes = { ready: due, scheduled: ready.where(JobRecord.arel_table[:run_at].gt(bind("run_at", now))),
-                     blocked: JobRecord.where(state: "blocked", queue: name), running: JobRecord.where(state: "running", queue: name),
-                     failed: JobRecord.where(state: "failed", queue: name) }
-          counts = scopes.to_h do |field, scope|
-            state = field == :scheduled ? "ready" : field.to_s
-            [ field, present.fetch(state).include?(name) ? capped_count(scope, cap) : 0 ] # no seek found it: none
-          end
-          capped = counts.filter_map { |field, count| field if count > cap }
+          counts = { ready: count.("ready", due), scheduled: count.("ready", ready.where(JobRecord.arel_table[:run_at].gt(bind("run_at", now)))),
+                     blocked: count.("blocked"), running: count.("running"), failed: count.("failed") }
           oldest = (due.minimum(:run_at) if counts[:ready].positive?)
-          Queue.new(name: name, **counts.transform_values { |count| [ count, cap ].min }, capped: capped, paused: paused.include?(name),
-                    latency: oldest ? [ (now - oldest).round(1), 0 ].max : 0)
+          Queue.new(name: name, **counts.transform_values { |n| [ n, cap ].min }, capped: counts.filter_map { |field, n| field if n > cap },
+                    paused: paused.include?(name), latency: age(oldest, now))
         end.sort_by { |queue| [ -queue.ready, queue.name ] }
       end
 
@@ -127,8 +123,11 @@ module Bobbin
         oldest = Time.parse("#{oldest} UTC") if oldest.is_a?(String) # SQLite returns the stored text
         Queue.new(name: name, ready: ready_due, scheduled: ready - ready_due, blocked: by_state.dig("blocked", 0) || 0,
                   running: by_state.dig("running", 0) || 0, failed: by_state.dig("failed", 0) || 0,
-                  latency: oldest ? [ (now - oldest).round(1), 0 ].max : 0, paused: paused)
+                  latency: age(oldest, now), paused: paused)
       end
+
+      # Seconds since `oldest` (a queue's oldest due job), to a tenth; 0 when there is none.
+      def age(oldest, now) = oldest ? [ (now - oldest).round(1), 0 ].max : 0
 
       def capped_count(scope, cap = EXACT_UP_TO) = JobRecord.from(scope.select(:id).limit(cap + 1), :capped).count
 
