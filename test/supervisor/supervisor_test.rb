@@ -37,11 +37,11 @@ class SupervisorTest < Bobbin::TestCase
   end
 
   test "TERM during long jobs: short ones finish, long ones return to ready, the supervisor exits within the timeout" do
-    Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] } + Array.new(3) { |i| [ SleepJob, [ 0.5, "short-#{i}" ] ] })
+    Bobbin.enqueue_all(Array.new(3) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] } + Array.new(3) { |i| [ CrashSafeJob, [ 0.5, "short-#{i}" ] ] })
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--threads", "3", "--processes", "2", "--shutdown-timeout", "2", "--polling-interval", "0.05")
-      wait_for("6 jobs running") { Bobbin.counts["running"] == 6 }
+      wait_for("6 jobs started") { StartEntry.count == 6 }
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       Process.kill(:TERM, pids.first)
       assert wait_exit(pids.first, timeout: 20)&.success?

@@ -52,12 +52,19 @@ class GatedJob
   bobbin_options retries: 0
 
   # A gate for this test process (an absolute path; closed until opened).
-  def self.gate(name) = File.expand_path("../../tmp/gate-#{name}-#{Process.pid}", __dir__).tap { |path| FileUtils.rm_f(path) }
+  def self.gate(name)
+    File.expand_path("../../tmp/gate-#{name}-#{Process.pid}", __dir__).tap { |path| FileUtils.rm_f([ path, *Dir["#{path}.started-*"] ]) }
+  end
 
   # Lets every job waiting at `gate` finish.
   def self.open_gate(gate) = FileUtils.touch(gate)
 
+  # How many jobs have started waiting at `gate`. A job counts as running from its claim, before its worker starts
+  # it, and a signal sent in between finds it only claimed ahead (TSTP and TERM hand it back, TTIN has no stack).
+  def self.started(gate) = Dir["#{gate}.started-*"].size
+
   def perform(gate, key)
+    FileUtils.touch("#{gate}.started-#{key}")
     sleep(0.05) until File.exist?(gate)
     LedgerEntry.create!(key: key, pid: Process.pid)
   end

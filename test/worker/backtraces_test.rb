@@ -27,7 +27,7 @@ class BacktracesTest < Bobbin::TestCase
       pids = []
       ensure_killed(pids) do
         pids << (pid = spawn_bobbin("work", "--#{mode}", "4", "--polling-interval", "0.05", log: log))
-        wait_for("both jobs running") { Bobbin.counts["running"] == 2 }
+        wait_for("both jobs started") { GatedJob.started(gate) == 2 }
         Process.kill(Bobbin::Worker::Backtraces::SIGNAL, pid)
         wait_for("the dump", seen: -> { File.read(log) }) { job_sections(log).size == 2 }
 
@@ -57,7 +57,7 @@ class BacktracesTest < Bobbin::TestCase
         pids << spawn_bobbin("start", *("--mode async" if mode == "async").to_s.split, "-c", @config.path, log: log)
         wait_for("two workers registered") { Bobbin::ProcessRecord.where(kind: "worker").count == 2 }
         ids = Bobbin.enqueue_all(Array.new(4) { |i| [ GatedJob, [ gate, "held-#{i}" ] ] })
-        wait_for("four jobs running") { Bobbin.counts["running"] == 4 }
+        wait_for("four jobs started") { GatedJob.started(gate) == 4 }
         workers = Bobbin::ProcessRecord.where(kind: "worker").pluck(:id)
         Process.kill(Bobbin::Worker::Backtraces::SIGNAL, pids.first)
         wait_for("every job in a dump", seen: -> { File.read(log) }) { job_sections(log).keys.sort == ids.sort }

@@ -77,7 +77,7 @@ class InstrumentationTest < Bobbin::TestCase
     log = logged do
       seen = events do
         runner = Thread.new { worker.run }
-        wait_for("2 jobs running") { Bobbin.counts["running"] == 2 }
+        wait_for("2 jobs started") { Recorder.calls.size == 2 }
         worker.stop
         runner.join
       end

@@ -21,7 +21,7 @@ class QuietTest < Bobbin::TestCase
       pids = []
       ensure_killed(pids) do
         pids << spawn_bobbin("work", "--#{mode}", "4", "--polling-interval", "0.05", log: log)
-        wait_for("both jobs running") { Bobbin.counts["running"] == 2 }
+        wait_for("both jobs started") { GatedJob.started(gate) == 2 }
         Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
         wait_for("the worker quiet") { File.read(log).include?(QUIETED) }
 

@@ -5,11 +5,12 @@ require "test_helper"
 class ShutdownTest < Bobbin::TestCase
   %w[fibers threads].each do |mode|
     test "TERM with #{mode} in flight: short jobs finish, long ones return to ready, the process exits in time" do
-      Bobbin.enqueue_all(Array.new(4) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] } + Array.new(4) { |i| [ SleepJob, [ 0.5, "short-#{i}" ] ] })
+      Bobbin.enqueue_all(Array.new(4) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] } + Array.new(4) { |i| [ CrashSafeJob, [ 0.5, "short-#{i}" ] ] })
       pids = []
       ensure_killed(pids) do
         pids << spawn_bobbin("work", "--#{mode}", "8", "--shutdown-timeout", "2", "--polling-interval", "0.05")
-        wait_for("8 jobs running") { Bobbin.counts["running"] == 8 }
+        # Started, not only claimed: a TERM between the claim and the start hands a job back unrun.
+        wait_for("8 jobs started") { StartEntry.count == 8 }
         started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         Process.kill(:TERM, pids.first)
         status = wait_exit(pids.first, timeout: 15)
