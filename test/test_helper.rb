@@ -23,6 +23,8 @@ module Bobbin
       Bobbin::Recovery.instance_variable_set(:@reachable_since, nil)
     end
 
+    teardown { FileUtils.rm_f(Dir[File.expand_path("../tmp/gate-*-#{Process.pid}*", __dir__)]) } # GatedJob's gates and start marks
+
     def postgres? = TestDatabase.postgres?
 
     def skip_unless_postgres = (skip("PostgreSQL only") unless postgres?)

@@ -34,7 +34,7 @@ module Bobbin
       behind ? SOON : Bobbin.config.heartbeat_interval
     rescue ActiveRecord::ActiveRecordError => error
       Recovery.unreachable!
-      Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{error.message.lines.first&.strip}); retrying")
+      Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{Store.reason(error)}); retrying")
       SOON
     end
 

@@ -33,6 +33,18 @@ module Bobbin
     # Active Record's errors for a connection that could not be made or was lost.
     CONNECTION_ERRORS = [ ActiveRecord::ConnectionNotEstablished, ActiveRecord::ConnectionFailed ].freeze
 
+    # What a log line says of a database error: its class and first line, and the driver's own when Active Record's
+    # reads otherwise. Active Record guesses the cause of a refused connection from its text, and a refusal naming
+    # the user ("too many connections for role …") comes out as a wrong password.
+    def self.reason(error)
+      said = "#{error.class}: #{error.message.lines.first&.strip}"
+      cause = error.cause
+      return said if cause.nil? || cause.is_a?(ActiveRecord::ActiveRecordError)
+
+      driver = cause.message.lines.first&.strip.to_s
+      driver.empty? || error.message.include?(driver) ? said : "#{said} (#{cause.class}: #{driver})"
+    end
+
     # Opens a store on a new connection of its own (outside the pool the jobs' code uses).
     def self.open(selection)
       db_config = Record.connection_db_config

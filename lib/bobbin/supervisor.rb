@@ -97,7 +97,7 @@ module Bobbin
         Recovery.process_exited(pid, status)
         true
       rescue ActiveRecord::ActiveRecordError => error
-        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{error.message.lines.first&.strip}); retrying")
+        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{Store.reason(error)}); retrying")
         false
       end
 

@@ -134,7 +134,7 @@ module Bobbin
       adapter = Store.for_adapter(connection.adapter_name)
       adapter == Store::PostgreSQL ? adapter.notify(connection, notice.to_json) : deliver(notice.queues, notice.at, paused: notice.paused)
     rescue ActiveRecord::ActiveRecordError, SystemCallError => error
-      Bobbin.logger.warn("bobbin: could not announce new jobs (#{error.message.lines.first&.strip}); workers will find them by polling")
+      Bobbin.logger.warn("bobbin: could not announce new jobs (#{Store.reason(error)}); workers will find them by polling")
     end
 
     def start_source

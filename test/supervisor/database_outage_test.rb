@@ -22,6 +22,20 @@ class DatabaseOutageTest < Bobbin::TestCase
 
   teardown { FileUtils.rm_f(@log) if @log && !ENV["BOBBIN_KEEP_LOGS"] }
 
+  # Runs the block with a login role of the test's own (`attributes`: CREATE ROLE's, e.g. "CONNECTION LIMIT 1"),
+  # a member of the current user, and a URL that connects as it under `name` (its application_name); drops it after.
+  def with_role(name, attributes = "")
+    skip_unless_postgres
+    connection = Bobbin::Record.connection
+    skip("needs a role that may create roles") unless connection.select_value("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")
+    role = "bobbin_#{name.tr('-', '_')}_#{Process.pid}"
+    connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'secret' #{attributes} IN ROLE #{connection.quote_column_name(connection.select_value('SELECT current_user'))}")
+    database = connection.select_value("SELECT current_database()")
+    yield role, "postgres://#{role}:secret@127.0.0.1:#{TestDatabase.url[/port=(\d+)/, 1] || 5432}/#{database}?pool=25&application_name=bobbin-#{name}-#{Process.pid}"
+  ensure
+    Bobbin::Record.connection.execute("DROP ROLE IF EXISTS #{role}") if role
+  end
+
   def counts
     Bobbin.counts
   rescue ActiveRecord::ActiveRecordError
@@ -95,14 +109,12 @@ class DatabaseOutageTest < Bobbin::TestCase
   # A failover can leave a worker's address answered by a read-only server (the old primary, now a replica) for a
   # while. Played here by a role of the worker's own whose new sessions are read-only, then writable again.
   test "PostgreSQL turns read-only under a running worker: it logs an outage, keeps running, and runs jobs once writable" do
-    skip_unless_postgres
+    with_role("failover") { |role, url| read_only_under_a_worker(role, url) }
+  end
+
+  def read_only_under_a_worker(role, url)
     connection = Bobbin::Record.connection
-    skip("needs a role that may create roles") unless connection.select_value("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")
-    role = "bobbin_failover_#{Process.pid}"
-    connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'failover' IN ROLE #{connection.quote_column_name(connection.select_value('SELECT current_user'))}")
-    database = connection.select_value("SELECT current_database()")
-    name = "bobbin-failover-#{Process.pid}"
-    url = "postgres://#{role}:failover@127.0.0.1:#{TestDatabase.url[/port=(\d+)/, 1] || 5432}/#{database}?pool=25&application_name=#{name}"
+    name = url[/application_name=(.+)\z/, 1]
     terminate = -> { connection.select_value("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '#{name}'") }
     log = log_file("read-only")
     pids = []
@@ -129,8 +141,32 @@ class DatabaseOutageTest < Bobbin::TestCase
     assert_match(/ReadOnlySqlTransaction|read-only transaction/, output)
     assert_match(/database reachable again/, output)
     assert_no_match(/\.rb:\d+:in /, output, "no backtrace")
-  ensure
-    Bobbin::Record.connection.execute("DROP ROLE IF EXISTS #{role}") if role
+  end
+
+  # Between its registration and its first claim a worker opens its own sessions (claims, outcomes, notifications);
+  # a server that refuses them then (max_connections reached, a restart, a blip) used to end the worker with a
+  # backtrace. Played here by a role allowed one session: the worker's pooled one, which registered it.
+  test "PostgreSQL refuses a worker's own sessions just after it registered: it logs an outage, keeps running, and runs jobs once let in" do
+    with_role("limited", "CONNECTION LIMIT 1") do |role, url|
+      log = log_file("refused-at-boot")
+      pids = []
+      ensure_killed(pids) do
+        Bobbin.enqueue_all([ [ LedgerUpsertJob, [ "while-refused" ] ] ])
+        pids << spawn_bobbin("work", "--fibers", "5", "--polling-interval", "0.2", log: log, env: { "DATABASE_URL" => url })
+        wait_for("the worker to find its sessions refused", seen: -> { File.read(log) }) { File.read(log).include?("database unavailable during claim") }
+        sleep(1) # claims fail meanwhile, with the worker alive
+        assert_nil Process.wait(pids.first, Process::WNOHANG), "the worker is still running:\n#{File.read(log)}"
+        assert_equal 0, LedgerEntry.count
+        Bobbin::Record.connection.execute("ALTER ROLE #{role} CONNECTION LIMIT -1")
+        wait_for("the job to run once the worker's sessions are let in", timeout: 30) { LedgerEntry.exists?(key: "while-refused") }
+        Process.kill(:TERM, pids.first)
+        assert wait_exit(pids.first, timeout: 30)&.success?
+      end
+      output = File.read(log)
+      assert_match(/database unavailable during claim: .*too many connections for role/, output)
+      assert_match(/database reachable again/, output)
+      assert_no_match(/\.rb:\d+:in /, output, "no backtrace:\n#{output}")
+    end
   end
 
   test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs" do

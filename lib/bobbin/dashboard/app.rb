@@ -86,7 +86,7 @@ module Bobbin
         response.status = 400
         view(:refused, locals: { message: error.message })
       rescue *Store::CONNECTION_ERRORS => error # the details (hosts, sockets) go to the log, not to the page
-        Bobbin.logger.warn("bobbin dashboard: database unavailable (#{error.class}: #{error.message.lines.first&.strip})")
+        Bobbin.logger.warn("bobbin dashboard: database unavailable (#{Store.reason(error)})")
         response.status = 503
         response["Retry-After"] = "5"
         view(:refused, locals: { message: "The database is unavailable (#{error.class}). This page works again once it is back." })

@@ -36,7 +36,7 @@ module Bobbin
             raise unless outage?(error)
 
             @broken = true
-            raise Unavailable, "database unavailable during #{name}: #{error.class}: #{error.message.lines.first&.strip}"
+            raise Unavailable, "database unavailable during #{name}: #{Store.reason(error)}"
           ensure
             @used_at = monotonic
           end
@@ -54,7 +54,7 @@ module Bobbin
           @store.reconnect!
           @broken = false
         rescue StandardError => error
-          raise Unavailable, "database still unavailable: #{error.class}: #{error.message.lines.first&.strip}"
+          raise Unavailable, "database still unavailable: #{Store.reason(error)}"
         end
 
         # A lost connection, or a database that cannot take the statement for now: PostgreSQL turned read-only (a

@@ -267,7 +267,7 @@ module Bobbin
         @array = PG::TextEncoder::Array.new
         @returned = PG::TypeMapByColumn.new(ClaimedJob.members.map { |member| PG::TextDecoder::Integer.new if INTEGERS.include?(member) })
         @prepared = @adapter.prepared_statements? ? {}.compare_by_identity : nil
-        configure
+        @session = nil
       end
 
       # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
@@ -331,10 +331,7 @@ module Bobbin
       def promote(keys) = self.class.promote(@adapter, keys)
 
       # Reopens the connection after an outage.
-      def reconnect!
-        @adapter.reconnect!
-        configure
-      end
+      def reconnect! = @adapter.reconnect!
 
       # True when the server has closed this session while it sat idle. Reading what waits on its socket, without
       # blocking, finds the goodbye: the server's FATAL message takes one read and the end of the stream after it
@@ -351,31 +348,30 @@ module Bobbin
       def close = @adapter.disconnect!
 
       private
-        # This session runs only Bobbin's own statements. Without statistics (a new or freshly emptied table)
-        # the planner would seq-scan and sort the whole ready set for every claim; the ordered partial index
-        # is always right for ORDER BY … LIMIT n, so sorting is taken off the table. A plan that must still
-        # sort then costs over JIT's threshold, and compiling it took ~100 ms a statement: JIT is off too.
-        def configure
-          @adapter.raw_connection.exec("SET enable_sort = off; SET jit = off")
-        end
-
-        # Runs one of this store's statements. Each is prepared once per server session (the backend pid tells a new
-        # one) unless the app turned prepared statements off (PgBouncer in transaction mode): planning the claim
-        # costs more than running it (~230 of ~500 µs), and an idle worker woken per job claims once per job.
-        # Returns what the block makes of the result, which pg then clears: its libpq memory (2 KB and more, which
-        # pg reports to Ruby's GC) is freed at once, not when a collection finds the result, so it does not add up
-        # to Ruby's malloc limits (a claim per job; malloc past them since the last major collection forces one).
+        # Runs one of this store's statements. Each is prepared once per server session unless the app turned
+        # prepared statements off (PgBouncer in transaction mode): planning the claim costs more than running it
+        # (~230 of ~500 µs), and an idle worker woken per job claims once per job. Returns what the block makes of
+        # the result, which pg then clears: its libpq memory (2 KB and more, which pg reports to Ruby's GC) is freed
+        # at once, not when a collection finds the result, so it does not add up to Ruby's malloc limits (a claim per
+        # job; malloc past them since the last major collection forces one).
         def exec(sql, binds, &)
           raw = @adapter.raw_connection
+          set_up(raw) unless @session == raw.backend_pid
           return raw.exec_params(sql, binds, &) unless @prepared
 
-          raw.exec_prepared(prepared(raw, sql), binds, &)
+          raw.exec_prepared(@prepared[sql] ||= "bobbin_store_#{@prepared.size}".tap { |name| raw.prepare(name, sql) }, binds, &)
         end
 
-        # The name of `sql` (one of this store's frozen statements, looked up by identity) prepared on `raw`.
-        def prepared(raw, sql)
-          @prepared.clear.store(:pid, raw.backend_pid) if @prepared[:pid] != raw.backend_pid
-          @prepared[sql] ||= "bobbin_store_#{@prepared.size}".tap { |name| raw.prepare(name, sql) }
+        # Readies a new server session (the backend pid tells one) on its first statement, not when the store opens:
+        # a session lost between a worker's registration and its first claim is then an outage its claim loop rides
+        # out, not a crash at boot. The session runs only Bobbin's own statements. Without statistics (a new or
+        # freshly emptied table) the planner would seq-scan and sort the whole ready set for every claim; the ordered
+        # partial index is always right for ORDER BY … LIMIT n, so sorting is taken off the table. A plan that must
+        # still sort then costs over JIT's threshold, and compiling it took ~100 ms a statement: JIT is off too.
+        def set_up(raw)
+          @prepared&.clear
+          raw.exec("SET enable_sort = off; SET jit = off")
+          @session = raw.backend_pid
         end
 
         # The claim commits without waiting for the WAL flush (set_config's local setting, a one-time filter): a job

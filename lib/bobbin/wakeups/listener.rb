@@ -211,7 +211,7 @@ module Bobbin
         end
 
         def deaf(error)
-          @logger.warn("bobbin: notifications lost (#{error.class}: #{error.message.lines.first&.strip}); idle workers poll every " \
+          @logger.warn("bobbin: notifications lost (#{Store.reason(error)}); idle workers poll every " \
                        "polling_interval until the listener reconnects") unless @lost
           @healthy = false
           @lost = true
