@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "fugit"
-
 module Bobbin
   module Recurring
     # One recurring task as configured (config/recurring.yml or `Bobbin.recurring`): a schedule fugit parses
@@ -23,7 +21,10 @@ module Bobbin
             queue: hash["queue"]&.to_s, priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
       end
 
+      # fugit (with et-orbi, tzinfo and concurrent-ruby: ~0.2 s) loads with the first schedule, not with every
+      # process that runs jobs.
       def self.cron(schedule, where)
+        require "fugit"
         Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
                                                                          "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
       end
