@@ -23,7 +23,7 @@ class DatabaseOutageTest < Bobbin::TestCase
   teardown { FileUtils.rm_f(@log) if @log && !ENV["BOBBIN_KEEP_LOGS"] }
 
   # Runs the block with a login role of the test's own (`attributes`: CREATE ROLE's, e.g. "CONNECTION LIMIT 1"),
-  # a member of the current user, and a URL that connects as it under `name` (its application_name); drops it after.
+  # a member of the current user, a URL that connects as it, and that URL's application_name; drops it after.
   def with_role(name, attributes = "")
     skip_unless_postgres
     connection = Bobbin::Record.connection
@@ -31,7 +31,8 @@ class DatabaseOutageTest < Bobbin::TestCase
     role = "bobbin_#{name.tr('-', '_')}_#{Process.pid}"
     connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'secret' #{attributes} IN ROLE #{connection.quote_column_name(connection.select_value('SELECT current_user'))}")
     database = connection.select_value("SELECT current_database()")
-    yield role, "postgres://#{role}:secret@127.0.0.1:#{TestDatabase.url[/port=(\d+)/, 1] || 5432}/#{database}?pool=25&application_name=bobbin-#{name}-#{Process.pid}"
+    application_name = "bobbin-#{name}-#{Process.pid}"
+    yield role, "postgres://#{role}:secret@127.0.0.1:#{TestDatabase.url[/port=(\d+)/, 1] || 5432}/#{database}?pool=25&application_name=#{application_name}", application_name
   ensure
     Bobbin::Record.connection.execute("DROP ROLE IF EXISTS #{role}") if role
   end
@@ -109,12 +110,11 @@ class DatabaseOutageTest < Bobbin::TestCase
   # A failover can leave a worker's address answered by a read-only server (the old primary, now a replica) for a
   # while. Played here by a role of the worker's own whose new sessions are read-only, then writable again.
   test "PostgreSQL turns read-only under a running worker: it logs an outage, keeps running, and runs jobs once writable" do
-    with_role("failover") { |role, url| read_only_under_a_worker(role, url) }
+    with_role("failover") { |role, url, name| read_only_under_a_worker(role, url, name) }
   end
 
-  def read_only_under_a_worker(role, url)
+  def read_only_under_a_worker(role, url, name)
     connection = Bobbin::Record.connection
-    name = url[/application_name=(.+)\z/, 1]
     terminate = -> { connection.select_value("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '#{name}'") }
     log = log_file("read-only")
     pids = []

@@ -52,9 +52,7 @@ class GatedJob
   bobbin_options retries: 0
 
   # A gate for this test process (an absolute path; closed until opened).
-  def self.gate(name)
-    File.expand_path("../../tmp/gate-#{name}-#{Process.pid}", __dir__).tap { |path| FileUtils.rm_f([ path, *Dir["#{path}.started-*"] ]) }
-  end
+  def self.gate(name) = File.expand_path("../../tmp/gate-#{name}-#{Process.pid}", __dir__).tap { |path| FileUtils.rm_f(path) }
 
   # Lets every job waiting at `gate` finish.
   def self.open_gate(gate) = FileUtils.touch(gate)

@@ -21,8 +21,7 @@ module Bobbin
             queue: hash["queue"]&.to_s, priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
       end
 
-      # fugit (with et-orbi, tzinfo and concurrent-ruby: ~0.2 s) loads with the first schedule, not with every
-      # process that runs jobs.
+      # fugit (and et-orbi: ~75 ms here) loads with the first schedule, not with every process that runs jobs.
       def self.cron(schedule, where)
         require "fugit"
         Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
