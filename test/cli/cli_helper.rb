@@ -13,7 +13,7 @@ module CLIHelper
   # `prefix` runs it through another command (setpriv). Kills its process group and fails after `timeout` seconds.
   def run_bobbin(*args, env: {}, prefix: [], timeout: 60)
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }.merge(env)
-    Open3.popen3(env, *prefix, RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, chdir: ROOT, pgroup: true) do |stdin, out, err, thread|
+    Open3.popen3(env, *prefix, *ruby, File.join(ROOT, "exe/bobbin"), *args, chdir: ROOT, pgroup: true) do |stdin, out, err, thread|
       stdin.close
       readers = [ out, err ].map { |io| Thread.new { io.read } }
       unless thread.join(timeout)

@@ -85,7 +85,7 @@ class DashboardCommandTest < Bobbin::TestCase
     require "net/http"
     port = closed_port
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "production" }
-    pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/bobbin"), "dashboard", "--port", port.to_s, "--auth-token", "s3cret",
+    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "dashboard", "--port", port.to_s, "--auth-token", "s3cret",
                         chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
     ensure_killed(pid) do
       response = wait_for("the dashboard to listen", timeout: 60) { http_get(port, "/") rescue nil }

@@ -64,7 +64,7 @@ class MetricsTest < Bobbin::TestCase
     insert_jobs(5, queue: "webhooks")
     port = closed_port
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "production" }
-    pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/bobbin"), "metrics", "--port", port.to_s,
+    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "metrics", "--port", port.to_s,
                         chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
     ensure_killed(pid) do
       response = wait_for("bobbin metrics to listen", timeout: 60) { Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/metrics")) rescue nil }

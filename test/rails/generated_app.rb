@@ -12,7 +12,7 @@ class GeneratedApp
   SKIPS = %w[--skip-bundle --skip-git --skip-docker --skip-kamal --skip-thruster --skip-javascript --skip-hotwire
              --skip-jbuilder --skip-test --skip-system-test --skip-rubocop --skip-brakeman --skip-bundler-audit --skip-ci
              --skip-dev-gems --skip-action-mailbox --skip-action-text --skip-active-storage --skip-action-cable
-             --skip-asset-pipeline --skip-bootsnap --skip-solid --quiet].freeze
+             --skip-asset-pipeline --skip-solid --quiet].freeze
   # What Solid Queue's installer (run by a default `rails new`) leaves in production.rb; the generator must replace it.
   SOLID_QUEUE_LINES = "config.active_job.queue_adapter = :solid_queue\n  config.solid_queue.connects_to = { database: { writing: :queue } }"
 

@@ -18,7 +18,7 @@ module RailsAppProcesses
     Tempfile.create("rails-app-output") do |log|
       environment = { "BUNDLE_GEMFILE" => File.join(TestProcesses::ROOT, "Gemfile"), "RAILS_ENV" => env,
                       "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url, "DATABASE_URL" => nil, **variables }
-      pid = Bundler.with_original_env { Process.spawn(environment, "bundle", "exec", "ruby", *args, chdir: app, out: log, err: log) }
+      pid = Bundler.with_original_env { Process.spawn(environment, "bundle", "exec", "ruby", "-r", TestProcesses::BOOT_CACHE, *args, chdir: app, out: log, err: log) }
       status = ensure_killed(pid) { wait_exit(pid, timeout: timeout) }
       output = File.read(log.path)
       flunk("#{args.join(' ')} (#{env}) did not exit within #{timeout}s:\n#{output}") unless status

@@ -80,12 +80,12 @@ class SupervisorTest < Bobbin::TestCase
   end
 
   test "bobbin pause and resume from the command line; a paused queue is not claimed" do
-    assert system({ "DATABASE_URL" => TestDatabase.url_with_pool }, RbConfig.ruby, "exe/bobbin", "pause", "llm", out: File::NULL)
+    assert system({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "exe/bobbin", "pause", "llm", out: File::NULL)
     Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0, "llm" ], queue: "llm")
     SleepJob.enqueue(0, "default")
     drain(fibers: 5)
     assert_equal [ "default" ], LedgerEntry.pluck(:key)
-    assert system({ "DATABASE_URL" => TestDatabase.url_with_pool }, RbConfig.ruby, "exe/bobbin", "resume", "llm", out: File::NULL)
+    assert system({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "exe/bobbin", "resume", "llm", out: File::NULL)
     drain(fibers: 5)
     assert_equal %w[default llm], LedgerEntry.order(:key).pluck(:key)
   end
@@ -94,7 +94,7 @@ class SupervisorTest < Bobbin::TestCase
     Tempfile.create([ "bobbin", ".yml" ]) do |file|
       file.write("development:\n  workers: [{ fibers: 2, threads: 2 }]\n")
       file.close
-      output = IO.popen({ "DATABASE_URL" => TestDatabase.url_with_pool }, [ RbConfig.ruby, "exe/bobbin", "start", "-c", file.path ], err: [ :child, :out ], &:read)
+      output = IO.popen({ "DATABASE_URL" => TestDatabase.url_with_pool }, [ *ruby, "exe/bobbin", "start", "-c", file.path ], err: [ :child, :out ], &:read)
       refute $?.success?
       assert_match(/#{Regexp.escape(file.path)}: development\.workers\[0\]: give exactly one of fibers or threads/, output)
     end

@@ -6,6 +6,8 @@ require "tempfile"
 # Starts real `bobbin` processes for tests and waits on real conditions (never on a fixed sleep).
 module TestProcesses
   ROOT = File.expand_path("../..", __dir__)
+  # Required first by the Ruby processes the tests start (see the file).
+  BOOT_CACHE = File.join(ROOT, "test/support/boot_cache.rb")
 
   # A config file for `bobbin start -c`: the one pool `pool` (polling each 50 ms), heartbeats each 0.5 s. The caller
   # deletes it.
@@ -20,11 +22,14 @@ module TestProcesses
   # `prefix` runs it through another command (e.g. `ip netns exec NAME`).
   def spawn_bobbin(*args, log: File::NULL, env: {}, prefix: [])
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "BOBBIN_TEST_DATABASE" => TestDatabase.url }.merge(env)
-    command = [ *prefix, RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
+    command = [ *prefix, *ruby, File.join(ROOT, "exe/bobbin"), *args, "--require", File.join(ROOT, "test/support/worker_boot.rb") ]
     # stdout and stderr share one opening of the log: opened twice, each write at its own offset, stderr's lines
     # (a job's `abort`, libpq's notices) overwrote the start of the log, once cutting a character in two.
     Process.spawn(env, *command, chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
   end
+
+  # The Ruby that runs the processes the tests start, with Bootsnap's cache (boot_cache.rb).
+  def ruby = [ RbConfig.ruby, "-r", BOOT_CACHE ]
 
   # Waits up to `timeout` seconds for the block to return truthy; fails the test otherwise. `seen`, if given, says
   # what the test saw instead (called only on a timeout).
