@@ -29,6 +29,10 @@ module Bobbin
 
     def skip_unless_postgres = (skip("PostgreSQL only") unless postgres?)
 
+    # For a test whose subject does not depend on the suite's database (flags, files, an SQLite database of its own):
+    # the SQLite suite runs it and the PostgreSQL suite skips it, so it runs once per `bin/rake test`.
+    def once_per_run = (skip("independent of the suite's database: the SQLite suite runs it") if postgres?)
+
     # Runs `pg_ctlcluster` with `args`; true when it succeeded. See sessions_killed!.
     def pg_ctlcluster(*args)
       sessions_killed!

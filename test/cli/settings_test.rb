@@ -20,6 +20,7 @@ class SettingsTest < Bobbin::TestCase
   end
 
   test "--polling-interval below 0.01 s and a negative --shutdown-timeout are refused, naming the flag" do
+    once_per_run
     [ %w[start --threads 1 --polling-interval 0], %w[start --threads 1 --polling-interval -1], %w[work --polling-interval 0.001],
       %w[doctor --threads 1 --polling-interval 0] ].each do |args|
       assert_config_exit(run_bobbin(*args), /\Abobbin: --polling-interval: must be a number of seconds ≥ 0\.01, got /)
@@ -30,6 +31,7 @@ class SettingsTest < Bobbin::TestCase
   end
 
   test "doctor refuses settings from config/bobbin.yml that cannot work instead of saying OK" do
+    once_per_run
     { "heartbeat_interval: 0" => /production\.heartbeat_interval: must be a number of seconds ≥ 0\.1, got 0/,
       "polling_interval: 0" => /production\.polling_interval: must be a number of seconds ≥ 0\.01, got 0/,
       "retention: 0" => /production\.retention: must be a number of seconds > 0, got 0/,
@@ -47,6 +49,7 @@ class SettingsTest < Bobbin::TestCase
   end
 
   test "start refuses a fiber pool without fiber isolation in fork mode too" do
+    once_per_run
     jobs = write_file("ActiveSupport::IsolatedExecutionState.isolation_level = :thread\n", ".rb")
     [ %w[fork], %w[async] ].each do |(mode)|
       result = run_bobbin("start", "--fibers", "10", "--mode", mode, "-r", jobs)

@@ -18,6 +18,7 @@ class StartupErrorsTest < Bobbin::TestCase
   def postgres_port = URI(TestDatabase.url).then { |uri| uri.port || uri.query.to_s[/(?:\A|&)port=(\d+)/, 1]&.to_i || 5432 }
 
   test "a -r file that does not exist" do
+    once_per_run
     %w[work start].each do |command|
       assert_config_exit(run_bobbin(command, "--threads", "1", "-r", "no/such_jobs.rb"),
                          %r{\Abobbin: -r no/such_jobs\.rb: no such file \(#{ROOT}/no/such_jobs\.rb\)})
@@ -25,6 +26,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   test "an unknown command is named, with the usage, and exit 64; help is exit 0" do
+    once_per_run
     status, out, err = run_bobbin("strat")
     assert_equal [ 64, "" ], [ status.exitstatus, out ]
     assert_match(/\Abobbin: unknown command "strat"\nUsage: bobbin COMMAND/, err)
@@ -34,6 +36,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   test "a -c file that does not exist is named before the database is tried" do
+    once_per_run
     %w[start doctor].each do |command|
       assert_config_exit(run_bobbin(command, "-c", "config/no_such_bobbin.yml", env: { "DATABASE_URL" => "" }),
                          %r{\Abobbin: config file config/no_such_bobbin\.yml not found})
@@ -41,6 +44,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   test "an IO_EVENT_SELECTOR this io-event lacks, for a fiber pool; thread pools do not mind" do
+    once_per_run
     %w[work start].each do |command|
       assert_config_exit(run_bobbin(command, "--fibers", "2", env: { "IO_EVENT_SELECTOR" => "Nope" }),
                          /\Abobbin: IO_EVENT_SELECTOR=Nope is not a selector of this io-event \(it has (URing, )?EPoll, Select; unset it/)
@@ -50,11 +54,13 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   test "an empty DATABASE_URL" do
+    once_per_run
     assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => "" }), /no database: DATABASE_URL is unset or empty; set it/)
     assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => " " }), /DATABASE_URL is unset or empty/)
   end
 
   test "a database URL of another database is named, without its password" do
+    once_per_run
     status, out, err = result = run_bobbin("work", "--threads", "1", env: { "DATABASE_URL" => "mysql2://app:secret@127.0.0.1/app" })
     assert_config_exit(result, /\Abobbin: Bobbin runs on PostgreSQL or SQLite, not mysql2 \(give a postgres:\/\/… or sqlite3:path URL\)$/)
     refute_match(/secret/, out + err, status.inspect)
@@ -124,6 +130,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   test "a SQLite path in a directory that does not exist is not created" do
+    once_per_run
     with_tmpdir do |dir|
       path = File.join(dir, "missing", "jobs.sqlite3")
       assert_config_exit(run_bobbin("migrate", env: { "DATABASE_URL" => sqlite_url(path) }),
@@ -133,6 +140,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   test "missing tables say to run bobbin migrate (SQLite)" do
+    once_per_run
     with_tmpdir do |dir|
       url = sqlite_url(File.join(dir, "empty.sqlite3"))
       %w[start work doctor counts].each do |command|
@@ -170,6 +178,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   test "SQLite in a read-only directory" do
+    once_per_run
     setpriv = "/usr/bin/setpriv"
     prefix = Process.uid.zero? ? [ setpriv, "--reuid=65534", "--regid=65534", "--clear-groups" ] : []
     skip "running as root without #{setpriv} to drop privileges" if prefix.any? && !File.executable?(setpriv)

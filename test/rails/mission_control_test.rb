@@ -9,6 +9,10 @@ require_relative "../dashboard/browser_helper"
 # Chromium against `bin/rails server`: its pages list Bobbin's jobs, its Retry makes a failed job succeed, and its
 # Discard, Discard selection and Retry all act on exactly the jobs it shows, recording Mission Control as the operator.
 class MissionControlTest < BrowserTestCase
+  # Mission Control's adapter reads and acts through Bobbin's operator layer, whose own tests run on both databases;
+  # these check Mission Control's pages and buttons over it, once per run.
+  setup { once_per_run }
+
   def app = GeneratedApp.installed
 
   # Adds mission_control-jobs to the app (once per test process), mounted at /jobs without its HTTP basic auth.
