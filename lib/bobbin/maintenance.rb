@@ -24,18 +24,39 @@ module Bobbin
 
     # Runs every service once; returns the seconds until the next run: heartbeat_interval, or SOON when retention
     # has more to delete than one sweep's budget, or when the database could not be reached (logged; Recovery then
-    # distrusts silent heartbeats for a while).
+    # distrusts silent heartbeats for a while). A service that fails otherwise (a bug, a schema that does not match)
+    # is logged as an error and the others still run.
     def run(who, retention_budget: Retention::BUDGET)
       behind = quietly do
-        Recovery.prune
-        RecurringRun.sweep
-        Retention.sweep(budget: retention_budget).behind
+        service(who, "recovering the jobs of dead processes") { Recovery.prune }
+        service(who, "sweeping old recurring runs") { RecurringRun.sweep }
+        service(who, "deleting expired jobs") { Retention.sweep(budget: retention_budget).behind }
       end
       behind ? SOON : Bobbin.config.heartbeat_interval
-    rescue ActiveRecord::ActiveRecordError => error
+    rescue StandardError => error
+      raise unless Store.outage?(error)
+
       Recovery.unreachable!
       Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{Store.reason(error)}); retrying")
       SOON
+    end
+
+    # Runs one service; an error that is not an outage is logged and the next service runs (an outage stops them all).
+    def service(who, what)
+      yield
+    rescue StandardError => error
+      raise if Store.outage?(error)
+
+      failed(who, what, error)
+    end
+
+    # Logs a housekeeping error that is not an outage: it will not go away by waiting, so it is an error, with where
+    # it came from.
+    def failed(who, what, error)
+      origin = error.backtrace&.find { |line| !line.include?("/gems/") }
+      Bobbin.logger.error("bobbin #{who}: #{what} failed: #{Store.reason(error)}#{" (#{origin})" if origin}; " \
+                          "trying again at the next run")
+      nil
     end
 
     # Runs the block with the app's debug lines held back: Active Record logs every query at debug (in development,

@@ -33,6 +33,29 @@ module Bobbin
     # Active Record's errors for a connection that could not be made or was lost.
     CONNECTION_ERRORS = [ ActiveRecord::ConnectionNotEstablished, ActiveRecord::ConnectionFailed ].freeze
 
+    # True for a lost connection, or a database that cannot take the statement for now: PostgreSQL turned read-only
+    # (a failover whose old primary, now a replica, still answers the worker's address), starting up or shutting down,
+    # out of disk, memory or connections, or a statement cancelled (statement_timeout, an operator); SQLite busy past
+    # its busy timeout. Bobbin keeps what it holds and tries again later; other errors are bugs or a schema that does
+    # not match, and are reported as such.
+    def self.outage?(error)
+      3.times do
+        return true if outage_errors.any? { |kind| error.is_a?(kind) }
+        return false unless (error = error.cause)
+      end
+      false
+    end
+
+    # Looked up on each error (rare), so a driver loaded after the first one still counts.
+    def self.outage_errors
+      [
+        *CONNECTION_ERRORS,
+        *([ PG::ConnectionBad, PG::UnableToSend, PG::ReadOnlySqlTransaction, PG::OperatorIntervention, PG::InsufficientResources ] if defined?(PG::Error)),
+        *([ SQLite3::BusyException ] if defined?(SQLite3::Exception))
+      ]
+    end
+    private_class_method :outage_errors
+
     # What a log line says of a database error: its class and first line, and the driver's own when Active Record's
     # reads otherwise. Active Record guesses the cause of a refused connection from its text, and a refusal naming
     # the user ("too many connections for role …") comes out as a wrong password.

@@ -108,7 +108,7 @@ module Bobbin
         @outage.succeeded
         monotonic + Maintenance.run("supervisor")
       rescue ActiveRecord::ActiveRecordError => error
-        Recovery.unreachable!
+        Recovery.unreachable! if Store.outage?(error)
         @outage.failed(error)
         monotonic + Maintenance::SOON
       end

@@ -43,4 +43,26 @@ class MaintenanceTest < Bobbin::TestCase
     first.delete
     assert Bobbin::Maintenance.elected?(second.id)
   end
+
+  # An error that waiting does not cure (here a table gone: a schema that does not match) is reported as what it is.
+  # Calling it an outage would also make Recovery distrust every silent heartbeat for as long as it lasts, so no
+  # dead process on the host would ever be pruned; and one failing service must not keep the others from running.
+  test "a housekeeping service failing for another reason than an outage is logged as an error; the others still run" do
+    state = ->(id) { Bobbin::JobRecord.where(id: id).pick(:state) }
+    first = ghost_with_a_job("first")
+    expired = expired_jobs(3)
+    rename = ->(from, to) { Bobbin::Record.with_connection { |c| c.execute("ALTER TABLE #{from} RENAME TO #{to}") } }
+    rename.("bobbin_recurring_runs", "bobbin_recurring_runs_away")
+    log = bobbin_log(level: Logger::INFO) { assert_equal Bobbin.config.heartbeat_interval, Bobbin::Maintenance.run("test") }
+    assert_match(/ERROR .*bobbin test: sweeping old recurring runs failed: ActiveRecord::StatementInvalid: .*bobbin_recurring_runs.* \(.*recurring_run\.rb:\d+/, log)
+    refute_match(/unavailable/, log)
+    assert_equal "ready", state.(first)
+    refute Bobbin::JobRecord.where(id: expired).exists?, "retention ran after the failed service"
+
+    second = ghost_with_a_job("second")
+    bobbin_log { Bobbin::Maintenance.run("test") }
+    assert_equal "ready", state.(second), "silent heartbeats are still trusted"
+  ensure
+    rename&.("bobbin_recurring_runs_away", "bobbin_recurring_runs")
+  end
 end

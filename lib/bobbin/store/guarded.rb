@@ -33,7 +33,7 @@ module Bobbin
             reconnect if @broken || dropped_while_idle?
             yield
           rescue StandardError => error
-            raise unless outage?(error)
+            raise unless Store.outage?(error)
 
             @broken = true
             raise Unavailable, "database unavailable during #{name}: #{Store.reason(error)}"
@@ -56,27 +56,6 @@ module Bobbin
         rescue StandardError => error
           raise Unavailable, "database still unavailable: #{Store.reason(error)}"
         end
-
-        # A lost connection, or a database that cannot take the statement for now: PostgreSQL turned read-only (a
-        # failover whose old primary, now a replica, still answers the worker's address), starting up or shutting
-        # down, out of disk, memory or connections, or a statement cancelled (statement_timeout, an operator);
-        # SQLite busy. The worker keeps what it holds and tries again on a new connection; other errors are bugs.
-        def outage?(error)
-          3.times do
-            return true if outage_errors.any? { |kind| error.is_a?(kind) }
-            return false unless (error = error.cause)
-          end
-          false
-        end
-
-        def outage_errors
-          @outage_errors ||= [ *CONNECTION_ERRORS, *(pg_errors if defined?(PG::Error)), *(sqlite_errors if defined?(SQLite3::Exception)) ]
-        end
-
-        def pg_errors = [ PG::ConnectionBad, PG::UnableToSend, PG::ReadOnlySqlTransaction, PG::OperatorIntervention, PG::InsufficientResources ]
-
-        # Busy past the busy timeout.
-        def sqlite_errors = [ SQLite3::BusyException ]
 
         def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end

@@ -79,8 +79,12 @@ module Bobbin
           @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}")
           monotonic + wait
         rescue ActiveRecord::ActiveRecordError => error
-          Recovery.unreachable!
-          Bobbin.logger.warn("bobbin worker #{@worker.process_id}: maintenance skipped: #{error.message.lines.first&.strip}")
+          if Store.outage?(error)
+            Recovery.unreachable!
+            Bobbin.logger.warn("bobbin worker #{@worker.process_id}: maintenance skipped, database unavailable (#{Store.reason(error)})")
+          else
+            Maintenance.failed("worker #{@worker.process_id}", "keeping house", error)
+          end
           monotonic + @interval
         end
 
