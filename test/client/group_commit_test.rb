@@ -74,6 +74,30 @@ class GroupCommitTest < Bobbin::TestCase
     Bobbin::Record.connection.execute("ALTER TABLE bobbin_jobs DROP CONSTRAINT IF EXISTS test_no_poison") if postgres?
   end
 
+  # Rack::Timeout, Timeout.timeout or a fiber's with_timeout can end a caller while it waits for the next batch.
+  # Its rows must not be stored after it was told otherwise, and the batch after must still be written by someone.
+  test "a caller whose wait is cut short stores nothing and holds up no later enqueue" do
+    outcomes = Queue.new
+    holding_write_lock do
+      @threads = [ Thread.new { outcomes << [ "first", SleepJob.enqueue(0, "first") ] } ]
+      wait_for("the first caller to write (blocked by the lock)") { group_commit.writing? && group_commit.queued.zero? }
+      @threads << Thread.new do
+        Timeout.timeout(0.2) { SleepJob.enqueue(0, "impatient") }
+      rescue Timeout::Error => error
+        outcomes << [ "impatient", error ]
+      end
+      @threads.last.join
+      assert_equal 0, group_commit.queued, "the impatient caller left the queue"
+    end
+    @threads.first.join
+    after = Thread.new { SleepJob.enqueue(0, "after") }
+    assert after.join(30), "an enqueue after the interrupted one returns"
+    results = Array.new(2) { outcomes.pop }.to_h
+    assert_kind_of Timeout::Error, results["impatient"]
+    assert_equal [ [ 0, "first" ], [ 0, "after" ] ], Bobbin::JobRecord.order(:id).pluck(:arguments).map { |json| JSON.parse(json) }
+    refute group_commit.writing?
+  end
+
   test "fibers enqueuing at once under Async each get their job stored and committed before enqueue returns" do
     require "async"
     seen = Queue.new

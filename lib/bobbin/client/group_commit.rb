@@ -16,8 +16,8 @@ module Bobbin
       # Seconds a writer waits for the callers of the last batch to come back (only when it had several).
       GATHER = 0.0005
 
-      # One caller's rows and the answer it waits for.
-      Request = Struct.new(:rows, :answers) do
+      # One caller's rows, the answer it waits for, and whether it was handed the pen.
+      Request = Struct.new(:rows, :answers, :lead) do
         def answer(kind, value) = answers << [ kind, value ]
       end
 
@@ -33,12 +33,16 @@ module Bobbin
       # Writes `rows` (with whatever other callers bring meanwhile); returns their ids. Raises what the write
       # raised for them.
       def insert(rows)
-        request = Request.new(rows, Thread::Queue.new)
+        request = Request.new(rows, Thread::Queue.new, false)
         lead = @lock.synchronize do
           @waiting << request
           !@writing && (@writing = true)
         end
-        lead ? write_batches(request) : await(request)
+        ids = lead ? write_batches(request) : await(request)
+        request = nil
+        ids
+      ensure
+        abandon(request) if request
       end
 
       # True while a caller is writing a batch.
@@ -93,14 +97,31 @@ module Bobbin
 
         def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
 
+        # Passes the pen to the first waiter (under the lock, so `abandon` sees who holds it), or puts it down.
         def hand_over
-          following = @lock.synchronize do
-            next @waiting.first if @waiting.any?
+          @lock.synchronize { pass_pen }
+        end
 
+        def pass_pen
+          following = @waiting.first
+          if following
+            following.lead = true
+            following.answer(:lead, nil)
+          else
             @writing = false
-            nil
           end
-          following&.answer(:lead, nil)
+        end
+
+        # A caller that stopped waiting (a timeout or a kill in its thread or fiber; it raised, or the write failed
+        # for it): if its rows are still queued they are dropped, so they are not stored after the caller was told
+        # otherwise, and a pen handed to it goes to the next waiter. Without this, the pen would wait with a caller
+        # that is gone and every later enqueue of the process would wait for ever.
+        def abandon(request)
+          @lock.synchronize do
+            next unless @waiting.delete(request)
+
+            pass_pen if request.lead
+          end
         end
 
         # One statement for the batch; if the database refuses it (not a lost connection), each request alone,
