@@ -58,11 +58,12 @@ module Bobbin
       flunk("the worker did not drain within #{timeout}s")
     end
 
-    # What Bobbin logged while the block ran, as a String; the test run's own logger is back afterwards.
+    # What Bobbin logged while the block ran, as a String; the test run's own logger is back afterwards. The block
+    # gets the log so far, as a lambda (to wait for a line).
     def bobbin_log(level: Logger::DEBUG)
       logger, log = Bobbin.config.logger, StringIO.new
       Bobbin.config.logger = Logger.new(log, level: level)
-      yield
+      yield -> { log.string }
       log.string
     ensure
       Bobbin.config.logger = logger

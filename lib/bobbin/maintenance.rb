@@ -50,12 +50,9 @@ module Bobbin
       failed(who, what, error)
     end
 
-    # Logs a housekeeping error that is not an outage: it will not go away by waiting, so it is an error, with where
-    # it came from.
+    # Logs a housekeeping error that is not an outage; the service tries again at the next run.
     def failed(who, what, error)
-      origin = error.backtrace&.find { |line| !line.include?("/gems/") }
-      Bobbin.logger.error("bobbin #{who}: #{what} failed: #{Store.reason(error)}#{" (#{origin})" if origin}; " \
-                          "trying again at the next run")
+      OutageLog.error("bobbin #{who}: #{what}", error, "trying again at the next run")
       nil
     end
 

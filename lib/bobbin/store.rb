@@ -36,7 +36,7 @@ module Bobbin
     # True for a lost connection, or a database that cannot take the statement for now: PostgreSQL turned read-only
     # (a failover whose old primary, now a replica, still answers the worker's address), starting up or shutting down,
     # out of disk, memory or connections, or a statement cancelled (statement_timeout, an operator); SQLite busy past
-    # its busy timeout. Bobbin keeps what it holds and tries again later; other errors are bugs or a schema that does
+    # its busy timeout, out of disk, or failing to read or write its file. Bobbin keeps what it holds and tries again later; other errors are bugs or a schema that does
     # not match, and are reported as such.
     def self.outage?(error)
       3.times do
@@ -51,7 +51,7 @@ module Bobbin
       [
         *CONNECTION_ERRORS,
         *([ PG::ConnectionBad, PG::UnableToSend, PG::ReadOnlySqlTransaction, PG::OperatorIntervention, PG::InsufficientResources ] if defined?(PG::Error)),
-        *([ SQLite3::BusyException ] if defined?(SQLite3::Exception))
+        *([ SQLite3::BusyException, SQLite3::FullException, SQLite3::IOException ] if defined?(SQLite3::Exception))
       ]
     end
     private_class_method :outage_errors

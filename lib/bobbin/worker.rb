@@ -203,8 +203,7 @@ module Bobbin
         @executor.run do
           Worker.settle_heap
           services = [ Thread.new { @outcomes.run }, Thread.new { @heartbeat.run } ]
-          claim_loop(drain)
-          shut_down(services)
+          serve(drain, services)
         end
       ensure
         finish
@@ -229,6 +228,19 @@ module Bobbin
                                                   maintain: @supervisor.nil?)
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
         FiberSafety.warnings.each { |line| Bobbin.logger.warn("bobbin worker #{@process_id}: #{line}") } if @detector
+      end
+
+      # Claims until stopped, then shuts down. A claim loop that fails (a bug, or a database error that is not an
+      # outage) shuts down the same way before the error goes on: running jobs finish, outcomes are written, and only
+      # jobs that never started go back to ready.
+      def serve(drain, services)
+        claim_loop(drain)
+      rescue StandardError => error
+        Bobbin.logger.error("bobbin worker #{@process_id}: stopping, its claim loop failed: #{Store.reason(error)}")
+        shut_down(services)
+        raise
+      else
+        shut_down(services)
       end
 
       def claim_loop(drain)
@@ -314,11 +326,13 @@ module Bobbin
       # not written run again).
       def release_unfinished
         unwritten = @outcomes.flush ? 0 : @outcomes.pending_ids.size
-        released = @claimer.release_all(keep: @stuck)
-        Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready")
+        unwritten_jobs = "#{unwritten} finished #{unwritten == 1 ? 'job' : 'jobs'} whose outcome could not be written"
+        released = @claimer.release_all(keep: unreleasable)
+        Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready" \
+                           "#{"; #{unwritten_jobs} stay claimed until recovery returns them to ready" if unwritten.positive?}")
       rescue Store::Unavailable => error
         Bobbin.logger.error("bobbin worker #{@process_id} stopped with the database unavailable (#{error.message}): its unfinished jobs" \
-                            "#{" and #{unwritten} finished #{unwritten == 1 ? 'job' : 'jobs'} whose outcome could not be written" if unwritten.positive?} " \
+                            "#{" and #{unwritten_jobs}" if unwritten.positive?} " \
                             "stay claimed until recovery returns them to ready, process_alive_threshold after its last heartbeat")
       end
 
@@ -348,12 +362,16 @@ module Bobbin
         @finished = true
         Worker.mark_stopping(self, false)
         Wakeups.unsubscribe(self)
-        @claimer&.release_all(keep: @stuck, store: (@writer if stuck_loop))
+        @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
         deregister if @process_id
         [ (@claimer unless stuck_loop), @writer ].compact.each(&:close)
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
       end
+
+      # Jobs a release at the stop must leave claimed: those still in the executor's hands (stuck), and finished ones
+      # whose outcome is not written (the database failed the flush, or a flush is still writing them).
+      def unreleasable = @stuck | @executor.held_ids | (@outcomes&.pending_ids || [])
 
       def deregister
         ProcessRecord.where(id: @process_id).delete_all

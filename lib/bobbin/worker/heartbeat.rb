@@ -27,14 +27,18 @@ module Bobbin
         maintain_at = maintain
         last = monotonic
         until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
-          orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
-          @worker.exit_if_stop_overdue
-          @worker.stall_log&.flush(@store)
-          if monotonic - last >= @interval
-            last = monotonic
-            beat
+          begin
+            orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
+            @worker.exit_if_stop_overdue
+            @worker.stall_log&.flush(@store)
+            if monotonic - last >= @interval
+              last = monotonic
+              beat
+            end
+            maintain_at = maintain if monotonic >= maintain_at
+          rescue StandardError => error
+            failed(error)
           end
-          maintain_at = maintain if monotonic >= maintain_at
         end
       ensure
         @clock&.stop
@@ -86,6 +90,12 @@ module Bobbin
             Maintenance.failed("worker #{@worker.process_id}", "keeping house", error)
           end
           monotonic + @interval
+        end
+
+        # An error that is not an outage (those are handled where they happen): logged, and the next tick goes on.
+        # A heartbeat thread that ended would leave a live worker claiming jobs while others judge it dead.
+        def failed(error)
+          OutageLog.error("bobbin worker #{@worker.process_id}: heartbeat", error, "trying again in #{[ TICK, @interval ].min}s")
         end
 
         def orphaned!

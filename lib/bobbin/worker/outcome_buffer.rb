@@ -32,8 +32,9 @@ module Bobbin
       # How many outcomes have been written so far.
       attr_reader :written
 
-      # Ids of jobs whose outcome is known but not yet written.
-      def pending_ids = @lock.synchronize { @pending.map(&:id) }
+      # Ids of jobs whose outcome is known but not yet written, including those a flush is writing now: until that
+      # write commits, their rows still read `running`, and a release that left them out would put them back to ready.
+      def pending_ids = @lock.synchronize { @pending_ids.to_a }
 
       # True while job `id`'s outcome is known but not yet written (also while a flush is writing it).
       def pending?(id) = @lock.synchronize { @pending_ids.include?(id) }

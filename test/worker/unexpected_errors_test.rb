@@ -1,0 +1,122 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# What a worker does when something fails that is not an outage (a bug, a trigger, a schema that does not match), and
+# when a write is slow: it never hands back a job it still holds, and it never stops beating while it claims. Real
+# workers in this process, real database errors raised by triggers, real row locks.
+class UnexpectedErrorsTest < Bobbin::TestCase
+  TRIGGER = "bobbin_test_refuse"
+
+  teardown do
+    drop_trigger
+    Bobbin.config.set(heartbeat_interval: @heartbeat_interval) if @heartbeat_interval
+    if @worker_thread&.alive?
+      @worker.stop(timeout: 0)
+      @worker_thread.join(30)
+    end
+  end
+
+  def start_worker(**options)
+    @worker = Bobbin::Worker.new(polling_interval: 0.05, **options)
+    @worker_thread = Thread.new { @worker.run }.tap { |thread| thread.report_on_exception = false }
+    wait_for("the worker registered") { Bobbin::ProcessRecord.where(kind: "worker").exists? }
+    @worker
+  end
+
+  # Makes the database refuse an UPDATE of `table` that matches `condition` (old/new rows, SQL of either database),
+  # as an application's trigger or a constraint would: an error that is not an outage.
+  def refuse_updates(table, condition)
+    Bobbin::Record.with_connection do |connection|
+      if postgres?
+        connection.execute("CREATE FUNCTION #{TRIGGER}() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'refused by a test trigger'; END $$ LANGUAGE plpgsql")
+        connection.execute("CREATE TRIGGER #{TRIGGER} BEFORE UPDATE ON #{table} FOR EACH ROW WHEN (#{condition}) EXECUTE FUNCTION #{TRIGGER}()")
+      else
+        connection.execute("CREATE TRIGGER #{TRIGGER} BEFORE UPDATE ON #{table} FOR EACH ROW WHEN #{condition} " \
+                           "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END")
+      end
+    end
+  end
+
+  def drop_trigger
+    Bobbin::Record.with_connection do |connection|
+      if postgres?
+        connection.execute("DROP FUNCTION IF EXISTS #{TRIGGER}() CASCADE")
+      else
+        connection.execute("DROP TRIGGER IF EXISTS #{TRIGGER}")
+      end
+    end
+  end
+
+  # A TSTP (or the reconcile after an outage) hands back what the worker does not hold. A finished job whose outcome
+  # a flush is writing still reads `running`; left out of what the worker holds, the release put it back to ready and
+  # the write then matched nothing: the job ran again.
+  test "PostgreSQL: a job whose outcome is being written counts as held, and going quiet leaves it to that write" do
+    skip_unless_postgres
+    gate = GatedJob.gate("in-flight")
+    id = GatedJob.enqueue(gate, "in-flight")
+    locker = nil
+    log = bobbin_log(level: Logger::INFO) do |so_far|
+      worker = start_worker(threads: 2)
+      wait_for("the job started") { GatedJob.started(gate) == 1 }
+      locker = Bobbin::Record.connection_db_config.new_connection
+      locker.execute("BEGIN")
+      locker.execute("SELECT 1 FROM bobbin_jobs WHERE id = #{id} FOR UPDATE")
+      GatedJob.open_gate(gate)
+      waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE bobbin_jobs%'"
+      # (Read outside the locker's transaction: pg_stat_activity is read once per transaction.)
+      wait_for("the outcome's write waiting for the row") { Bobbin::Record.with_connection { |c| c.select_value(waiting) }.to_i.positive? }
+      assert_includes worker.held_ids, id, "held while its outcome is being written"
+      worker.quiet
+      wait_for("the worker quiet, its release done") { so_far.call.include?("quiet: claiming no more jobs") }
+      locker.execute("ROLLBACK")
+      wait_for("the job's outcome written") { Bobbin::JobRecord.where(id: id).pick(:state) == "succeeded" }
+      worker.stop
+      assert @worker_thread.join(30)
+    end
+    assert_match(/quiet: claiming no more jobs; \d+ running finish here, 0 claimed ahead returned to ready/, log)
+    assert_equal 1, LedgerEntry.where(key: "in-flight").count
+  ensure
+    locker&.disconnect! # its row lock goes with it, should the test have failed holding it
+  end
+
+  test "a claim loop that fails stops like TERM: the running job finishes and its outcome is written, then the error goes on" do
+    gate = GatedJob.gate("crash")
+    running = GatedJob.enqueue(gate, "running")
+    log = bobbin_log(level: Logger::INFO) do |so_far|
+      start_worker(threads: 2)
+      wait_for("the job started") { GatedJob.started(gate) == 1 }
+      refuse_updates("bobbin_jobs", "OLD.state = 'ready' AND NEW.state = 'running'")
+      waiting = SleepJob.enqueue(0, "never-claimed")
+      wait_for("the claim refused") { so_far.call.include?("its claim loop failed") }
+      assert @worker_thread.alive?, "still waiting for its running job"
+      GatedJob.open_gate(gate)
+      error = assert_raises(StandardError) { @worker_thread.value }
+      assert_match(/refused by a test trigger/, error.message) # the driver's error: the claim is the store's own SQL
+      assert_equal "ready", Bobbin::JobRecord.where(id: waiting).pick(:state)
+    end
+    assert_match(/stopping, its claim loop failed: \S+: .*refused by a test trigger/, log)
+    assert_equal "succeeded", Bobbin::JobRecord.where(id: running).pick(:state), "it finished and its outcome was written"
+    assert_equal 1, LedgerEntry.where(key: "running").count
+    refute Bobbin::ProcessRecord.exists?, "the worker deregistered"
+  end
+
+  test "a heartbeat that fails for another reason than an outage is logged, and the heartbeats go on" do
+    @heartbeat_interval = Bobbin.config.heartbeat_interval
+    Bobbin.config.set(heartbeat_interval: 0.2)
+    beat_at = -> { Bobbin::ProcessRecord.where(kind: "worker").pick(:last_heartbeat_at) }
+    log = bobbin_log(level: Logger::INFO) do |so_far|
+      start_worker(threads: 1)
+      first = beat_at.call
+      wait_for("a heartbeat") { beat_at.call > first }
+      refuse_updates("bobbin_processes", postgres? ? "true" : "1")
+      wait_for("the heartbeat refused") { so_far.call.include?("heartbeat failed") }
+      drop_trigger
+      refused_at = beat_at.call
+      wait_for("heartbeats again") { beat_at.call > refused_at }
+      @worker.stop
+      assert @worker_thread.join(30)
+    end
+    assert_match(/ERROR .*heartbeat failed: \S+: .*refused by a test trigger/, log)
+  end
+end
