@@ -221,7 +221,7 @@ module Bobbin
         @claimer = Claimer.new(self, Store.open(@selection), @executor)
         Wakeups.subscribe(self)
         @writer = Store.open(@selection)
-        @outcomes = OutcomeBuffer.new(@writer, @process_id)
+        @outcomes = OutcomeBuffer.new(@writer, @process_id, on_written: method(:outcomes_written))
         @execution = Execution.new(interrupted: @executor.method(:interrupted?))
         @stall_log = StallLog.new(@process_id) if @detector
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
@@ -229,6 +229,9 @@ module Bobbin
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
         FiberSafety.warnings.each { |line| Bobbin.logger.warn("bobbin worker #{@process_id}: #{line}") } if @detector
       end
+
+      # A crash suspect's place frees when its outcome is written (Claimer#suspect_free?): the claim loop looks again.
+      def outcomes_written = (@waker.wake if @claimer.quarantining?)
 
       # Claims until stopped, then shuts down. A claim loop that fails (a bug, or a database error that is not an
       # outage) shuts down the same way before the error goes on: running jobs finish, outcomes are written, and only

@@ -48,6 +48,21 @@ class UnexpectedErrorsTest < Bobbin::TestCase
     end
   end
 
+  # PostgreSQL: a connection holding job `id`'s row lock (an outcome's write waits for it) until ROLLBACK or disconnect.
+  def hold_row(id)
+    Bobbin::Record.connection_db_config.new_connection.tap do |locker|
+      locker.execute("BEGIN")
+      locker.execute("SELECT 1 FROM bobbin_jobs WHERE id = #{id} FOR UPDATE")
+    end
+  end
+
+  # Waits for an UPDATE of bobbin_jobs (an outcome's write) to wait for a row lock. Read on a connection outside
+  # any transaction: pg_stat_activity is read once per transaction.
+  def wait_for_blocked_update
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE bobbin_jobs%'"
+    wait_for("an outcome's write waiting for its row") { Bobbin::Record.with_connection { |c| c.select_value(waiting) }.to_i.positive? }
+  end
+
   # A TSTP (or the reconcile after an outage) hands back what the worker does not hold. A finished job whose outcome
   # a flush is writing still reads `running`; left out of what the worker holds, the release put it back to ready and
   # the write then matched nothing: the job ran again.
@@ -59,13 +74,9 @@ class UnexpectedErrorsTest < Bobbin::TestCase
     log = bobbin_log(level: Logger::INFO) do |so_far|
       worker = start_worker(threads: 2)
       wait_for("the job started") { GatedJob.started(gate) == 1 }
-      locker = Bobbin::Record.connection_db_config.new_connection
-      locker.execute("BEGIN")
-      locker.execute("SELECT 1 FROM bobbin_jobs WHERE id = #{id} FOR UPDATE")
+      locker = hold_row(id)
       GatedJob.open_gate(gate)
-      waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE bobbin_jobs%'"
-      # (Read outside the locker's transaction: pg_stat_activity is read once per transaction.)
-      wait_for("the outcome's write waiting for the row") { Bobbin::Record.with_connection { |c| c.select_value(waiting) }.to_i.positive? }
+      wait_for_blocked_update
       assert_includes worker.held_ids, id, "held while its outcome is being written"
       worker.quiet
       wait_for("the worker quiet, its release done") { so_far.call.include?("quiet: claiming no more jobs") }
@@ -78,6 +89,35 @@ class UnexpectedErrorsTest < Bobbin::TestCase
     assert_equal 1, LedgerEntry.where(key: "in-flight").count
   ensure
     locker&.disconnect! # its row lock goes with it, should the test have failed holding it
+  end
+
+  # Jobs in flight at two crashes run one at a time per worker, so that the next crash blames only the one that
+  # caused it. A suspect whose perform had returned but whose outcome was still being written let the next suspect in;
+  # when that one killed the process, both were in flight, and the innocent job was blamed until it failed.
+  test "PostgreSQL: the next crash suspect is not claimed while the last one's outcome is being written" do
+    skip_unless_postgres
+    gate = GatedJob.gate("suspect")
+    first = GatedJob.enqueue(gate, "first-suspect")
+    second = LedgerJob.enqueue("second-suspect")
+    Bobbin::JobRecord.where(id: [ first, second ]).update_all(crashes: Bobbin::Recovery::SUSPECT)
+    locker = nil
+    bobbin_log(level: Logger::INFO) do
+      start_worker(threads: 2)
+      wait_for("the first suspect started") { GatedJob.started(gate) == 1 }
+      assert_equal "ready", Bobbin::JobRecord.where(id: second).pick(:state), "one suspect at a time"
+      locker = hold_row(first)
+      GatedJob.open_gate(gate)
+      wait_for_blocked_update
+      LedgerJob.enqueue("innocent") # a claim comes, with room for both
+      wait_for("the innocent job ran") { LedgerEntry.exists?(key: "innocent") }
+      assert_equal "ready", Bobbin::JobRecord.where(id: second).pick(:state), "the second suspect waits for the first's outcome"
+      locker.execute("ROLLBACK")
+      wait_for("every job done") { Bobbin.counts["succeeded"] == 3 }
+      @worker.stop
+      assert @worker_thread.join(30)
+    end
+  ensure
+    locker&.disconnect!
   end
 
   test "a claim loop that fails stops like TERM: the running job finishes and its outcome is written, then the error goes on" do

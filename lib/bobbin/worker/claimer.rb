@@ -44,6 +44,9 @@ module Bobbin
       # room, or the database failed it), or a crash suspect runs and its fellows were left out of claims.
       def look_again? = @backlog || !@looked || !@suspect.nil?
 
+      # True while a crash suspect this worker claimed keeps the others out of its claims.
+      def quarantining? = !@suspect.nil?
+
       # Returns this worker's running rows to ready, except `keep`, and announces them; returns how many. `store`:
       # another of the worker's stores to do it through (nil: the claimer's).
       def release_all(keep: [], store: nil)
@@ -139,8 +142,10 @@ module Bobbin
           jobs.reject { |job| extra.include?(job.id) }
         end
 
+        # The suspect is out of flight once its outcome is written, not when its perform returns: until then its row
+        # reads `running`, and a crash of this process would find it in flight beside the next suspect and blame both.
         def suspect_free?
-          @suspect = nil if @suspect && !@executor.held_ids.include?(@suspect)
+          @suspect = nil if @suspect && !@worker.held?(@suspect)
           @suspect.nil?
         end
 

@@ -3,8 +3,10 @@
 module Bobbin
   class Worker
     # Collects job outcomes and writes them in batches: after `interval` seconds or `batch` outcomes, whichever first.
+    # `on_written` (optional) is called on the writing thread after each batch is written.
     class OutcomeBuffer
-      def initialize(store, process_id, interval: 0.005, batch: 500, logger: Bobbin.logger)
+      def initialize(store, process_id, interval: 0.005, batch: 500, logger: Bobbin.logger, on_written: nil)
+        @on_written = on_written
         @store = store
         @process_id = process_id
         @interval = interval
@@ -64,6 +66,7 @@ module Bobbin
           @outage.succeeded
           @lock.synchronize { @pending_ids.subtract(outcomes.map(&:id)) } # unwritten until now, even while being written
           @written += outcomes.size
+          @on_written&.call
           promote(outcomes.filter_map(&:concurrency_key))
           announce_retries(outcomes)
           outcomes.size
