@@ -126,22 +126,41 @@ module Bobbin
     def self.epoch(timestamp) = Time.utc(*timestamp.scan(/\d+/).map(&:to_i)).to_f
 
     # Rows of which some carry a concurrency limit: inserted (those blocked) and let through to their keys' free
-    # slots in one transaction (a savepoint inside the app's).
+    # slots in one transaction. Inside the app's transaction they are let through once it commits, in a transaction
+    # of their own: letting them through takes their keys' locks (on PostgreSQL advisory locks that last as long as
+    # the transaction), and held for as long as the app's transaction stays open they stopped every worker finishing a
+    # job of those keys (its heartbeat too), and two transactions enqueuing keys in opposite orders deadlocked.
     def self.insert_limited(connection, sql, rows)
-      connection.transaction(requires_new: true) do
-        sql.insert_limited(connection, rows).tap { sql.promote(connection, rows.filter_map { |row| row[:concurrency_key] }) }
+      keys = rows.filter_map { |row| row[:concurrency_key] }
+      if connection.transaction_open?
+        return sql.insert_limited(connection, rows).tap { Record.current_transaction.after_commit { promote_keys(keys) } }
       end
+
+      connection.transaction { sql.insert_limited(connection, rows).tap { sql.promote(connection, keys) } }
+    end
+
+    # Lets blocked jobs of `keys` through to their free slots, announcing them; a failure is logged (the Clock's
+    # next pass promotes them).
+    def self.promote_keys(keys)
+      Record.with_connection { |connection| promote_on(connection, keys) }
+    rescue StandardError => error
+      Bobbin.logger.warn("bobbin: could not let the jobs just enqueued for #{keys.uniq.size} concurrency keys through yet " \
+                         "(#{reason(error)}); the next promotion pass will")
     end
 
     # Promotes blocked jobs whose key has a free slot, for every key with due blocked jobs: slots freed by a
     # holder's duration running out, a crash, or a retry coming due. Returns how many jobs it promoted.
     def self.promote_due
       Record.with_connection do |connection|
-        keys = JobRecord.where(state: "blocked", run_at: ..Time.now.utc).distinct.pluck(:concurrency_key)
-        promoted = keys.empty? ? 0 : for_adapter(connection.adapter_name).promote(connection, keys)
-        Wakeups.announce(nil, connection: connection) if promoted.positive?
-        promoted
+        promote_on(connection, JobRecord.where(state: "blocked", run_at: ..Time.now.utc).distinct.pluck(:concurrency_key))
       end
+    end
+
+    # Promotes `keys`' blocked jobs on `connection` and announces them; returns how many.
+    def self.promote_on(connection, keys)
+      promoted = keys.empty? ? 0 : for_adapter(connection.adapter_name).promote(connection, keys)
+      Wakeups.announce(nil, connection: connection) if promoted.positive?
+      promoted
     end
 
     # True when `db_config` (Bobbin's, by default) is a PostgreSQL database.

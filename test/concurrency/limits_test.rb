@@ -25,6 +25,27 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_operator LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }.max, :<=, 2
   end
 
+  # Letting a job through takes its key's lock; inside the app's transaction that lock (PostgreSQL's advisory lock
+  # lasts as long as the transaction) stopped every worker finishing a job of the key until the app committed.
+  test "enqueued inside the app's transaction, a limited job is let through once it commits, and holds no lock before" do
+    Bobbin::Record.transaction do
+      id = LimitedJob.enqueue("t", 0)
+      assert_equal "blocked", Bobbin::JobRecord.where(id: id).pick(:state), "let through after the commit"
+      if postgres?
+        backend = Bobbin::Record.connection.select_value("SELECT pg_backend_pid()")
+        other = Bobbin::Record.connection_db_config.new_connection
+        assert_equal 0, other.select_value("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = #{backend}").to_i
+        other.disconnect!
+      end
+    end
+    assert_equal %w[ready], states("LimitedJob/t")
+    Bobbin::Record.transaction do
+      LimitedJob.enqueue("t", 1)
+      raise ActiveRecord::Rollback
+    end
+    assert_equal %w[ready], states("LimitedJob/t"), "rolled back: nothing stored, nothing let through"
+  end
+
   test "a retried job with a limit waits blocked for its retry and frees its slot meanwhile" do
     id = LimitedJob.enqueue("r", 0)
     Bobbin::JobRecord.where(id: id).update_all(state: "failed")
