@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "erb"
 require "rails/generators"
 require_relative "../support/version_one_schema"
 require_relative "../../lib/generators/bobbin/install/install_generator"
@@ -107,6 +108,57 @@ class InstallGeneratorTest < Bobbin::TestCase
     snapshot = files("**/*")
     generate
     assert_equal snapshot, files("**/*"), "a second run adds no migration"
+  end
+
+  # The upgrade path says to run the generator again; run without the option, it once set up production alone on top.
+  test "an install with --environments all, run again without it, stays as it is" do
+    write("config/environments/production.rb", "Rails.application.configure do\n  config.active_job.queue_adapter = :solid_queue\nend\n")
+    generate("--environments", "all")
+    snapshot = files("**/*").to_h { |file| [ file, File.file?(path(file)) && File.read(path(file)) ] }
+    output = generate
+    assert_equal snapshot, files("**/*").to_h { |file| [ file, File.file?(path(file)) && File.read(path(file)) ] }
+    assert_match(/Active Job uses Bobbin in every environment/, output)
+    refute_match(/Development keeps its adapter/, output)
+  end
+
+  # A production SQLite database left unnamed (rails new --skip-solid comments it out), or named by a URL.
+  def queue_entry(yaml, env: {})
+    write("config/database.yml", yaml)
+    output = generate
+    saved = ENV.to_h.slice(*env.keys)
+    env.each { |key, value| ENV[key] = value }
+    entry = YAML.safe_load(ERB.new(File.read(path("config/database.yml"))).result, aliases: true).dig("production", "queue")
+    [ entry, output ]
+  ensure
+    env&.each_key { |key| saved&.key?(key) ? ENV[key] = saved[key] : ENV.delete(key) }
+  end
+
+  test "queue database for a production SQLite database left unnamed: a file in storage/, beside the others" do
+    entry, = queue_entry(<<~YAML)
+      default: &default
+        adapter: sqlite3
+        pool: 5
+
+      production:
+        <<: *default
+        # database: path/to/persistent/storage/production.sqlite3
+    YAML
+    assert_equal "storage/production_queue.sqlite3", entry["database"]
+    assert_nil entry["url"]
+  end
+
+  test "queue database for a production database named by a URL: its own URL (QUEUE_DATABASE_URL), never the primary's" do
+    entry, output = queue_entry(<<~YAML, env: { "DATABASE_URL" => "postgres://db.internal/app_production", "QUEUE_DATABASE_URL" => "postgres://db.internal/app_queue" })
+      default: &default
+        adapter: postgresql
+
+      production:
+        <<: *default
+        url: <%= ENV["DATABASE_URL"] %>
+    YAML
+    assert_equal "postgres://db.internal/app_queue", entry["url"]
+    assert_equal "production_queue", entry["database"]
+    assert_match(/config\/database.yml: production's queue database reads QUEUE_DATABASE_URL/, output)
   end
 
   test "Kamal's config/deploy.yml, as rails new writes it, runs Bobbin in Puma and on a job role instead of Solid Queue; again, nothing" do

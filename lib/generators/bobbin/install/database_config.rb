@@ -10,9 +10,13 @@ module Bobbin
     class DatabaseConfig
       def initialize(text)
         @text = text
+        @notes = []
       end
 
       attr_reader :text
+
+      # What the user should know about the entries added (an environment whose queue database reads a URL).
+      attr_reader :notes
 
       # True when `env` already has a queue database (or is not in the file).
       def queue?(env)
@@ -48,11 +52,25 @@ module Bobbin
           block[start + 1..].take_while { |line| line.start_with?("    ") || line.strip.empty? }.map { |line| line.delete_prefix("  ") }
         end
 
+        # The primary's settings but its database, URL and migrations. A primary named by a URL (`url:`, or no
+        # database name: DATABASE_URL) gets a queue read from QUEUE_DATABASE_URL: copied, the primary's URL would win
+        # over the queue's name and put the queue in the primary.
         def queue_lines(primary, env)
-          settings = primary.reject { |line| line.strip.empty? || line.match?(/\A\s*(database|migrations_paths):/) }
+          settings = primary.reject { |line| line.strip.empty? || line.match?(/\A\s*(database|migrations_paths|url):/) }
           settings = settings.map { |line| line.sub(/<<: \*primary_(\w+)/, "<<: *default") }
-          database = primary.find { |line| line.match?(/\A\s*database:/) }&.then { |line| queue_database(line) } || "database: #{env}_queue\n"
-          [ "  queue:\n", *settings.map { |line| "  #{line}" }, "    #{database}", "    migrations_paths: db/queue_migrate\n" ]
+          named = primary.find { |line| line.match?(/\A\s*database:/) }
+          database = named ? queue_database(named) : "database: #{sqlite?(env) ? "storage/#{env}_queue.sqlite3" : "#{env}_queue"}\n"
+          url = !sqlite?(env) && (named.nil? || primary.any? { |line| line.match?(/\A\s*url:/) })
+          @notes << "#{env}'s queue database reads QUEUE_DATABASE_URL (its primary is named by a URL); set it" if url
+          [ "  queue:\n", *settings.map { |line| "  #{line}" }, *("    url: <%= ENV[\"QUEUE_DATABASE_URL\"] %>\n" if url),
+            "    #{database}", "    migrations_paths: db/queue_migrate\n" ]
+        end
+
+        # True when `env`'s primary database is SQLite.
+        def sqlite?(env)
+          section = structure[env]
+          config = section.values.all? { |value| value.is_a?(Hash) } ? section["primary"] : section
+          config.is_a?(Hash) && config["adapter"].to_s.include?("sqlite")
         end
 
         # `database: storage/development.sqlite3` → `database: storage/development_queue.sqlite3`; `app_dev` → `app_dev_queue`.

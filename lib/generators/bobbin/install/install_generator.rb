@@ -109,6 +109,7 @@ module Bobbin
           Recurring jobs go in config/recurring.yml.
         TEXT
         say "Kamal (config/deploy.yml) runs Bobbin now: BOBBIN_IN_PUMA, or bin/bobbin start on a job role." if @deploy_changed
+        @database_notes&.each { |note| say "config/database.yml: #{note}." }
         solid_queue_tasks = exist?("config/recurring.yml") ? read("config/recurring.yml").scan(/^\s+([\w-]+):\n\s+command: "SolidQueue::/).flatten : []
         if solid_queue_tasks.any?
           say "config/recurring.yml keeps Solid Queue's #{solid_queue_tasks.join(', ')}: Bobbin runs it now; remove it when Solid Queue goes."
@@ -123,7 +124,9 @@ module Bobbin
 
         def database = options[:database]
 
-        def all? = options[:environments] == "all"
+        # --environments all, or an app installed with it (config/application.rb sets the adapter): a later run without
+        # the option (an upgrade) keeps that install as it is.
+        def all? = options[:environments] == "all" || (exist?("config/application.rb") && read("config/application.rb").include?(ADAPTER))
 
         def connects_to = "config.bobbin.connects_to = { database: { writing: :#{database} } }"
 
@@ -151,7 +154,9 @@ module Bobbin
           return unless exist?(path)
 
           environments = all? ? %w[development test production] : %w[production]
-          write(path, environments.reduce(DatabaseConfig.new(read(path))) { |yml, env| yml.add_queue(env) }.text)
+          config = environments.reduce(DatabaseConfig.new(read(path))) { |yml, env| yml.add_queue(env) }
+          write(path, config.text)
+          @database_notes = config.notes
         end
 
         # production.rb: the adapter line `rails new` wrote (`:solid_queue`, or a commented example) says :bobbin;
