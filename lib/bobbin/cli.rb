@@ -23,6 +23,7 @@ module Bobbin
         processes  list worker processes: mode, capacity, busy, heartbeat age, memory, connections
         dashboard  serve the web dashboard (--port 9292 --host 127.0.0.1; RACK_ENV=development unless --auth-token)
         metrics    serve Prometheus metrics (--port 9394 --host 127.0.0.1; --auth-token for HTTP basic auth)
+      Every command that uses the database takes -d URL (default DATABASE_URL) and -r FILE; bobbin COMMAND --help lists its options.
     TEXT
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
@@ -39,17 +40,13 @@ module Bobbin
       when "start" then start_supervisor(argv)
       when "doctor" then doctor(argv)
       when "pause", "resume" then toggle(command, argv)
-      when "migrate" then boot({}, tables: false).then { Bobbin.migrate! }.then { 0 }
-      when "counts" then boot({}).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
-      when "recurring" then boot({}).then { list_recurring }.then { 0 }
+      when "migrate" then boot(database_command(command, argv).first, tables: false).then { Bobbin.migrate! }.then { 0 }
+      when "counts" then boot(database_command(command, argv).first).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
+      when "recurring" then boot(database_command(command, argv).first).then { list_recurring }.then { 0 }
       when "jobs", "retry", "discard", "queues", "processes" then OperatorCommands.new(self).run(command, argv)
       when "dashboard" then OperatorCommands.new(self).dashboard(argv)
       when "metrics" then OperatorCommands.new(self).metrics(argv)
-      else
-        help = command.nil? || %w[-h --help help].include?(command)
-        warn("bobbin: unknown command #{command.inspect}") unless help
-        warn(USAGE)
-        help ? 0 : 64
+      else usage(command)
       end
     rescue Bobbin::ConfigurationError, OptionParser::ParseError => error
       warn("bobbin: #{error.message}")
@@ -67,7 +64,42 @@ module Bobbin
       Boot.run(database: options[:database], requires: Array(options[:require]), tables: tables)
     end
 
+    # Adds -d URL and -r FILE, which every command that touches the database takes (read by `boot`).
+    def database_options(parser, options)
+      parser.on("-r", "--require FILE", "load FILE first: job classes, or a file that calls Bobbin.connect (repeatable)") do |v|
+        (options[:require] ||= []) << v
+      end
+      parser.on("-d", "--database URL", "database URL (default DATABASE_URL or the Rails app's)") { |v| options[:database] = v }
+    end
+
     private
+      # Asked for (help, -h, --help, nothing), the usage goes to stdout; after an unknown command, to stderr with exit 64.
+      def usage(command)
+        return puts(USAGE).then { 0 } if command.nil? || %w[-h --help help].include?(command)
+
+        warn("bobbin: unknown command #{command.inspect}")
+        warn(USAGE)
+        64
+      end
+
+      # Parses the command line of a command that needs only the database: -d, -r, --help and exactly the
+      # `operands` named (e.g. "QUEUE"). Returns [options, *operands].
+      def database_command(command, argv, *operands)
+        options = {}
+        parser = OptionParser.new do |o|
+          o.banner = [ "Usage: bobbin #{command}", *operands, "[options]" ].join(" ")
+          database_options(o, options)
+        end
+        parser.parse!(argv)
+        if argv.size != operands.size
+          wrong = argv.size < operands.size ? "#{operands[argv.size]} missing" : "unexpected #{argv.drop(operands.size).join(' ').inspect}"
+          raise UsageError, "#{command}: #{wrong} (usage: #{parser.banner.delete_prefix('Usage: ')})"
+        end
+        [ options, *argv ]
+      rescue OptionParser::ParseError => error
+        raise UsageError, error.message
+      end
+
       def start_supervisor(argv)
         mode = configured(argv)[:mode]
         Boot.before_work
@@ -88,8 +120,8 @@ module Bobbin
       end
 
       def toggle(command, argv)
-        queue = argv.shift or raise OptionParser::MissingArgument, "#{command} needs a queue name"
-        boot({})
+        options, queue = database_command(command, argv, "QUEUE")
+        boot(options)
         Bobbin.public_send(command, queue)
         puts("#{command == 'pause' ? 'paused' : 'resumed'} #{queue}")
         0
@@ -104,8 +136,9 @@ module Bobbin
         end
       end
 
+      # start's and doctor's options: a pool's, without work's --drain (a supervisor has no end to drain to).
       def supervisor_parser(options)
-        worker_parser(options).tap do |o|
+        pool_parser(options).tap do |o|
           o.banner = "Usage: bobbin start|doctor [options]"
           o.on("-c", "--config FILE", "pools and settings (default config/bobbin.yml when present)") { |v| options[:config] = v }
           o.on("--processes N", Integer, "processes for the one pool given by flags") { |v| options[:processes] = v }
@@ -156,8 +189,15 @@ module Bobbin
       end
 
       def worker_parser(options)
-        OptionParser.new do |o|
+        pool_parser(options).tap do |o|
           o.banner = "Usage: bobbin work [options]"
+          o.on("--drain", "run until no job is due, then exit") { options[:drain] = true }
+        end
+      end
+
+      # The options of one pool, and where its jobs and database are.
+      def pool_parser(options)
+        OptionParser.new do |o|
           o.on("-q", "--queues LIST", Array, "queues, in order; * and prefix* wildcards (default *)") { |v| options[:queues] = v }
           o.on("--fibers N", Integer, "run up to N jobs as fibers on one event loop") { |v| options[:fibers] = v }
           o.on("--threads N", Integer, "run up to N jobs on a pool of N threads") { |v| options[:threads] = v }
@@ -168,9 +208,7 @@ module Bobbin
             options[:stall_threshold] = v == "off" ? false : v.to_f
           end
           o.on("--thread-lane N", Integer, "fibers: threads for runs_on: :thread jobs (default 2; 0: none)") { |v| options[:thread_lane] = v }
-          o.on("-r", "--require FILE", "load job classes from FILE (repeatable)") { |v| (options[:require] ||= []) << v }
-          o.on("-d", "--database URL", "database URL (default DATABASE_URL or the Rails app's)") { |v| options[:database] = v }
-          o.on("--drain", "run until no job is due, then exit") { options[:drain] = true }
+          database_options(o, options)
         end
       end
 

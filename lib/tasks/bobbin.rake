@@ -4,6 +4,13 @@
 # command as `bin/bobbin`, inside the app's environment.
 namespace :bobbin do
   run = ->(*argv) { exit(Bobbin::CLI.start(argv.map(&:to_s))) }
+  # The task's queue argument; without one, how to give one in rake's syntax (not the CLI's), and exit 64 as `bobbin pause`.
+  queue = lambda do |task, args|
+    next args[:queue] if args[:queue]
+
+    warn("bobbin: #{task.name} needs a queue: bin/rails '#{task.name}[QUEUE]'")
+    exit(64)
+  end
 
   desc "Install Bobbin: config/bobbin.yml, the schema, bin/bobbin, the Active Job adapter (bin/rails generate bobbin:install)"
   task :install do
@@ -36,12 +43,12 @@ namespace :bobbin do
   end
 
   desc "Stop workers from claiming jobs of QUEUE: bin/rails 'bobbin:pause[QUEUE]'"
-  task :pause, [ :queue ] => :environment do |_task, args|
-    run.call("pause", args.fetch(:queue))
+  task :pause, [ :queue ] => :environment do |task, args|
+    run.call("pause", queue.call(task, args))
   end
 
   desc "Let workers claim jobs of QUEUE again: bin/rails 'bobbin:resume[QUEUE]'"
-  task :resume, [ :queue ] => :environment do |_task, args|
-    run.call("resume", args.fetch(:queue))
+  task :resume, [ :queue ] => :environment do |task, args|
+    run.call("resume", queue.call(task, args))
   end
 end

@@ -2,6 +2,7 @@
 
 require_relative "cli_helper"
 require "uri"
+require "bobbin/config/boot"
 
 # Every way `bobbin` can fail before work starts gives one line naming the problem and the fix, and exit 78.
 class StartupErrorsTest < Bobbin::TestCase
@@ -25,14 +26,16 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
-  test "an unknown command is named, with the usage, and exit 64; help is exit 0" do
+  test "an unknown command is named, with the usage on stderr, and exit 64; help asked for is on stdout, exit 0" do
     once_per_run
     status, out, err = run_bobbin("strat")
     assert_equal [ 64, "" ], [ status.exitstatus, out ]
     assert_match(/\Abobbin: unknown command "strat"\nUsage: bobbin COMMAND/, err)
-    status, _, err = run_bobbin("--help")
-    assert_equal 0, status.exitstatus
-    assert_match(/\AUsage: bobbin COMMAND/, err)
+    %w[--help -h help].each do |help|
+      status, out, err = run_bobbin(help)
+      assert_equal [ 0, "" ], [ status.exitstatus, err ], help
+      assert_match(/\AUsage: bobbin COMMAND/, out)
+    end
   end
 
   test "a -c file that does not exist is named before the database is tried" do
@@ -127,6 +130,26 @@ class StartupErrorsTest < Bobbin::TestCase
     assert_kind_of ActiveRecord::NoDatabaseError, error.cause
   ensure
     Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+  end
+
+  test "a queue database of Bobbin's own that does not exist is named, not the app's (PostgreSQL)" do
+    skip_unless_postgres
+    Bobbin::Record.establish_connection(postgres_url(path: "/bobbin_no_such_queue_#{Process.pid}")) # as config.bobbin.connects_to does
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Boot.database_step { Bobbin::Boot.check_tables } }
+    assert_match(/\Athe database "bobbin_no_such_queue_\d+" does not exist: create it \(createdb bobbin_no_such_queue_\d+,/, error.message)
+  ensure
+    Bobbin::Record.remove_connection
+  end
+
+  test "a queue database of Bobbin's own that SQLite cannot open is named, not the app's" do
+    once_per_run
+    with_tmpdir do |dir| # a directory where the file should be: SQLite cannot open it, even for root
+      Bobbin::Record.establish_connection(sqlite_url(dir))
+      error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Boot.database_step { Bobbin::Boot.check_tables } }
+      assert_match(/\Acannot write the SQLite database #{dir} \(unable to open database file\)/, error.message)
+    ensure
+      Bobbin::Record.remove_connection
+    end
   end
 
   test "a SQLite path in a directory that does not exist is not created" do

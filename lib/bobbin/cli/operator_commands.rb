@@ -42,7 +42,7 @@ module Bobbin
           options = { port: port, host: "127.0.0.1" }
           OptionParser.new do |o|
             o.banner = "Usage: bobbin #{command} [options]"
-            common(o, options)
+            @cli.database_options(o, options)
             o.on("-p", "--port PORT", Integer, "port (default #{port})") { |v| options[:port] = v }
             o.on("--host HOST", "address to bind (default 127.0.0.1; another needs --auth-token)") { |v| options[:host] = v }
             o.on("--auth-token TOKEN", "require this token (HTTP basic auth password)") { |v| options[:token] = v }
@@ -60,7 +60,7 @@ module Bobbin
         def parser(command, options, filter)
           OptionParser.new do |o|
             o.banner = "Usage: bobbin #{command} [options]"
-            common(o, options)
+            @cli.database_options(o, options)
             next if %w[queues processes].include?(command)
 
             o.on("--state STATE", Operator::Filter::STATES, "one of #{Operator::Filter::STATES.join(', ')}") { |v| filter[:state] = v }
@@ -80,11 +80,6 @@ module Bobbin
               o.on("--by NAME", "who to record as doing it (default $USER)") { |v| options[:by] = v }
             end
           end
-        end
-
-        def common(parser, options)
-          parser.on("-d", "--database URL", "database URL (default DATABASE_URL or the Rails app's)") { |v| options[:database] = v }
-          parser.on("-r", "--require FILE", "load FILE first (repeatable)") { |v| (options[:require] ||= []) << v }
         end
 
         def list(filter, options)

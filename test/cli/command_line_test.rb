@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+require_relative "cli_helper"
+
+# What each command takes: -d URL and -r FILE wherever it uses the database, --help on stdout, and an option or
+# operand it does not have refused rather than ignored.
+class CommandLineTest < Bobbin::TestCase
+  include CLIHelper
+
+  DATABASE_COMMANDS = [ %w[migrate], %w[counts], %w[recurring], %w[pause mail], %w[resume mail] ].freeze
+
+  # Runs `bobbin ARGS` without DATABASE_URL, so only what the command line says can reach the database.
+  def run_without_url(*args) = run_bobbin(*args, env: { "DATABASE_URL" => "" })
+
+  test "migrate, counts, recurring, pause and resume reach the database given by -d URL, or by a -r file that connects" do
+    with_tmpdir do |dir|
+      connects = File.join(dir, "connects.rb")
+      File.write(connects, "Bobbin.connect(#{TestDatabase.url_with_pool.inspect})\n")
+      [ [ "-d", TestDatabase.url_with_pool ], [ "-r", connects ] ].each do |given|
+        DATABASE_COMMANDS.each do |command|
+          status, out, err = run_without_url(*command, *given)
+          assert_equal 0, status.exitstatus, "bobbin #{command.join(' ')} #{given.first}: #{err}"
+          assert_equal command.first == "pause", Bobbin::QueuePause.exists?(queue: "mail"), "after #{command.join(' ')}" if command.last == "mail"
+          assert_includes JSON.parse(out), "ready" if command == %w[counts]
+          assert_equal "no recurring tasks (a supervisor records them when it starts)\n", out if command == %w[recurring]
+        end
+      end
+    end
+  end
+
+  test "each command's --help goes to stdout with exit 0, and lists -d and -r where the command uses the database" do
+    once_per_run
+    DATABASE_COMMANDS.map(&:first).push("work", "start", "queues").each do |command|
+      status, out, err = run_without_url(command, "--help")
+      assert_equal [ 0, "" ], [ status.exitstatus, err ], command
+      assert_match(/\AUsage: bobbin #{command}/, out)
+      assert_match(/-d, --database URL .*-r, --require FILE|-r, --require FILE .*-d, --database URL/m, out, command)
+    end
+  end
+
+  test "--drain is work's alone: start and doctor refuse it instead of running on" do
+    once_per_run
+    assert_match(/--drain/, run_without_url("work", "--help")[1])
+    refute_match(/--drain/, run_without_url("start", "--help")[1])
+    %w[start doctor].each { |command| assert_config_exit(run_without_url(command, "--threads", "1", "--drain"), /\Abobbin: invalid option: --drain$/) }
+  end
+
+  test "a missing or extra operand is a usage error (exit 64) that shows the command's usage" do
+    once_per_run
+    { %w[pause] => /\Abobbin: pause: QUEUE missing \(usage: bobbin pause QUEUE \[options\]\)$/,
+      %w[resume a b] => /\Abobbin: resume: unexpected "b" \(usage: bobbin resume QUEUE \[options\]\)$/,
+      %w[counts mail] => /\Abobbin: counts: unexpected "mail" \(usage: bobbin counts \[options\]\)$/,
+      %w[counts --queue mail] => /\Abobbin: invalid option: --queue$/ }.each do |args, pattern|
+      status, out, err = run_without_url(*args)
+      assert_equal [ 64, "" ], [ status.exitstatus, out ], args.join(" ")
+      assert_match pattern, err
+    end
+  end
+end
