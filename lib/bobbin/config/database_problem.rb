@@ -39,9 +39,10 @@ module Bobbin
         "directory, where SQLite creates the -wal and -shm files"
     end
 
-    # The configured database name or SQLite path, if Active Record got that far.
+    # Bobbin's database name or SQLite path, if Active Record got that far: the queue database when the app gives
+    # Bobbin one of its own (config.bobbin.connects_to), not the app's primary.
     def database
-      ActiveRecord::Base.connection_db_config.database
+      Record.connection_db_config.database
     rescue ActiveRecord::ActiveRecordError
       nil
     end
