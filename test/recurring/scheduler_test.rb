@@ -34,6 +34,17 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_equal 0, Bobbin::JobRecord.count
   end
 
+  test "a scheduler left with no tasks removes the stored ones on its first pass, and queries nothing after" do
+    Bobbin::Recurring::Scheduler.new([ every_second ]).pass
+    assert_equal [ "every_second" ], Bobbin::RecurringTask.pluck(:key)
+    scheduler = Bobbin::Recurring::Scheduler.new([])
+    assert_nil scheduler.pass
+    assert_empty Bobbin::RecurringTask.all, "the last task taken out of the configuration is no longer listed"
+    sent = []
+    ActiveSupport::Notifications.subscribed(->(*, payload) { sent << payload[:sql] }, "sql.active_record") { 3.times { scheduler.pass } }
+    assert_empty sent
+  end
+
   test "RecurringTask lists the configured tasks with last and next run; a command task's job runs the command" do
     Bobbin.recurring("every_second", schedule: "every second", class: "TickJob", args: [ "s" ], description: "ticks")
     Bobbin.recurring("purge", schedule: "*/5 * * * * *", command: "LedgerEntry.create!(key: 'purged', pid: Process.pid)")

@@ -26,9 +26,9 @@ module Bobbin
       # Enqueues every due tick; returns when the next one is due (nil without tasks). A task whose class cannot
       # be found is logged and skipped; a database error ends the pass, and the next pass retries its ticks.
       def pass(now = Time.now)
+        sync unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
         return if @tasks.empty?
 
-        sync unless @synced
         @tasks.each { |task| run(task, now) }
         @tasks.map { |task| task.next_time(now) }.min
       end
