@@ -30,8 +30,10 @@ module Bobbin
       text.length > limit ? text[0, limit] : text
     end
 
-    # Active Record's errors for a connection that could not be made or was lost.
-    CONNECTION_ERRORS = [ ActiveRecord::ConnectionNotEstablished, ActiveRecord::ConnectionFailed ].freeze
+    # Active Record's errors for a connection that could not be made or was lost. NoDatabaseError is a connection
+    # refused too: Active Record raises it when PostgreSQL's refusal names the database (dropped, not accepting
+    # connections, CONNECT revoked) or SQLite's directory cannot be made, a state to wait out like a server down.
+    CONNECTION_ERRORS = [ ActiveRecord::ConnectionNotEstablished, ActiveRecord::ConnectionFailed, ActiveRecord::NoDatabaseError ].freeze
 
     # True for a lost connection, or a database that cannot take the statement for now: PostgreSQL turned read-only
     # (a failover whose old primary, now a replica, still answers the worker's address), starting up or shutting down,

@@ -78,4 +78,33 @@ class DashboardAppTest < Bobbin::TestCase
     Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
     assert_equal 200, get(app, "/").status
   end
+
+  test "with Bobbin's database missing or refusing connections, pages answer 503 without naming it" do
+    app = Bobbin::Dashboard.new(environment: "development")
+    Dir.mktmpdir("bobbin-dashboard") do |dir|
+      FileUtils.touch(File.join(dir, "file")) # a directory SQLite's adapter cannot make under a file
+      gone = { "sqlite3:#{dir}/file/jobs.sqlite3" => %r{#{dir}|jobs\.sqlite3} }
+      if postgres?
+        uri = URI(TestDatabase.url)
+        missing, closed = "bobbin_no_such_queue_#{Process.pid}", "bobbin_closed_queue_#{Process.pid}"
+        ActiveRecord::Base.connection.execute("CREATE DATABASE #{closed}")
+        ActiveRecord::Base.connection.execute("ALTER DATABASE #{closed} ALLOW_CONNECTIONS false")
+        gone[uri.dup.tap { |u| u.path = "/#{missing}" }.to_s] = /#{missing}/
+        gone[uri.dup.tap { |u| u.path = "/#{closed}" }.to_s] = /#{closed}/
+      end
+      gone.each do |url, details|
+        Bobbin::Record.establish_connection(url) # Bobbin's own database, as config.bobbin.connects_to gives it
+        [ "/", "/queues" ].each do |path|
+          response = get(app, path)
+          assert_equal [ 503, "5" ], [ response.status, response.headers["retry-after"] ], "#{url} #{path}"
+          assert_match(/The database is unavailable \(ActiveRecord::NoDatabaseError\)\./, response.body)
+          refute_match(details, response.body, "no database name or path on the page")
+        end
+      end
+    ensure
+      Bobbin::Record.remove_connection
+      ActiveRecord::Base.connection.execute("DROP DATABASE IF EXISTS #{closed}") if closed
+    end
+    assert_equal 200, get(app, "/").status
+  end
 end
