@@ -52,7 +52,7 @@ module Bobbin
 
     private
       def auth_missing
-        "The Bobbin dashboard needs an auth hook outside development (this is #{@environment}). " \
+        "The Bobbin dashboard needs an auth hook outside development and test (this is #{@environment}). " \
           "Configure one: Bobbin::Dashboard.new(auth: ->(request) { request.env[\"warden\"]&.user&.admin? }), or in Rails mount it inside " \
           "`authenticate :user, ->(user) { user.admin? } do ... end` with Bobbin::Dashboard.default = Bobbin::Dashboard.new(auth: ->(_) { true })."
       end

@@ -27,6 +27,17 @@ class DashboardAppTest < Bobbin::TestCase
     assert_includes seen, "/queues"
   end
 
+  test "without an auth hook outside development and test every page is refused, saying how to add one; its stylesheet is not" do
+    app = Bobbin::Dashboard.new(environment: "production")
+    response = get(app, "/queues")
+    assert_equal 403, response.status
+    assert_match(/needs an auth hook outside development and test \(this is production\)/, response.body)
+    assert_equal 403, get(app, "/metrics").status
+    assert_equal 403, get(app, "/assets/secret.rb").status, "only the gem's two assets are outside the check"
+    css = get(app, "/assets/app.css")
+    assert_equal [ 200, "text/css" ], [ css.status, css.headers["content-type"] ]
+  end
+
   test "read-only mode shows no action and refuses every POST" do
     id = insert_jobs(1, **failed_attributes).first
     Bobbin::Operator.pause("mail")

@@ -36,16 +36,17 @@ module Bobbin
       include Helpers
 
       route do |r|
+        # The gem's own stylesheet and script, the same for everyone: served before the auth check, so the page that
+        # refuses someone is styled too.
+        r.get("assets", ASSETS.keys) do |name|
+          response["Content-Type"] = ASSETS.fetch(name)
+          response["Cache-Control"] = "public, max-age=300"
+          File.read(File.expand_path("assets/#{name}", __dir__))
+        end
+
         if (message = dashboard.refusal(r))
           response.status = 403
           r.halt(view(:refused, locals: { message: message }))
-        end
-
-        r.get("assets", String) do |name|
-          type = ASSETS[name] or next
-          response["Content-Type"] = type
-          response["Cache-Control"] = "public, max-age=300"
-          File.read(File.expand_path("assets/#{name}", __dir__))
         end
 
         r.get("metrics") do
