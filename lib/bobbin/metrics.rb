@@ -35,6 +35,9 @@ module Bobbin
         next [ 403, { "content-type" => "text/plain" }, [ "Access denied.\n" ] ] if auth && !auth.call(Rack::Request.new(env))
 
         [ 200, { "content-type" => CONTENT_TYPE, "cache-control" => "no-store" }, [ text ] ]
+      rescue *Store::CONNECTION_ERRORS => error # a failed scrape, as the dashboard's pages: no hosts or paths in the body
+        Bobbin.logger.warn("bobbin metrics: database unavailable (#{Store.reason(error)})")
+        [ 503, { "content-type" => "text/plain", "retry-after" => "5" }, [ "The database is unavailable (#{error.class}).\n" ] ]
       end
     end
 

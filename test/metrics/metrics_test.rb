@@ -60,6 +60,20 @@ class MetricsTest < Bobbin::TestCase
     assert_equal 2.0, samples(response.body)['bobbin_jobs{state="ready"}']
   end
 
+  test "with Bobbin's database unreachable, the exposition answers 503 without naming it, and 200 once it is back" do
+    app = Bobbin::Metrics.rack_app
+    Dir.mktmpdir("bobbin-metrics") do |dir|
+      FileUtils.touch(File.join(dir, "file")) # a directory SQLite's adapter cannot make under a file
+      Bobbin::Record.establish_connection("sqlite3:#{dir}/file/jobs.sqlite3")
+      response = Rack::MockRequest.new(app).get("/")
+      assert_equal [ 503, "5" ], [ response.status, response.headers["retry-after"] ]
+      refute_match(/#{dir}|jobs\.sqlite3/, response.body)
+    ensure
+      Bobbin::Record.remove_connection
+    end
+    assert_equal 200, Rack::MockRequest.new(app).get("/").status
+  end
+
   test "bobbin metrics serves the exposition from its own process, and asks for a token off loopback" do
     insert_jobs(5, queue: "webhooks")
     port = closed_port
