@@ -69,6 +69,13 @@ module Bobbin
       Bobbin.config.logger = logger
     end
 
+    # A SQLite URL in `dir` that Active Record cannot open, whoever runs the test (root included): its directory
+    # would have to be made under a file. Opening it raises ActiveRecord::NoDatabaseError.
+    def unopenable_sqlite_url(dir)
+      FileUtils.touch(File.join(dir, "file"))
+      "sqlite3:#{dir}/file/jobs.sqlite3"
+    end
+
     # Reads through a PostgreSQL restart: a query that meets a dropped connection is retried on a fresh one.
     def query
       yield

@@ -36,9 +36,17 @@ module Bobbin
     rescue StandardError => error
       raise unless Store.outage?(error)
 
+      skipped(who, error)
+      SOON
+    end
+
+    # Reports housekeeping that could not run: an outage makes Recovery distrust silent heartbeats for a while and is
+    # a warning; any other error is logged as one, and trusts nothing less.
+    def skipped(who, error)
+      return failed(who, "keeping house", error) unless Store.outage?(error)
+
       Recovery.unreachable!
       Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{Store.reason(error)}); retrying")
-      SOON
     end
 
     # Runs one service; an error that is not an outage is logged and the next service runs (an outage stops them all).

@@ -38,8 +38,8 @@ module Bobbin
     # True for a lost connection, or a database that cannot take the statement for now: PostgreSQL turned read-only
     # (a failover whose old primary, now a replica, still answers the worker's address), starting up or shutting down,
     # out of disk, memory or connections, or a statement cancelled (statement_timeout, an operator); SQLite busy past
-    # its busy timeout, out of disk, or failing to read or write its file. Bobbin keeps what it holds and tries again later; other errors are bugs or a schema that does
-    # not match, and are reported as such.
+    # its busy timeout, out of disk, or failing to read or write its file. Bobbin keeps what it holds and tries again
+    # later; other errors are bugs or a schema that does not match, and are reported as such.
     def self.outage?(error)
       3.times do
         return true if outage_errors.any? { |kind| error.is_a?(kind) }

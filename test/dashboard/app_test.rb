@@ -93,8 +93,7 @@ class DashboardAppTest < Bobbin::TestCase
   test "with Bobbin's database missing or refusing connections, pages answer 503 without naming it" do
     app = Bobbin::Dashboard.new(environment: "development")
     Dir.mktmpdir("bobbin-dashboard") do |dir|
-      FileUtils.touch(File.join(dir, "file")) # a directory SQLite's adapter cannot make under a file
-      gone = { "sqlite3:#{dir}/file/jobs.sqlite3" => %r{#{dir}|jobs\.sqlite3} }
+      gone = { unopenable_sqlite_url(dir) => %r{#{dir}|jobs\.sqlite3} }
       if postgres?
         uri = URI(TestDatabase.url)
         missing, closed = "bobbin_no_such_queue_#{Process.pid}", "bobbin_closed_queue_#{Process.pid}"

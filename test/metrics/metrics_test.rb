@@ -63,8 +63,7 @@ class MetricsTest < Bobbin::TestCase
   test "with Bobbin's database unreachable, the exposition answers 503 without naming it, and 200 once it is back" do
     app = Bobbin::Metrics.rack_app
     Dir.mktmpdir("bobbin-metrics") do |dir|
-      FileUtils.touch(File.join(dir, "file")) # a directory SQLite's adapter cannot make under a file
-      Bobbin::Record.establish_connection("sqlite3:#{dir}/file/jobs.sqlite3")
+      Bobbin::Record.establish_connection(unopenable_sqlite_url(dir))
       response = Rack::MockRequest.new(app).get("/")
       assert_equal [ 503, "5" ], [ response.status, response.headers["retry-after"] ]
       refute_match(/#{dir}|jobs\.sqlite3/, response.body)

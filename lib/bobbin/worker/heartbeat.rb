@@ -83,12 +83,7 @@ module Bobbin
           @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}")
           monotonic + wait
         rescue ActiveRecord::ActiveRecordError => error
-          if Store.outage?(error)
-            Recovery.unreachable!
-            Bobbin.logger.warn("bobbin worker #{@worker.process_id}: maintenance skipped, database unavailable (#{Store.reason(error)})")
-          else
-            Maintenance.failed("worker #{@worker.process_id}", "keeping house", error)
-          end
+          Maintenance.skipped("worker #{@worker.process_id}", error)
           monotonic + @interval
         end
 

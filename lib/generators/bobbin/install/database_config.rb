@@ -59,8 +59,9 @@ module Bobbin
           settings = primary.reject { |line| line.strip.empty? || line.match?(/\A\s*(database|migrations_paths|url):/) }
           settings = settings.map { |line| line.sub(/<<: \*primary_(\w+)/, "<<: *default") }
           named = primary.find { |line| line.match?(/\A\s*database:/) }
-          database = named ? queue_database(named) : "database: #{sqlite?(env) ? "storage/#{env}_queue.sqlite3" : "#{env}_queue"}\n"
-          url = !sqlite?(env) && (named.nil? || primary.any? { |line| line.match?(/\A\s*url:/) })
+          sqlite = sqlite?(env)
+          database = named ? queue_database(named) : "database: #{sqlite ? "storage/#{env}_queue.sqlite3" : "#{env}_queue"}\n"
+          url = !sqlite && (named.nil? || primary.any? { |line| line.match?(/\A\s*url:/) })
           @notes << "#{env}'s queue database reads QUEUE_DATABASE_URL (its primary is named by a URL); set it" if url
           [ "  queue:\n", *settings.map { |line| "  #{line}" }, *("    url: <%= ENV[\"QUEUE_DATABASE_URL\"] %>\n" if url),
             "    #{database}", "    migrations_paths: db/queue_migrate\n" ]
