@@ -34,9 +34,11 @@ module Bobbin
       @reachable_since = monotonic
     end
 
-    # Recovers the jobs of the process rows for OS process `pid` on this host (the supervisor saw it exit).
-    def process_exited(pid, status)
-      ProcessRecord.where(pid: pid, hostname: Socket.gethostname).pluck(:id).sum do |id|
+    # Recovers the jobs of supervisor `supervisor_id`'s worker rows for OS process `pid` (the supervisor saw it exit).
+    # Not by pid and hostname: containers with host networking share the host's name, and each numbers its
+    # processes from 1, so another host's live worker can have the same pid and hostname.
+    def process_exited(pid, status, supervisor_id:)
+      ProcessRecord.where(pid: pid, supervisor_id: supervisor_id).pluck(:id).sum do |id|
         ProcessRecord.where(id: id).delete_all == 1 ? recover(id, "process #{pid} exited (#{status})") : 0
       end
     end

@@ -94,7 +94,7 @@ module Bobbin
 
       # A worker that exited is known dead: its jobs go back now, or on every later tick while the database is down.
       def recover(pid, status)
-        Recovery.process_exited(pid, status)
+        Recovery.process_exited(pid, status, supervisor_id: @process.id)
         true
       rescue ActiveRecord::ActiveRecordError => error
         Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{Store.reason(error)}); retrying")

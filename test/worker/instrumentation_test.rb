@@ -98,7 +98,7 @@ class InstrumentationTest < Bobbin::TestCase
       process_id = wait_for("the job running") { Bobbin::JobRecord.where(id: id, state: "running").pick(:claimed_by) }
       Process.kill(:KILL, pid)
       status = wait_exit(pid)
-      seen = events { assert_equal 1, Bobbin::Recovery.process_exited(pid, status) }
+      seen = events { assert_equal 1, Bobbin::Recovery.process_exited(pid, status, supervisor_id: nil) }
       assert_equal [ { process_id: process_id, reason: "process #{pid} exited (#{status})", ready: 1, failed: 0, blamed: [ id ] } ],
                    seen["recover"], "the job alone in flight is blamed; it has runs left, so it is ready again"
     end

@@ -1,0 +1,39 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Two hosts that share a hostname and number their processes alike: containers with host networking (Docker's
+# `--network host`, Kubernetes' `hostNetwork: true`) take the host's name, and each starts its processes from pid 1.
+# A supervisor that sees its worker exit recovers that worker's jobs, and only its: never those of another host's
+# worker that happens to have the same pid.
+class PidNamespaceTest < Bobbin::TestCase
+  # Runs the command as pid 1 of a new pid namespace, on this host's name (as a container with host networking).
+  NAMESPACE = [ "unshare", "--pid", "--fork", "--mount-proc" ].freeze
+
+  setup do
+    skip("this machine cannot make pid namespaces") unless system(*NAMESPACE, "true", [ :out, :err ] => File::NULL)
+  end
+
+  test "a supervisor whose worker exits recovers that worker's jobs, not those of another host's worker with the same pid" do
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "1", "--polling-interval", "0.05", prefix: NAMESPACE)
+      other_job = SleepJob.enqueue(60, "other host")
+      other = wait_for("the other host's job running") { Bobbin::JobRecord.where(id: other_job, state: "running").pick(:claimed_by) }
+
+      pids << spawn_bobbin("start", "--fibers", "1", "--polling-interval", "0.05", prefix: NAMESPACE)
+      ours = wait_for("this host's worker") { Bobbin::ProcessRecord.where(kind: "worker").where.not(id: other).pick(:id, :pid) }
+      assert_equal Bobbin::ProcessRecord.where(id: other).pick(:pid, :hostname), [ ours.last, Socket.gethostname ],
+                   "the two workers share a hostname and a pid (the premise)"
+
+      poison = PoisonJob.enqueue("poison") # only this host's worker has room
+      wait_for("this host's worker to die and its job to be recovered") { Bobbin::JobRecord.where(id: poison).pick(:crashes).positive? }
+
+      assert_equal [ poison ], Bobbin::JobRecord.where(last_error_class: "Bobbin::ProcessDied").pluck(:id),
+                   "only the job of the worker that exited is recovered"
+      assert Bobbin::ProcessRecord.exists?(other), "the other host's worker is still registered"
+      assert_equal [ "running", other ], Bobbin::JobRecord.where(id: other_job).pick(:state, :claimed_by), "its job still runs there, once"
+      assert_nil Bobbin::ProcessRecord.find_by(id: ours.first), "the worker that exited is gone"
+    end
+  end
+end
