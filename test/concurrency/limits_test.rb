@@ -119,4 +119,35 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
       klass.define_singleton_method(:name) { name }
       yield
     end
+
+  # A promotion reads its key's waiting jobs, then updates them; an operator's discard committed in between (it takes no
+  # key lock) must stay discarded. PostgreSQL re-checks a row a concurrent transaction changed against the UPDATE's
+  # own WHERE, so that WHERE must say the row is still blocked.
+  test "PostgreSQL: a blocked job discarded while a promotion of its key waits for the row stays discarded" do
+    skip_unless_postgres
+    2.times { |i| LimitedJob.enqueue("race", i) }
+    blocked = LimitedJob.enqueue("race", 2)
+    Bobbin::JobRecord.where(concurrency_key: "LimitedJob/race", state: "ready").limit(1).update_all(state: "succeeded") # a slot frees
+    discarded = Queue.new
+    commit = Queue.new
+    operator = Thread.new do
+      Bobbin::Record.connection_pool.with_connection do
+        Bobbin::Record.transaction do
+          discarded << Bobbin::Operator.discard(blocked, by: "ann")
+          commit.pop
+        end
+      end
+    end
+    assert discarded.pop, "the operator's discard"
+    promotion = Thread.new { Bobbin::Store.promote_keys([ "LimitedJob/race" ]) }
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE bobbin_jobs SET state = ''ready''%'"
+    wait_for("the promotion waiting for the discarded row") { Bobbin::Record.with_connection { |c| c.select_value(waiting) }.to_i.positive? }
+    commit << true
+    operator.join
+    assert_equal 0, promotion.value, "nothing left to let through"
+    assert_equal "discarded", Bobbin::JobRecord.where(id: blocked).pick(:state)
+  ensure
+    commit&.<< true
+    operator&.join
+  end
 end

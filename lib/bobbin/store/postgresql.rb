@@ -80,10 +80,12 @@ module Bobbin
       LOCK_KEYS = "SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended('bobbin-concurrency/' || k, 0)) FROM unnest($1::text[]) AS k) AS locks"
 
       # Slot holders: jobs of the key that are ready (promoted, about to be claimed) or running for less than
-      # their duration (a holder whose process hangs or vanished frees its slot then).
+      # their duration (a holder whose process hangs or vanished frees its slot then). The outer `state = 'blocked'`
+      # is what PostgreSQL re-checks on a row another transaction changed after the ids were read (an operator's
+      # discard takes no key lock): without it, that row would be made ready.
       PROMOTE = <<~SQL
         UPDATE bobbin_jobs SET state = 'ready'
-        WHERE id = ANY(ARRAY(
+        WHERE state = 'blocked' AND id = ANY(ARRAY(
           SELECT waiting.id FROM unnest($1::text[]) AS k(key)
           CROSS JOIN LATERAL (
             SELECT concurrency_limit - (
