@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "support/active_jobs"
 
 class RecurringSchedulerTest < Bobbin::TestCase
   teardown { Bobbin.config.recurring_tasks.clear }
@@ -27,6 +28,39 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_equal 2, ticks.size
     assert_operator Time.now - ticks.last.first, :<, 2, "the latest missed tick, not the oldest"
     assert_equal 1, Bobbin::JobRecord.where(class_name: "TickJob").count
+  end
+
+  # Active Job refuses an Integer hash key; the task's own check (JSON) does not.
+  def unserializable = Bobbin::Recurring::Task.parse("bad_args", { schedule: "every second", class: "ProviderIdActiveJob", args: [ { 1 => "x" } ] }, "t")
+
+  test "a task that cannot be enqueued is logged with its key and skipped; the tasks after it still tick" do
+    now = Time.now.floor
+    log = bobbin_log do
+      scheduler = Bobbin::Recurring::Scheduler.new([ unserializable, every_second ])
+      scheduler.pass(now) && scheduler.pass(now + 3)
+    end
+    assert_equal [ now + 1, now + 2, now + 3 ], ticks.map(&:first)
+    assert_match(/bobbin recurring: task bad_args: ActiveJob::SerializationError/, log)
+    assert_equal 0, Bobbin::RecurringRun.where(task_key: "bad_args").count
+  end
+
+  # The clock that runs the recurring tasks also lets blocked jobs through once their key has room (here a holder
+  # that ended without its outcome promoting the next, as when its duration runs out).
+  test "the clock lets blocked jobs through while a recurring task keeps failing" do
+    ConcurrencyCounter.create_table
+    3.times { |i| LimitedJob.enqueue("clock", i) }
+    Bobbin::JobRecord.where(concurrency_key: "LimitedJob/clock", state: "ready").limit(1).update_all(state: "succeeded")
+    Bobbin::RecurringRun.create!(task_key: "bad_args", run_at: Time.now.utc.floor - 5, created_at: Time.now.utc) # due at once
+    clock = nil
+    log = bobbin_log do |so_far|
+      clock = Bobbin::Maintenance::Clock.start("test", scheduler: Bobbin::Recurring::Scheduler.new([ unserializable ]))
+      wait_for("the blocked job let through", timeout: 10, seen: so_far) do
+        Bobbin::JobRecord.where(concurrency_key: "LimitedJob/clock", state: "blocked").none?
+      end
+    ensure
+      clock&.stop
+    end
+    assert_match(/task bad_args: ActiveJob::SerializationError/, log)
   end
 
   test "a task that never ran starts at its next tick: nothing is caught up on the first pass" do

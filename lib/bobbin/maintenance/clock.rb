@@ -9,7 +9,7 @@ module Bobbin
       TICK = 1.0
 
       # Starts the clock thread; `who` names the process in log lines.
-      def self.start(who) = new(who).tap(&:start)
+      def self.start(who, **) = new(who, **).tap(&:start)
 
       def initialize(who, scheduler: Recurring::Scheduler.new)
         @who = who
@@ -37,9 +37,12 @@ module Bobbin
         end
 
         # Runs the services once (its queries, once a second, kept out of the app's log); returns how long to sleep
-        # before the next run.
+        # before the next run. Blocked jobs are let through even when the recurring tasks fail for another reason
+        # than an outage.
         def tick
-          next_tick = Maintenance.quietly { @scheduler.pass.tap { Store.promote_due } }
+          next_tick = Maintenance.quietly do
+            Maintenance.service(@who, "scheduling recurring tasks") { @scheduler.pass }.tap { Store.promote_due }
+          end
           @outage.succeeded
           wait = next_tick ? next_tick - Time.now : TICK
           wait.clamp(0.0, TICK)

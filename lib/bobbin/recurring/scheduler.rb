@@ -23,8 +23,9 @@ module Bobbin
       # True when this process has tasks to schedule.
       def any? = @tasks.any?
 
-      # Enqueues every due tick; returns when the next one is due (nil without tasks). A task whose class cannot
-      # be found is logged and skipped; a database error ends the pass, and the next pass retries its ticks.
+      # Enqueues every due tick; returns when the next one is due (nil without tasks). A task that cannot be enqueued
+      # (its class cannot be found, Active Job cannot serialize its arguments) is logged and its tick skipped, and the
+      # other tasks still run; a database outage ends the pass, and the next pass retries its ticks.
       def pass(now = Time.now)
         sync unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
         return if @tasks.empty?
@@ -45,9 +46,11 @@ module Bobbin
             @since[task.key] = tick
           end
           @since[task.key] = now
-        rescue ConfigurationError, EnqueueError => error
+        rescue StandardError => error
+          raise if Store.outage?(error)
+
           @since[task.key] = now
-          @logger.error("bobbin recurring: #{error.message}")
+          @logger.error("bobbin recurring: #{error.is_a?(Error) ? error.message : "task #{task.key}: #{error.class}: #{error.message}"}")
         end
 
         # The ticks to enqueue now, by the missed-ticks policy above.

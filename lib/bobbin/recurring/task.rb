@@ -76,16 +76,21 @@ module Bobbin
       def job_row
         return Client::Enqueuer.row(CommandJob, [ key ], **overrides) if command
 
-        job_class = Object.const_get(class_name)
+        job_class = self.job_class
         return Client::Enqueuer.row(job_class, arguments, **overrides) if job_class.respond_to?(:bobbin_options)
         return active_job_row(job_class) if defined?(::ActiveJob::Base) && job_class < ::ActiveJob::Base
 
         raise ConfigurationError, "recurring task #{key}: #{class_name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)"
-      rescue NameError => error
-        raise ConfigurationError, "recurring task #{key}: unknown job class #{class_name} (#{error.message.lines.first.strip})"
       end
 
       private
+        # Only the lookup: a NoMethodError (a NameError too) from building the job is not an unknown class.
+        def job_class
+          Object.const_get(class_name)
+        rescue NameError => error
+          raise ConfigurationError, "recurring task #{key}: unknown job class #{class_name} (#{error.message.lines.first.strip})"
+        end
+
         def overrides = { queue: queue, priority: priority }.compact
 
         def active_job_row(job_class)
