@@ -175,15 +175,17 @@ module Bobbin
         Recurring.load_file(path) if File.exist?(path) && !defined?(Bobbin::Railtie)
       end
 
+      # One pool in this process, with the settings of the config file `start` reads (heartbeats, thresholds,
+      # retention: processes judge each other by them); the pool is the flags', else the file's one pool.
       def work(argv)
         options = {}
         parse(worker_parser(options), argv, options)
-        options[:queues] ||= [ "*" ]
+        ConfigFile.exists!(options[:config]) if options[:config]
         boot(options)
+        load_pools(options)
+        pool = one_pool
         Boot.before_work
-        load_recurring
-        worker = Worker.new(**options.slice(:queues, :fibers, :threads, :polling_interval, :notified_polling_interval, :shutdown_timeout,
-                                            :stall_threshold, :thread_lane))
+        worker = Worker.new(**pool.worker_options)
         options[:drain] ? worker.run_until_empty : worker.start
         0
       end
@@ -191,8 +193,17 @@ module Bobbin
       def worker_parser(options)
         pool_parser(options).tap do |o|
           o.banner = "Usage: bobbin work [options]"
+          o.on("-c", "--config FILE", "settings, and the pool when it has one (default config/bobbin.yml when present)") { |v| options[:config] = v }
           o.on("--drain", "run until no job is due, then exit") { options[:drain] = true }
         end
+      end
+
+      def one_pool
+        pools = Bobbin.config.pools
+        return pools.first if pools.one?
+
+        raise ConfigurationError, "bobbin work runs one pool and the configuration has #{pools.size}: give --fibers N or --threads N " \
+                                  "(and --queues), or run them all with bobbin start"
       end
 
       # The options of one pool, and where its jobs and database are.

@@ -45,6 +45,26 @@ class CommandLineTest < Bobbin::TestCase
     %w[start doctor].each { |command| assert_config_exit(run_without_url(command, "--threads", "1", "--drain"), /\Abobbin: invalid option: --drain$/) }
   end
 
+  # Processes judge each other by heartbeat_interval and process_alive_threshold: a `bobbin work` that ignored the
+  # file beat at the default 10 s beside a supervisor that, by the file, judged it dead after 4 and ran its jobs again.
+  test "work reads the config file start reads: its settings, and its one pool when no flag gives one" do
+    with_tmpdir do |dir|
+      config = ->(name, hash) { File.join(dir, name).tap { |path| File.write(path, hash.to_yaml) } }
+      pool = config.call("pool.yml", { "heartbeat_interval" => 0.5, "workers" => [ { "queues" => [ "ticks" ], "threads" => 2 } ] })
+      TickJob.enqueue("from the file's pool")
+      status, out, err = run_bobbin("work", "--drain", "-c", pool, "-r", File.join(ROOT, "test/support/worker_boot.rb"))
+      assert_equal 0, status.exitstatus, err
+      assert_match(/started: threads-2, queues ticks/, out + err)
+      assert_equal 1, LedgerEntry.where("key LIKE 'tick from the file''s pool%'").count
+
+      bad = config.call("bad.yml", { "heartbeat_interval" => -1, "workers" => [ { "threads" => 1 } ] })
+      assert_config_exit(run_bobbin("work", "--threads", "1", "--drain", "-c", bad), /heartbeat_interval/)
+      two = config.call("two.yml", { "workers" => [ { "threads" => 1 }, { "fibers" => 2 } ] })
+      assert_config_exit(run_bobbin("work", "--drain", "-c", two), /bobbin work runs one pool and the configuration has 2: give --fibers N or --threads N/)
+      assert_equal 0, run_bobbin("work", "--threads", "1", "--drain", "-c", two).first.exitstatus, "the flags' pool"
+    end
+  end
+
   test "a missing or extra operand is a usage error (exit 64) that shows the command's usage" do
     once_per_run
     { %w[pause] => /\Abobbin: pause: QUEUE missing \(usage: bobbin pause QUEUE \[options\]\)$/,

@@ -7,7 +7,7 @@ class RecurringTaskTest < Bobbin::TestCase
 
   test "a task takes cron or natural schedules, a class with arguments or a command" do
     assert_equal [ "TickJob", [ "x" ] ], task(args: "x").then { |t| [ t.class_name, t.arguments ] }
-    assert_equal "0 3 * * *", task(schedule: "every day at 3am").cron.to_cron_s
+    assert_equal "0 3 * * * UTC", task(schedule: "every day at 3am").cron.to_cron_s
     assert_equal "Session.delete_all", Bobbin::Recurring::Task.parse("p", { schedule: "*/5 * * * *", command: "Session.delete_all" }, "w").command
   end
 
@@ -26,6 +26,20 @@ class RecurringTaskTest < Bobbin::TestCase
     assert_equal [ 2, 4, 6 ], t.ticks(since, since + 5.5).map(&:sec)
     assert_equal 6, t.latest_tick(since + 5.5).sec
     assert_equal 8, t.next_time(since + 6).sec
+  end
+
+  # Schedulers on hosts in different zones must agree on every tick: each tick is stored once by its time.
+  test "a schedule that names no zone is in UTC, whatever the process's zone; one that names a zone is in that zone" do
+    zone = ENV["TZ"]
+    ENV["TZ"] = "America/Los_Angeles"
+    noon = Time.utc(2026, 11, 26, 12)
+    assert_equal Time.utc(2026, 11, 27, 3), task(schedule: "0 3 * * *").next_time(noon)
+    assert_equal Time.utc(2026, 11, 27, 3), task(schedule: "every day at 3am").next_time(noon)
+    assert_equal [ Time.utc(2026, 11, 27, 3) ], task(schedule: "0 3 * * *").ticks(noon, noon + 86_400)
+    assert_equal Time.utc(2026, 11, 26, 3), task(schedule: "0 3 * * *").latest_tick(noon)
+    assert_equal Time.utc(2026, 11, 27, 8), task(schedule: "0 3 * * * America/New_York").next_time(noon)
+  ensure
+    ENV["TZ"] = zone
   end
 
   test "config/recurring.yml: the environment's section becomes tasks; another environment's is ignored" do

@@ -21,11 +21,14 @@ module Bobbin
             queue: hash["queue"]&.to_s, priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
       end
 
-      # fugit (and et-orbi: ~75 ms here) loads with the first schedule, not with every process that runs jobs.
+      # fugit (and et-orbi: ~75 ms here) loads with the first schedule, not with every process that runs jobs. A
+      # schedule that names no zone gets UTC: fugit would read it in the process's zone (TZ, Rails' Time.zone, the
+      # system's), and schedulers on hosts in different zones would each store their own ticks.
       def self.cron(schedule, where)
         require "fugit"
-        Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
-                                                                         "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
+        cron = Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
+                                                                                "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
+        cron.timezone ? cron : Fugit::Cron.parse("#{cron.to_cron_s} UTC")
       end
 
       def self.target(hash, where)
