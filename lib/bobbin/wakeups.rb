@@ -15,6 +15,9 @@ module Bobbin
   # each worker process watches the database file for commits of new jobs (Watcher). Either way polling stays as
   # the safety net, slower while notifications work (notified_polling_interval) than while they do not.
   module Wakeups
+    # The paused queues, as the Listener and the Watcher read them when they connect and when a pause is heard of.
+    PAUSED = "SELECT queue FROM bobbin_pauses"
+
     @lock = Mutex.new
     @workers = []
     @source = nil

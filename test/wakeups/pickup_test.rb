@@ -104,6 +104,22 @@ class PickupTest < Bobbin::TestCase
     end
   end
 
+  # A pause and a resume of one queue commit in one order and may announce in the other (each announces after its
+  # commit). A notice of either is only a cue to read the paused queues again: the table decides.
+  test "PostgreSQL: pause and resume notices heard in another order than they committed leave the table's answer" do
+    skip_unless_postgres
+    with_idle_worker do
+      notify = ->(notice) { Bobbin::Record.with_connection { |c| Bobbin::Store::PostgreSQL.notify(c, notice.to_json) } }
+      notify.call(Bobbin::Wakeups::Notice.new(queues: [ "llm" ], paused: false)) # a resume that committed last
+      notify.call(Bobbin::Wakeups::Notice.new(queues: [ "llm" ], paused: true))  # the pause before it, heard late
+      notify.call(Bobbin::Wakeups::Notice.new(queues: [ "marker" ]))
+      wait_for("the marker, heard after both", timeout: 10) { @probe.take.any? { |notice| notice.queues == [ "marker" ] } }
+      assert_not Bobbin::Wakeups.paused?("llm"), "bobbin_pauses has no row for llm"
+      enqueue_to("llm", "after")
+      run_soon("after")
+    end
+  end
+
   test "an enqueue in a transaction that rolls back announces nothing and runs nothing; a commit announces once" do
     with_idle_worker do
       Bobbin::Record.transaction do

@@ -118,7 +118,7 @@ module Bobbin
           # the pings below).
           @connection.exec("SET idle_session_timeout = 0") if @connection.server_version >= 140_000
           @connection.exec("LISTEN #{CHANNEL}")
-          Wakeups.note_paused(@connection.exec("SELECT queue FROM bobbin_pauses").column_values(0)) # later changes are announced
+          Wakeups.note_paused(@connection.exec(PAUSED).column_values(0)) # later changes are announced
           return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
 
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
@@ -198,7 +198,16 @@ module Bobbin
         def deliver(payload)
           @notice = Notice.parse(payload) unless payload == @payload
           @payload = payload
-          tell(@notice.queues, @notice.at, paused: @notice.paused)
+          @notice.paused.nil? ? tell(@notice.queues, @notice.at) : read_paused(@notice)
+        end
+
+        # A pause or resume is announced after its commit, so two of one queue can be heard in the other order than
+        # they committed: the notice is a cue to read the paused queues again, and the table decides. A resume wakes
+        # its queues' workers (those still paused ignore it), and so does a pause that is no longer in the table.
+        def read_paused(notice)
+          resumed = Wakeups.note_paused(@connection.exec(PAUSED).column_values(0))
+          woken = notice.paused ? resumed : resumed | notice.queues
+          tell(woken) if woken.any?
         end
 
         def tell(queues, at = nil, paused: nil) = (Wakeups.deliver(queues, at, paused: paused) unless stopping?)

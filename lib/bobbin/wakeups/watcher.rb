@@ -15,7 +15,6 @@ module Bobbin
       INTERVAL = 0.005
 
       NEW_JOBS = "SELECT id, queue, (julianday(run_at) - 2440587.5) * 86400.0 FROM bobbin_jobs WHERE id > ? ORDER BY id"
-      PAUSED = "SELECT queue FROM bobbin_pauses"
 
       def initialize(db_config, logger: Bobbin.logger, interval: INTERVAL)
         @db_config = db_config
