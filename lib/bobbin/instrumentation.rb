@@ -11,7 +11,7 @@ module Bobbin
   #                  none when a stopping worker interrupted the job: exception and exception_object name what stopped it)
   #   retry          id, class_name, queue, attempts, error (the exception), run_at
   #   fail           id, class_name, queue, attempts, error
-  #   discard        id, class_name, queue
+  #   discard        ids, count, by (the operator's name, or nil)  (jobs given up on from Ruby, the CLI, the dashboard or Mission Control)
   #   release        process_id, count  (jobs handed back to ready at shutdown, or when quiet)
   #   recover        process_id, reason, ready, failed, blamed (ids)  (a dead process's jobs)
   #   start_process  process_id, kind ("worker", "supervisor"), name, pid

@@ -49,10 +49,11 @@ module Bobbin
     end
     subscribe_log_level :perform, :debug
 
-    # An operator discarded a job.
+    # An operator discarded jobs.
     def discard(event)
-      job = event.payload
-      info { "Bobbin Discarded #{job[:class_name]} #{job[:id]} from #{job[:queue]}" }
+      ids, count, by = event.payload.values_at(:ids, :count, :by)
+      listed = " #{ids.first(10).join(', ')}#{' …' if count > 10}" if count == ids.size # else some of the ids were not discardable
+      info { "Bobbin Discarded #{count == 1 ? 'job' : "#{count} jobs"}#{listed}#{" by #{by}" if by}" }
     end
     subscribe_log_level :discard, :info
 

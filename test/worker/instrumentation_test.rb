@@ -51,7 +51,7 @@ class InstrumentationTest < Bobbin::TestCase
       assert Bobbin.discard(failed)
       assert Bobbin.retry(failed)
     end
-    assert_equal [ [ failed, "FlakyJob" ] ], seen["discard"].map { |p| p.values_at(:id, :class_name) }
+    assert_equal [ [ [ failed ], 1, nil ] ], seen["discard"].map { |p| p.values_at(:ids, :count, :by) }
     assert_equal [ "ready", 0 ], Bobbin::JobRecord.where(id: failed).pick(:state, :attempts)
   end
 
@@ -117,6 +117,8 @@ class InstrumentationTest < Bobbin::TestCase
         drain(threads: 1)
         Bobbin.recurring("nightly", schedule: "every day at 3am", class: "LedgerJob", args: [ "n" ])
         Bobbin::RecurringRun.claim("nightly", Time.utc(2026, 11, 24, 3), Bobbin.config.recurring_tasks["nightly"].job_row)
+        @discarded = LedgerJob.enqueue("to discard")
+        Bobbin::Operator.discard(@discarded, by: "ann")
       end
     end
     assert_equal seen["perform"].first.slice(:id, :class_name, :queue, :attempts), seen["perform_start"].first
@@ -124,6 +126,7 @@ class InstrumentationTest < Bobbin::TestCase
     assert_match(/Bobbin Performing LedgerJob \d+ from default \(attempt 1\)/, log)
     assert_match(/Bobbin Performed LedgerJob \d+ from default in [\d.]+ms: succeeded/, log)
     assert_match(/Bobbin Enqueued recurring nightly tick 2026-11-24T03:00:00Z as job \d+/, log)
+    assert_includes log, "Bobbin Discarded job #{@discarded} by ann"
   ensure
     Bobbin.config.recurring_tasks.clear
   end

@@ -19,22 +19,12 @@ module Bobbin
     end
 
     # Puts job `id`, if failed or discarded, back in its queue to run now with a fresh attempt budget; true if it
-    # did. A job in any other state (running under a worker, say) is left alone.
-    def self.retry(id)
-      retried = where(id: id, state: %w[failed discarded])
-                .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil, claimed_by: nil, claimed_at: nil) == 1
-      Store.promote_due if retried && where(id: id, state: "blocked").exists?
-      retried
-    end
+    # did. A job in any other state (running under a worker, say) is left alone. (Operator.retry, by nobody.)
+    def self.retry(id) = Operator.retry(id, by: nil)
 
     # Marks job `id`, if failed or waiting (ready, scheduled or blocked), as given up on; true if it did. A running job is
-    # left alone: its worker decides. The row stays for inspection until retention.
-    def self.discard(id)
-      row = where(id: id, state: %w[failed ready blocked]).pick(:class_name, :queue) or return false
-      discarded = where(id: id, state: %w[failed ready blocked]).update_all(state: "discarded", finished_at: Time.now.utc) == 1
-      Instrumentation.instrument(:discard, id: id, class_name: row[0], queue: row[1]) if discarded
-      discarded
-    end
+    # left alone: its worker decides. The row stays for inspection until retention. (Operator.discard, by nobody.)
+    def self.discard(id) = Operator.discard(id, by: nil)
 
     # Retries this job (see JobRecord.retry).
     def retry! = self.class.retry(id).tap { reload }
