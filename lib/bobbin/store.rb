@@ -12,6 +12,10 @@ module Bobbin
     LIMITED_JOB = (NEW_JOB + %i[concurrency_key concurrency_limit concurrency_duration]).freeze
     # The state a job goes back to when it waits again (retry, release, recovery): blocked if it has a limit.
     WAITING = "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END"
+    # Concurrency keys let through per transaction. On PostgreSQL each key is an advisory lock held to the end of its
+    # transaction, in a lock table shared by the whole cluster (max_locks_per_transaction × max_connections: 6,400
+    # by default); tens of thousands of keys in one transaction filled it ("out of shared memory").
+    PROMOTE_SLICE = 500
 
     # Formats a Time the way both databases compare and Active Record reads it back.
     def self.timestamp(time)
@@ -132,11 +136,13 @@ module Bobbin
     # of their own: letting them through takes their keys' locks (on PostgreSQL advisory locks that last as long as
     # the transaction), and held for as long as the app's transaction stays open they stopped every worker finishing a
     # job of those keys (its heartbeat too), and two transactions enqueuing keys in opposite orders deadlocked.
+    # More keys than a PROMOTE_SLICE are let through after the insert, a slice per transaction.
     def self.insert_limited(connection, sql, rows)
-      keys = rows.filter_map { |row| row[:concurrency_key] }
+      keys = rows.filter_map { |row| row[:concurrency_key] }.uniq
       if connection.transaction_open?
         return sql.insert_limited(connection, rows).tap { Record.current_transaction.after_commit { promote_keys(keys) } }
       end
+      return sql.insert_limited(connection, rows).tap { promote_on(connection, keys) } if keys.size > PROMOTE_SLICE
 
       connection.transaction { sql.insert_limited(connection, rows).tap { sql.promote(connection, keys) } }
     end
@@ -158,9 +164,10 @@ module Bobbin
       end
     end
 
-    # Promotes `keys`' blocked jobs on `connection` and announces them; returns how many.
+    # Promotes `keys`' blocked jobs on `connection`, PROMOTE_SLICE keys per transaction, and announces them; returns how many.
     def self.promote_on(connection, keys)
-      promoted = keys.empty? ? 0 : for_adapter(connection.adapter_name).promote(connection, keys)
+      sql = for_adapter(connection.adapter_name)
+      promoted = keys.uniq.sort.each_slice(PROMOTE_SLICE).sum { |some| sql.promote(connection, some) }
       Wakeups.announce(nil, connection: connection) if promoted.positive?
       promoted
     end

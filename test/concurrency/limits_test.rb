@@ -120,6 +120,25 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
       yield
     end
 
+  # Each key let through takes an advisory lock on PostgreSQL until its transaction ends, in a lock table the whole
+  # cluster shares: tens of thousands of keys in one transaction ran out of it ("out of shared memory").
+  test "keys are let through PROMOTE_SLICE per transaction, at enqueue and by the promotion pass" do
+    slice = Bobbin::Store::PROMOTE_SLICE
+    promotions = []
+    count = ->(_, _, _, _, payload) { promotions << payload[:sql] if payload[:sql].start_with?("UPDATE bobbin_jobs SET state = 'ready'") }
+    keys = slice + 100
+    ActiveSupport::Notifications.subscribed(count, "sql.active_record") do
+      Bobbin.enqueue_all(Array.new(keys) { |i| [ LimitedJob, [ "k#{i}", 0 ] ] })
+    end
+    assert_equal 2, promotions.size, "#{keys} keys: two transactions"
+    assert_equal keys, Bobbin::JobRecord.where(state: "ready").count
+
+    Bobbin::JobRecord.update_all(state: "blocked")
+    promotions.clear
+    ActiveSupport::Notifications.subscribed(count, "sql.active_record") { assert_equal keys, Bobbin::Store.promote_due }
+    assert_equal 2, promotions.size
+  end
+
   # A promotion reads its key's waiting jobs, then updates them; an operator's discard committed in between (it takes no
   # key lock) must stay discarded. PostgreSQL re-checks a row a concurrent transaction changed against the UPDATE's
   # own WHERE, so that WHERE must say the row is still blocked.
