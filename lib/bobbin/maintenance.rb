@@ -34,26 +34,32 @@ module Bobbin
       end
       behind ? SOON : Bobbin.config.heartbeat_interval
     rescue StandardError => error
-      raise unless Store.outage?(error)
+      raise unless Store.transient?(error)
 
       skipped(who, error)
       SOON
     end
 
     # Reports housekeeping that could not run: an outage makes Recovery distrust silent heartbeats for a while and is
-    # a warning; any other error is logged as one, and trusts nothing less.
+    # a warning; so is a pool with no free connection (a worker without a supervisor keeps house on its jobs' pool),
+    # which trusts nothing less; any other error is logged as one.
     def skipped(who, error)
+      if Store.busy?(error)
+        return Bobbin.logger.warn("bobbin #{who}: maintenance skipped, every connection of this process's Active Record pool is in use " \
+                                  "(#{Store.reason(error)}); retrying. Give the pool a connection or two more than the jobs hold")
+      end
       return failed(who, "keeping house", error) unless Store.outage?(error)
 
       Recovery.unreachable!
       Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{Store.reason(error)}); retrying")
     end
 
-    # Runs one service; an error that is not an outage is logged and the next service runs (an outage stops them all).
+    # Runs one service; an error that is not an outage is logged and the next service runs (an outage, or a pool with
+    # no free connection, stops them all).
     def service(who, what)
       yield
     rescue StandardError => error
-      raise if Store.outage?(error)
+      raise if Store.transient?(error)
 
       failed(who, what, error)
     end

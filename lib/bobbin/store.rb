@@ -46,11 +46,19 @@ module Bobbin
     # later; other errors are bugs or a schema that does not match, and are reported as such.
     def self.outage?(error)
       3.times do
+        return false if busy?(error)
         return true if outage_errors.any? { |kind| error.is_a?(kind) }
         return false unless (error = error.cause)
       end
       false
     end
+
+    # True when this process's Active Record pool had no free connection in time (its jobs hold them all): the
+    # database may be fine, so it is not an outage, and silent processes elsewhere are still judged by their silence.
+    def self.busy?(error) = error.is_a?(ActiveRecord::ConnectionTimeoutError)
+
+    # An outage or a busy pool: what housekeeping waits out and tries again, rather than report as a bug.
+    def self.transient?(error) = outage?(error) || busy?(error)
 
     # Looked up on each error (rare), so a driver loaded after the first one still counts.
     def self.outage_errors

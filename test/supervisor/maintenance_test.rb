@@ -65,4 +65,33 @@ class MaintenanceTest < Bobbin::TestCase
   ensure
     rename&.("bobbin_recurring_runs_away", "bobbin_recurring_runs")
   end
+
+  # A worker without a supervisor keeps house on its jobs' Active Record pool. Jobs that hold every connection
+  # (ActiveRecord::Base.connection for the whole job) make housekeeping wait: that is not an outage, and once a
+  # connection is free the dead processes are recovered at once, not a process_alive_threshold later.
+  test "housekeeping on a pool with no free connection waits for one, and is not taken for an outage" do
+    id = ghost_with_a_job("busy pool")
+    pool = Bobbin::Record.connection_pool
+    timeout = pool.checkout_timeout
+    pool.checkout_timeout = 0.2
+    held = []
+    begin
+      loop { held << pool.checkout }
+    rescue ActiveRecord::ConnectionTimeoutError
+      nil # every connection is out now
+    end
+    log = bobbin_log(level: Logger::INFO) do
+      assert_equal Bobbin::Maintenance::SOON, Thread.new { Bobbin::Maintenance.run("test") }.value
+    end
+    assert_match(/WARN .*bobbin test: maintenance skipped, every connection of this process's Active Record pool is in use/, log)
+    refute_match(/unavailable|ERROR/, log)
+    held.each { |connection| pool.checkin(connection) }
+    held = []
+    assert_equal "running", Bobbin::JobRecord.where(id: id).pick(:state)
+    bobbin_log { Thread.new { Bobbin::Maintenance.run("test") }.join }
+    assert_equal "ready", Bobbin::JobRecord.where(id: id).pick(:state), "silent heartbeats are still trusted"
+  ensure
+    held&.each { |connection| pool.checkin(connection) }
+    pool.checkout_timeout = timeout if timeout
+  end
 end
