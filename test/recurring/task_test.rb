@@ -42,6 +42,18 @@ class RecurringTaskTest < Bobbin::TestCase
     ENV["TZ"] = zone
   end
 
+  # fugit's ticks are instants: the night New York's clocks go back, 01:30 comes twice (EDT, then EST).
+  test "in a zone with daylight saving time, a wall time its clocks repeat ticks once; one they skip does not tick" do
+    nightly = task(schedule: "30 1 * * * America/New_York")
+    assert_equal [ Time.utc(2026, 11, 1, 5, 30), Time.utc(2026, 11, 2, 6, 30) ], nightly.ticks(Time.utc(2026, 10, 31, 12), Time.utc(2026, 11, 2, 12))
+    assert_equal Time.utc(2026, 11, 2, 6, 30), nightly.next_time(Time.utc(2026, 11, 1, 5, 30))
+    assert_equal Time.utc(2026, 11, 1, 5, 30), nightly.latest_tick(Time.utc(2026, 11, 1, 7))
+    hourly = task(schedule: "0 * * * * America/New_York").ticks(Time.utc(2026, 11, 1, 4, 30), Time.utc(2026, 11, 1, 8))
+    assert_equal [ Time.utc(2026, 11, 1, 5), Time.utc(2026, 11, 1, 7), Time.utc(2026, 11, 1, 8) ], hourly, "01:00 EST repeats 01:00 EDT"
+    spring = task(schedule: "30 2 * * * America/New_York").ticks(Time.utc(2026, 3, 7, 12), Time.utc(2026, 3, 9, 12))
+    assert_equal [ Time.utc(2026, 3, 9, 6, 30) ], spring, "no 02:30 on the night the clocks skip it"
+  end
+
   test "config/recurring.yml: the environment's section becomes tasks; another environment's is ignored" do
     Dir.mktmpdir do |dir|
       path = File.join(dir, "recurring.yml")

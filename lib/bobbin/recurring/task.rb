@@ -51,10 +51,10 @@ module Bobbin
       # The ticks of the schedule after `since` and up to `now`, oldest first, at most `limit` of them.
       def ticks(since, now, limit: 1_000)
         ticks = []
-        tick = cron.next_time(since.utc).to_t
+        tick = next_time(since)
         while tick <= now && ticks.size < limit
           ticks << tick
-          tick = cron.next_time(tick).to_t
+          tick = next_time(tick)
         end
         ticks
       end
@@ -63,11 +63,16 @@ module Bobbin
       def latest_tick(now)
         previous = cron.previous_time(now.utc).to_t
         candidate = cron.next_time(previous).to_t
-        candidate <= now ? candidate : previous
+        latest = candidate <= now ? candidate : previous
+        repeat?(latest) ? latest - 3600 : latest
       end
 
       # The first tick after `now`.
-      def next_time(now = Time.now) = cron.next_time(now.utc).to_t
+      def next_time(now = Time.now)
+        tick = cron.next_time(now.utc).to_t
+        tick = cron.next_time(tick).to_t while repeat?(tick)
+        tick
+      end
 
       # The columns of this task's row in bobbin_recurring_tasks.
       def attributes
@@ -95,6 +100,13 @@ module Bobbin
         end
 
         def overrides = { queue: queue, priority: priority }.compact
+
+        # True for a tick in the hour that the zone's clocks repeat when daylight saving time ends: the same wall time
+        # ticked an hour before, and ticks once. (fugit's ticks are instants: "30 1 * * *" in New York has two on that
+        # night, 01:30 EDT and 01:30 EST.)
+        def repeat?(tick) = wall(tick - 3600) == wall(tick)
+
+        def wall(time) = ::EtOrbi::EoTime.new(time.to_f, cron.timezone).strftime("%F %T")
 
         def active_job_row(job_class)
           job = job_class.new(*arguments)
