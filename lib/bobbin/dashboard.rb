@@ -9,7 +9,8 @@ module Bobbin
   # block, with `Bobbin::Dashboard.default = Bobbin::Dashboard.new(auth: ->(_) { true })`, or with an auth hook).
   #
   # `auth` receives the Rack::Request and returns false/nil (refused: 403), true, or a String naming the operator
-  # (recorded on the jobs they act on). Without `auth` it serves only in development and test: anywhere else it
+  # (recorded on the jobs they act on). Without `auth` it serves only in development and test (every one of
+  # BOBBIN_ENV, RAILS_ENV, RACK_ENV that is set says so), and only this machine when none is set: anywhere else it
   # answers every request with a page saying how to configure one. `read_only: true` shows everything and changes
   # nothing (no forms; every POST refused).
   class Dashboard
@@ -32,7 +33,8 @@ module Bobbin
     def initialize(auth: nil, read_only: false, environment: nil, secret: ENV["BOBBIN_DASHBOARD_SECRET"])
       @auth = auth
       @read_only = read_only
-      @environment = (environment || ENV["RAILS_ENV"] || ENV["RACK_ENV"] || (defined?(::Rails.env) && ::Rails.env) || "development").to_s
+      @environments = (environment ? [ environment ] : [ ENV["BOBBIN_ENV"], ENV["RAILS_ENV"], ENV["RACK_ENV"], (::Rails.env if defined?(::Rails.env)) ])
+                      .compact.map(&:to_s).reject(&:empty?).uniq
       @app = App.configured(self, secret || SecureRandom.hex(64))
     end
 
@@ -41,7 +43,7 @@ module Bobbin
     # Why this request may not see the dashboard (a message), or nil when it may; the operator's name goes into
     # env["bobbin.operator"].
     def refusal(request)
-      return auth_missing unless @auth || LOCAL.include?(@environment)
+      return auth_missing(request) unless @auth || open_to?(request)
 
       verdict = @auth ? @auth.call(request) : true
       return "Access denied." unless verdict
@@ -51,8 +53,16 @@ module Bobbin
     end
 
     private
-      def auth_missing
-        "The Bobbin dashboard needs an auth hook outside development and test (this is #{@environment}). " \
+      # Without an auth hook: in development and test; with no environment set at all, to this machine alone.
+      def open_to?(request)
+        return @environments.all? { |name| LOCAL.include?(name) } if @environments.any?
+
+        %w[127.0.0.1 ::1].include?(request.ip)
+      end
+
+      def auth_missing(request)
+        this = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and #{request.ip} is not this machine"
+        "The Bobbin dashboard needs an auth hook outside development and test (#{this}). " \
           "Configure one: Bobbin::Dashboard.new(auth: ->(request) { request.env[\"warden\"]&.user&.admin? }), or in Rails mount it inside " \
           "`authenticate :user, ->(user) { user.admin? } do ... end` with Bobbin::Dashboard.default = Bobbin::Dashboard.new(auth: ->(_) { true })."
       end

@@ -38,6 +38,23 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal [ 200, "text/css" ], [ css.status, css.headers["content-type"] ]
   end
 
+  test "without an auth hook and an environment given, every variable set must say development or test; with none, only this machine is served" do
+    names = %w[BOBBIN_ENV RAILS_ENV RACK_ENV]
+    saved = ENV.to_h.slice(*names)
+    names.each { |name| ENV.delete(name) }
+    from = ->(ip) { Rack::MockRequest.new(Bobbin::Dashboard.new).get("/queues", "REMOTE_ADDR" => ip) }
+    assert_equal [ 200, 200 ], [ from.("127.0.0.1").status, from.("::1").status ]
+    refused = from.("10.0.0.5")
+    assert_equal 403, refused.status
+    assert_match(/no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and 10\.0\.0\.5 is not this machine/, refused.body)
+    ENV["RACK_ENV"] = "development"
+    assert_equal 200, from.("10.0.0.5").status
+    ENV["BOBBIN_ENV"] = "production"
+    assert_match(/this is production \/ development/, from.("127.0.0.1").body)
+  ensure
+    names.each { |name| saved&.key?(name) ? ENV[name] = saved[name] : ENV.delete(name) }
+  end
+
   test "read-only mode shows no action and refuses every POST" do
     id = insert_jobs(1, **failed_attributes).first
     Bobbin::Operator.pause("mail")
