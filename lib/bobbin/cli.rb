@@ -121,9 +121,11 @@ module Bobbin
 
       def toggle(command, argv)
         options, queue = database_command(command, argv, "QUEUE")
+        raise UsageError, "#{command}: QUEUE must be a queue's name, got #{queue.inspect}" if queue.strip.empty?
+
         boot(options)
-        Bobbin.public_send(command, queue)
-        puts("#{command == 'pause' ? 'paused' : 'resumed'} #{queue}")
+        changed = Bobbin.public_send(command, queue).positive?
+        puts(command == "pause" ? "paused #{queue}#{' (it already was)' unless changed}" : "#{changed ? 'resumed' : 'was not paused:'} #{queue}")
         0
       end
 

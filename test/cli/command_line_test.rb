@@ -65,6 +65,18 @@ class CommandLineTest < Bobbin::TestCase
     end
   end
 
+  test "pause and resume say what they changed; a blank queue name is a usage error" do
+    assert_equal 1, Bobbin.pause("mail")
+    assert_equal 0, Bobbin.pause("mail"), "paused already"
+    assert_raises(ArgumentError) { Bobbin.pause(" ") }
+    assert_equal [ 0, "paused mail (it already was)\n" ], run_bobbin("pause", "mail").then { |status, out, _| [ status.exitstatus, out ] }
+    assert_equal [ 0, "resumed mail\n" ], run_bobbin("resume", "mail").then { |status, out, _| [ status.exitstatus, out ] }
+    assert_equal [ 0, "was not paused: mail\n" ], run_bobbin("resume", "mail").then { |status, out, _| [ status.exitstatus, out ] }
+    status, _, err = run_bobbin("pause", "")
+    assert_equal [ 64, "bobbin: pause: QUEUE must be a queue's name, got \"\"\n" ], [ status.exitstatus, err ]
+    assert_not Bobbin::QueuePause.exists?(queue: "")
+  end
+
   test "a missing or extra operand is a usage error (exit 64) that shows the command's usage" do
     once_per_run
     { %w[pause] => /\Abobbin: pause: QUEUE missing \(usage: bobbin pause QUEUE \[options\]\)$/,
