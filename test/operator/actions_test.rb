@@ -75,8 +75,32 @@ class OperatorActionsTest < Bobbin::TestCase
     assert Bobbin::Operator.release(on_dead, by: "ops")
     assert Bobbin::Operator.release(orphan, by: "ops")
     assert_equal [ "running", "ready", "ready" ], [ on_live, on_dead, orphan ].map { |id| Bobbin::JobRecord.find(id).state }
-    assert_equal [ 0, nil, "released" ], Bobbin::JobRecord.find(on_dead).then { |j| [ j.attempts, j.claimed_by, j.operation ] }
+    assert_equal [ 0, dead.id, "released" ], Bobbin::JobRecord.find(on_dead).then { |j| [ j.attempts, j.claimed_by, j.operation ] }
     refute Bobbin::Operator.release(on_dead, by: "ops"), "no longer running"
+  end
+
+  # A worker silent past the threshold may be alive (a stalled host): released by an operator, its job must not run
+  # twice. Its next beat takes the job back, as after a recovery, and its outcome finishes the row.
+  test "release of a job whose worker was only silent: the worker takes it back and the job runs once" do
+    interval = Bobbin.config.heartbeat_interval
+    Bobbin.config.heartbeat_interval = 0.2
+    gate = GatedJob.gate("silent")
+    id = GatedJob.enqueue(gate, "silent")
+    worker = Bobbin::Worker.new(threads: 1, polling_interval: 0.05)
+    thread = Thread.new { worker.run }
+    wait_for("the job to start") { GatedJob.started(gate) == 1 }
+    wait_for("a release while its worker looks silent") do
+      Bobbin::ProcessRecord.where(id: worker.process_id).update_all(last_heartbeat_at: Time.now.utc - 3600)
+      Bobbin::Operator.release(id, by: "ops")
+    end
+    wait_for("the worker to take its job back") { Bobbin::JobRecord.where(id: id).pick(:state) == "running" }
+    GatedJob.open_gate(gate)
+    wait_for("the job's outcome") { Bobbin::JobRecord.where(id: id).pick(:state) == "succeeded" }
+    assert_equal [ "silent" ], LedgerEntry.pluck(:key), "it ran once"
+  ensure
+    worker&.stop
+    thread&.join(30)
+    Bobbin.config.heartbeat_interval = interval if interval
   end
 
   test "delete finished jobs older than a time, only finished ones" do
