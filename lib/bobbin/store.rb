@@ -160,7 +160,7 @@ module Bobbin
     def self.promote_keys(keys)
       Record.with_connection { |connection| promote_on(connection, keys) }
     rescue StandardError => error
-      Bobbin.logger.warn("bobbin: could not let the jobs just enqueued for #{keys.uniq.size} concurrency keys through yet " \
+      Bobbin.logger.warn("bobbin: could not let the blocked jobs of #{keys.uniq.size} concurrency keys through yet " \
                          "(#{reason(error)}); the next promotion pass will")
     end
 

@@ -53,11 +53,15 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal "ready", Bobbin::JobRecord.find(id).state, "promoted at once: its key has room"
   end
 
-  test "an operator can discard a blocked job" do
+  test "an operator can discard a blocked job; discarding a holder lets the next one through at once" do
     3.times { |i| LimitedJob.enqueue("d", i) }
     blocked = Bobbin::JobRecord.find_by(state: "blocked")
     assert Bobbin.discard(blocked.id)
     assert_equal "discarded", blocked.reload.state
+    LimitedJob.enqueue("d", 3)
+    assert_equal %w[ready ready discarded blocked], states("LimitedJob/d")
+    assert Bobbin.discard(Bobbin::JobRecord.find_by(concurrency_key: "LimitedJob/d", state: "ready").id)
+    assert_equal %w[discarded ready discarded ready], states("LimitedJob/d"), "no promotion pass needed"
   end
 
   test "bad limits are refused where they are declared or enqueued, naming the job" do

@@ -38,6 +38,7 @@ module Bobbin
         released = running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
                           .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_at: nil, started_at: nil,
                                       attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"), **stamp("released", by)) == 1
+        let_through([ id ]) if released
         woken(released)
       end
 
@@ -54,7 +55,7 @@ module Bobbin
           ids = JobRecord.where(state: states, finished_at: ...before).limit(BATCH).pluck(:id)
           break deleted if ids.empty?
 
-          deleted += JobRecord.where(id: ids, state: states).delete_all
+          deleted += JobRecord.where(id: ids, state: states, finished_at: ...before).delete_all # not one retried and finished since
         end
       end
 
@@ -62,14 +63,24 @@ module Bobbin
         retried = JobRecord.where(id: ids, state: RETRYABLE)
                            .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
                                        claimed_by: nil, claimed_at: nil, **stamp("retried", by))
-        Store.promote_due if retried.positive? && JobRecord.where(id: ids, state: "blocked").exists?
+        let_through(ids) if retried.positive?
         woken(retried)
       end
 
       def discard_ids(ids, by)
         JobRecord.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)).tap do |count|
-          Instrumentation.instrument(:discard, ids: ids, count: count, by: by) if count.positive?
+          next unless count.positive?
+
+          let_through(ids) # a discarded holder's slot frees now, not at the next promotion pass
+          Instrumentation.instrument(:discard, ids: ids, count: count, by: by)
         end
+      end
+
+      # Lets the blocked jobs of these jobs' concurrency keys through to their free slots (announced), after the commit
+      # when the caller's transaction is open: the keys' locks must not last as long as that transaction.
+      def let_through(ids)
+        keys = JobRecord.where(id: ids).where.not(concurrency_key: nil).distinct.pluck(:concurrency_key)
+        Record.current_transaction.after_commit { Store.promote_keys(keys) } if keys.any?
       end
 
       # Walks the filter's jobs in `states` by id, one batch of ids per read and one guarded UPDATE per batch.
