@@ -27,6 +27,7 @@ module Bobbin
         unknown = options.keys - DEFAULTS.keys
         raise ConfigurationError, "#{name}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
 
+        check(options)
         options = options.merge(concurrency: Concurrency::Limit.parse(options[:concurrency], name)) if options[:concurrency]
         options = options.merge(runs_on: RunsOn.check(options[:runs_on], name)) if options.key?(:runs_on)
         @bobbin_options = bobbin_options.merge(options).freeze
@@ -49,6 +50,15 @@ module Bobbin
       def perform_now(*args) = new.perform(*Client::Arguments.load(Client::Arguments.dump(name, args)))
 
       private
+        # A bad queue, priority or retries is refused where it is declared, as the enqueue would refuse it.
+        def check(options)
+          Client::Fields.queue(options[:queue], name) if options.key?(:queue)
+          Client::Fields.priority(options[:priority], name) if options.key?(:priority)
+          Client::Fields.max_attempts(Client::Fields.attempts(options[:retries]), name) if options.key?(:retries)
+        rescue EnqueueError => error
+          raise ConfigurationError, error.message
+        end
+
         def inherited_bobbin_options
           superclass.respond_to?(:bobbin_options) ? superclass.bobbin_options : DEFAULTS
         end

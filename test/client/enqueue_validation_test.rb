@@ -13,10 +13,6 @@ class EnqueueValidationTest < Bobbin::TestCase
     def perform(*args) = RECEIVED << args
   end
 
-  class FractionalPriorityJob < SleepJob
-    bobbin_options priority: 1.5
-  end
-
   def enqueue_with(**options) = Bobbin.enqueue_all([ [ SleepJob, [ 0 ], options ] ])
 
   test "the error classes: SerializationError is an EnqueueError, both are Bobbin errors" do
@@ -51,8 +47,12 @@ class EnqueueValidationTest < Bobbin::TestCase
     assert_equal [ 2**31 - 1, -2**31 ], ids.map { |id| Bobbin::JobRecord.find(id).priority }
   end
 
-  test "a bad priority in bobbin_options is refused at enqueue" do
-    assert_refused(/FractionalPriorityJob: priority must be/) { FractionalPriorityJob.enqueue(0) }
+  test "a bad priority, queue or retries in bobbin_options is refused where it is declared, naming the job" do
+    declare = ->(**options) { assert_raises(Bobbin::ConfigurationError) { SleepJob.dup.tap { |job| job.define_singleton_method(:name) { "BadJob" } }.bobbin_options(**options) } }
+    assert_match(/\ABadJob: priority must be/, declare.(priority: 1.5).message)
+    assert_match(/\ABadJob: queue must be a non-empty String/, declare.(queue: " ").message)
+    assert_match(/\ABadJob: max_attempts must be a whole number from 1 .*retries: N gives N \+ 1\), got 0/, declare.(retries: -1).message)
+    assert_equal [ 2, :mail ], SleepJob.dup.bobbin_options(retries: 2, queue: :mail, priority: -1).values_at(:retries, :queue)
   end
 
   test "the queue must be a non-empty String or Symbol of valid UTF-8 without NUL, at most 255 bytes" do

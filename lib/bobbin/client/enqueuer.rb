@@ -35,7 +35,7 @@ module Bobbin
         options = job_class.bobbin_options
         build(class_name: name, arguments: Arguments.dump(name, args), queue: queue.nil? ? options[:queue] : queue,
               priority: priority.nil? ? options[:priority] : priority, run_at: (Fields.run_at(run_at, name, required: true) unless run_at.equal?(NOW)),
-              max_attempts: options[:retries].is_a?(Integer) ? options[:retries] + 1 : options[:retries],
+              max_attempts: Fields.attempts(options[:retries]),
               concurrency: options[:concurrency] && concurrency_columns(name) { options[:concurrency].then { |limit| limit.columns(limit.key_for(args)) } })
       end
 

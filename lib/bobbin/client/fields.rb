@@ -39,6 +39,9 @@ module Bobbin
                             "first), got #{value.inspect}"
       end
 
+      # The runs `retries` allows (retries + 1), to check with max_attempts; anything else as given.
+      def attempts(retries) = retries.is_a?(Integer) ? retries + 1 : retries
+
       # How many times the job may run: retries + 1, at least 1.
       def max_attempts(value, job)
         return value if value.is_a?(Integer) && value >= 1 && value <= INT32.max
