@@ -109,13 +109,12 @@ module Bobbin
 
       def doctor(argv) = Doctor.new(mode: configured(argv)[:mode]).run
 
-      # Parses start/doctor options, boots the app or database and loads the pools they describe.
-      def configured(argv)
-        options = { mode: "fork" }
-        parse(supervisor_parser(options), argv, options)
+      # Parses start/doctor options (or work's), boots the app or database and loads the pools they describe.
+      def configured(argv, options = { mode: "fork" }, parser = supervisor_parser(options), optional: false)
+        parse(parser, argv, options)
         ConfigFile.exists!(options[:config]) if options[:config]
         boot(options)
-        load_pools(options)
+        load_pools(options, optional: optional && !options[:config])
         options
       end
 
@@ -125,7 +124,11 @@ module Bobbin
 
         boot(options)
         changed = Bobbin.public_send(command, queue).positive?
-        puts(command == "pause" ? "paused #{queue}#{' (it already was)' unless changed}" : "#{changed ? 'resumed' : 'was not paused:'} #{queue}")
+        if command == "pause"
+          puts(changed ? "paused #{queue}" : "paused #{queue} (it already was)")
+        else
+          puts(changed ? "resumed #{queue}" : "was not paused: #{queue}")
+        end
         0
       end
 
@@ -148,9 +151,9 @@ module Bobbin
         end
       end
 
-      def load_pools(options)
+      def load_pools(options, optional: false)
         config = options[:config] || ("config/bobbin.yml" if File.exist?("config/bobbin.yml") && !ConfigFile.loaded?("config/bobbin.yml"))
-        ConfigFile.load(config) if config
+        ConfigFile.load(config, optional: optional) if config
         load_recurring
         pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval, :stall_threshold, :thread_lane).transform_keys(&:to_s)
         Bobbin.config.set(**options.slice(:shutdown_timeout, :notified_polling_interval))
@@ -179,12 +182,10 @@ module Bobbin
 
       # One pool in this process, with the settings of the config file `start` reads (heartbeats, thresholds,
       # retention: processes judge each other by them); the pool is the flags', else the file's one pool.
+      # A config/bobbin.yml without this environment's section is left alone, as a Rails app's (-c FILE must have it).
       def work(argv)
         options = {}
-        parse(worker_parser(options), argv, options)
-        ConfigFile.exists!(options[:config]) if options[:config]
-        boot(options)
-        load_pools(options)
+        configured(argv, options, worker_parser(options), optional: true)
         pool = one_pool
         Boot.before_work
         worker = Worker.new(**pool.worker_options)

@@ -15,6 +15,7 @@ module Bobbin
   # nothing (no forms; every POST refused).
   class Dashboard
     LOCAL = %w[development test].freeze
+    LOOPBACK = %w[127.0.0.1 ::1].freeze
 
     class << self
       # The instance `mount Bobbin::Dashboard` serves; set it to configure auth for a mounted dashboard.
@@ -33,8 +34,8 @@ module Bobbin
     def initialize(auth: nil, read_only: false, environment: nil, secret: ENV["BOBBIN_DASHBOARD_SECRET"])
       @auth = auth
       @read_only = read_only
-      @environments = (environment ? [ environment ] : [ ENV["BOBBIN_ENV"], ENV["RAILS_ENV"], ENV["RACK_ENV"], (::Rails.env if defined?(::Rails.env)) ])
-                      .compact.map(&:to_s).reject(&:empty?).uniq
+      # Not Rails.env: it says "development" when nothing is set.
+      @environments = (environment ? [ environment ] : ENV.values_at("BOBBIN_ENV", "RAILS_ENV", "RACK_ENV")).compact.map(&:to_s).reject(&:empty?).uniq
       @app = App.configured(self, secret || SecureRandom.hex(64))
     end
 
@@ -53,15 +54,17 @@ module Bobbin
     end
 
     private
-      # Without an auth hook: in development and test; with no environment set at all, to this machine alone.
+      # Without an auth hook: in development and test; with no environment set at all, to this machine alone: the
+      # peer's own address (not Rack's request.ip, which believes X-Forwarded-For from any private address), and no
+      # proxy in between (a proxy on this machine would make every visitor local).
       def open_to?(request)
         return @environments.all? { |name| LOCAL.include?(name) } if @environments.any?
 
-        %w[127.0.0.1 ::1].include?(request.ip)
+        LOOPBACK.include?(request.get_header("REMOTE_ADDR")) && !request.has_header?("HTTP_X_FORWARDED_FOR") && !request.has_header?("HTTP_FORWARDED")
       end
 
       def auth_missing(request)
-        this = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and #{request.ip} is not this machine"
+        this = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine"
         "The Bobbin dashboard needs an auth hook outside development and test (#{this}). " \
           "Configure one: Bobbin::Dashboard.new(auth: ->(request) { request.env[\"warden\"]&.user&.admin? }), or in Rails mount it inside " \
           "`authenticate :user, ->(user) { user.admin? } do ... end` with Bobbin::Dashboard.default = Bobbin::Dashboard.new(auth: ->(_) { true })."

@@ -27,7 +27,7 @@ module Bobbin
         unknown = options.keys - DEFAULTS.keys
         raise ConfigurationError, "#{name}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
 
-        check(options)
+        check_bobbin_options(options)
         options = options.merge(concurrency: Concurrency::Limit.parse(options[:concurrency], name)) if options[:concurrency]
         options = options.merge(runs_on: RunsOn.check(options[:runs_on], name)) if options.key?(:runs_on)
         @bobbin_options = bobbin_options.merge(options).freeze
@@ -50,10 +50,10 @@ module Bobbin
       def perform_now(*args) = new.perform(*Client::Arguments.load(Client::Arguments.dump(name, args)))
 
       private
-        # A bad queue, priority or retries is refused where it is declared, as the enqueue would refuse it.
-        def check(options)
-          Client::Fields.queue(options[:queue], name) if options.key?(:queue)
-          Client::Fields.priority(options[:priority], name) if options.key?(:priority)
+        # A bad queue, priority or retries is refused where it is declared, as the enqueue would refuse it (nil: the default).
+        def check_bobbin_options(options)
+          Client::Fields.queue(options[:queue], name) unless options[:queue].nil?
+          Client::Fields.priority(options[:priority], name) unless options[:priority].nil?
           Client::Fields.max_attempts(Client::Fields.attempts(options[:retries]), name) if options.key?(:retries)
         rescue EnqueueError => error
           raise ConfigurationError, error.message

@@ -58,8 +58,8 @@ module Bobbin
 
     # A job the action no longer applies to (it was retried, ran or was discarded since the page showed it) is one Mission
     # Control cannot find in that list: it redirects with that alert instead of reporting a success.
-    def retry_job(job, relation) = Operator.retry(job_row!(job.job_id, relation).id, by: ACTOR) || not_found!(job, relation)
-    def discard_job(job, relation) = Operator.discard(job_row!(job.job_id, relation).id, by: ACTOR) || not_found!(job, relation)
+    def retry_job(job, relation) = Operator.retry(job_row!(job.job_id, relation).id, by: ACTOR) || not_found!(job.job_id, relation)
+    def discard_job(job, relation) = Operator.discard(job_row!(job.job_id, relation).id, by: ACTOR) || not_found!(job.job_id, relation)
 
     # "Retry/Discard all" and "… selection": the whole filtered set, in the operator's batches (Mission Control's
     # 3,000-job cap guards stores without them), so the count its notice shows is the count acted on.
@@ -119,7 +119,7 @@ module Bobbin
         job_row(job_id) or not_found!(job_id, relation)
       end
 
-      def not_found!(job, relation) = raise(ActiveJob::Errors::JobNotFoundError.new(job.respond_to?(:job_id) ? job.job_id : job, relation))
+      def not_found!(job_id, relation) = raise(ActiveJob::Errors::JobNotFoundError.new(job_id, relation))
 
       def job_proxy(row, status = nil)
         payload = active_job_payload(row)

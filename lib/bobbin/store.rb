@@ -150,7 +150,7 @@ module Bobbin
       if connection.transaction_open?
         return sql.insert_limited(connection, rows).tap { Record.current_transaction.after_commit { promote_keys(keys) } }
       end
-      return sql.insert_limited(connection, rows).tap { promote_on(connection, keys) } if keys.size > PROMOTE_SLICE
+      return sql.insert_limited(connection, rows).tap { promote_keys(keys) } if keys.size > PROMOTE_SLICE # failing, the Clock does it
 
       connection.transaction { sql.insert_limited(connection, rows).tap { sql.promote(connection, keys) } }
     end
@@ -160,7 +160,7 @@ module Bobbin
     def self.promote_keys(keys)
       Record.with_connection { |connection| promote_on(connection, keys) }
     rescue StandardError => error
-      Bobbin.logger.warn("bobbin: could not let the blocked jobs of #{keys.uniq.size} concurrency keys through yet " \
+      Bobbin.logger.warn("bobbin: could not let the blocked jobs of #{keys.size} concurrency keys through yet " \
                          "(#{reason(error)}); the next promotion pass will")
     end
 
@@ -175,7 +175,7 @@ module Bobbin
     # Promotes `keys`' blocked jobs on `connection`, PROMOTE_SLICE keys per transaction, and announces them; returns how many.
     def self.promote_on(connection, keys)
       sql = for_adapter(connection.adapter_name)
-      promoted = keys.uniq.sort.each_slice(PROMOTE_SLICE).sum { |some| sql.promote(connection, some) }
+      promoted = keys.sort.each_slice(PROMOTE_SLICE).sum { |some| sql.promote(connection, some) }
       Wakeups.announce(nil, connection: connection) if promoted.positive?
       promoted
     end

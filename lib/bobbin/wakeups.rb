@@ -86,6 +86,13 @@ module Bobbin
       @lock.synchronize { (@paused - queues).tap { @paused = queues.uniq.freeze } }
     end
 
+    # Like note_paused, then wakes the workers of the queues no longer paused, and of `resumed` (a resume heard of:
+    # its jobs are claimable now; a worker ignores those of a queue still paused).
+    def paused_now(queues, resumed: [])
+      woken = note_paused(queues) | resumed
+      deliver(woken) if woken.any?
+    end
+
     # Runs the block (an INSERT of jobs on SQLite, which returns their ids), then notes those ids: this process
     # announces them itself, so its Watcher passes them over. While an insert is between its commit and that note
     # the Watcher waits (`inserting?`), or it would take the new rows for another process's and announce them twice.

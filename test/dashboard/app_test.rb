@@ -42,11 +42,13 @@ class DashboardAppTest < Bobbin::TestCase
     names = %w[BOBBIN_ENV RAILS_ENV RACK_ENV]
     saved = ENV.to_h.slice(*names)
     names.each { |name| ENV.delete(name) }
-    from = ->(ip) { Rack::MockRequest.new(Bobbin::Dashboard.new).get("/queues", "REMOTE_ADDR" => ip) }
+    from = ->(ip, **headers) { Rack::MockRequest.new(Bobbin::Dashboard.new).get("/queues", "REMOTE_ADDR" => ip, **headers) }
     assert_equal [ 200, 200 ], [ from.("127.0.0.1").status, from.("::1").status ]
     refused = from.("10.0.0.5")
     assert_equal 403, refused.status
-    assert_match(/no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and 10\.0\.0\.5 is not this machine/, refused.body)
+    assert_match(/no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine/, refused.body)
+    assert_equal 403, from.("10.0.0.5", "HTTP_X_FORWARDED_FOR" => "127.0.0.1").status, "Rack would take 127.0.0.1 for the client"
+    assert_equal 403, from.("127.0.0.1", "HTTP_X_FORWARDED_FOR" => "203.0.113.7").status, "a proxy on this machine"
     ENV["RACK_ENV"] = "development"
     assert_equal 200, from.("10.0.0.5").status
     ENV["BOBBIN_ENV"] = "production"

@@ -49,7 +49,10 @@ class RecurringTaskTest < Bobbin::TestCase
     assert_equal Time.utc(2026, 11, 2, 6, 30), nightly.next_time(Time.utc(2026, 11, 1, 5, 30))
     assert_equal Time.utc(2026, 11, 1, 5, 30), nightly.latest_tick(Time.utc(2026, 11, 1, 7))
     hourly = task(schedule: "0 * * * * America/New_York").ticks(Time.utc(2026, 11, 1, 4, 30), Time.utc(2026, 11, 1, 8))
-    assert_equal [ Time.utc(2026, 11, 1, 5), Time.utc(2026, 11, 1, 7), Time.utc(2026, 11, 1, 8) ], hourly, "01:00 EST repeats 01:00 EDT"
+    assert_equal [ 5, 6, 7, 8 ].map { |hour| Time.utc(2026, 11, 1, hour) }, hourly, "a schedule of every hour ticks on through the repeated one"
+    assert_equal 12, task(schedule: "*/10 * * * * America/New_York").ticks(Time.utc(2026, 11, 1, 5), Time.utc(2026, 11, 1, 7)).size
+    assert_equal [ 5, 7, 8 ].map { |hour| Time.utc(2026, 11, 1, hour) }, task(schedule: "0 1-3 * * * America/New_York").ticks(Time.utc(2026, 11, 1, 4), Time.utc(2026, 11, 1, 8)),
+                 "named hours: 01:00 once (EDT), 02:00 and 03:00 EST"
     spring = task(schedule: "30 2 * * * America/New_York").ticks(Time.utc(2026, 3, 7, 12), Time.utc(2026, 3, 9, 12))
     assert_equal [ Time.utc(2026, 3, 9, 6, 30) ], spring, "no 02:30 on the night the clocks skip it"
   end

@@ -37,12 +37,9 @@ module Bobbin
         end
 
         # Runs the services once (its queries, once a second, kept out of the app's log); returns how long to sleep
-        # before the next run. Blocked jobs are let through even when the recurring tasks fail for another reason
-        # than an outage.
+        # before the next run. Blocked jobs are let through even when the recurring pass fails.
         def tick
-          next_tick = Maintenance.quietly do
-            Maintenance.service(@who, "scheduling recurring tasks") { @scheduler.pass }.tap { Store.promote_due }
-          end
+          next_tick = Maintenance.quietly { services }
           @outage.succeeded
           wait = next_tick ? next_tick - Time.now : TICK
           wait.clamp(0.0, TICK)
@@ -52,6 +49,17 @@ module Bobbin
         rescue StandardError => error
           Bobbin.logger.error("bobbin #{@who}: clock error #{error.class}: #{error.message}")
           TICK
+        end
+
+        # The recurring pass, then the promotion whatever the pass did; then the pass's error, if any, for the log.
+        def services
+          next_tick = begin
+            @scheduler.pass
+          rescue StandardError => error
+            error
+          end
+          Store.promote_due
+          next_tick.is_a?(Exception) ? raise(next_tick) : next_tick
         end
     end
   end

@@ -112,7 +112,7 @@ module Bobbin
         retry
       end
 
-      def stamp(operation, by) = { operation: operation, operated_by: by.to_s[0, 255], operated_at: Time.now.utc }
+      def stamp(operation, by) = { operation: operation, operated_by: by&.to_s&.[](0, 255), operated_at: Time.now.utc }
 
       # Wakes idle workers for jobs put back in their queues; returns `count`.
       def woken(count)

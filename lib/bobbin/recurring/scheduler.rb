@@ -25,7 +25,7 @@ module Bobbin
 
       # Enqueues every due tick; returns when the next one is due (nil without tasks). A task that cannot be enqueued
       # (its class cannot be found, Active Job cannot serialize its arguments) is logged and its tick skipped, and the
-      # other tasks still run; a database outage (or a pool with no free connection) ends the pass, and the next pass retries its ticks.
+      # other tasks still run; a database error ends the pass, and the next pass retries its ticks.
       def pass(now = Time.now)
         sync unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
         return if @tasks.empty?
@@ -47,10 +47,10 @@ module Bobbin
           end
           @since[task.key] = now
         rescue StandardError => error
-          raise if Store.transient?(error)
+          raise if error.is_a?(ActiveRecord::ActiveRecordError) # the pass ends, and the next one tries these ticks again
 
           @since[task.key] = now
-          @logger.error("bobbin recurring: #{error.is_a?(Error) ? error.message : "task #{task.key}: #{error.class}: #{error.message}"}")
+          @logger.error("bobbin recurring: #{error.is_a?(ConfigurationError) ? error.message : "task #{task.key}: #{error.class}: #{error.message}"}")
         end
 
         # The ticks to enqueue now, by the missed-ticks policy above.

@@ -101,10 +101,11 @@ module Bobbin
 
         def overrides = { queue: queue, priority: priority }.compact
 
-        # True for a tick in the hour that the zone's clocks repeat when daylight saving time ends: the same wall time
-        # ticked an hour before, and ticks once. (fugit's ticks are instants: "30 1 * * *" in New York has two on that
-        # night, 01:30 EDT and 01:30 EST.)
-        def repeat?(tick) = wall(tick - 3600) == wall(tick)
+        # True for a tick in the hour that the zone's clocks repeat when daylight saving time ends, of a schedule that
+        # names its hours: that wall time ticked an hour before, and ticks once. (fugit's ticks are instants: "30 1 * * *"
+        # in New York has two on that night, 01:30 EDT and 01:30 EST.) A schedule of every hour or more often ticks on
+        # through the repeated hour, as cron does.
+        def repeat?(tick) = !cron.hours.nil? && wall(tick - 3600) == wall(tick)
 
         def wall(time) = ::EtOrbi::EoTime.new(time.to_f, cron.timezone).strftime("%F %T")
 

@@ -205,12 +205,11 @@ module Bobbin
         # they committed: the notice is a cue to read the paused queues again, and the table decides. A resume wakes
         # its queues' workers (those still paused ignore it), and so does a pause that is no longer in the table.
         def read_paused(notice)
-          resumed = Wakeups.note_paused(@connection.exec(PAUSED).column_values(0))
-          woken = notice.paused ? resumed : resumed | notice.queues
-          tell(woken) if woken.any?
+          paused = @connection.exec(PAUSED).column_values(0)
+          Wakeups.paused_now(paused, resumed: notice.paused ? [] : notice.queues) unless stopping?
         end
 
-        def tell(queues, at = nil, paused: nil) = (Wakeups.deliver(queues, at, paused: paused) unless stopping?)
+        def tell(queues, at = nil) = (Wakeups.deliver(queues, at) unless stopping?)
 
         def pooled!
           @logger.warn("bobbin: a NOTIFY did not come back within #{PROBE_TIMEOUT}s (a pooler such as PgBouncer in transaction " \

@@ -83,10 +83,7 @@ module Bobbin
           Wakeups.deliver(later.map { |row| row[1] }.uniq, later.map(&:last).min) if later.any?
         end
 
-        def read_paused
-          resumed = Wakeups.note_paused(@db.execute(PAUSED).map { |row| row.is_a?(Hash) ? row["queue"] : row.first })
-          Wakeups.deliver(resumed, paused: false) if resumed.any?
-        end
+        def read_paused = Wakeups.paused_now(@db.execute(PAUSED).map { |row| row.is_a?(Hash) ? row["queue"] : row.first })
 
         def version = @db.get_first_value("PRAGMA data_version")
     end

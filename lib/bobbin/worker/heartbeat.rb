@@ -71,6 +71,7 @@ module Bobbin
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: pruned as dead while alive; " \
                              "#{registered ? '' : 'registered again and '}took back #{kept} of its jobs")
         rescue Store::Unavailable => error
+          Recovery.unreachable! # every process's beats failed too: silences are not trusted for a while
           @outage.failed(error)
         end
 
