@@ -64,7 +64,8 @@ module Bobbin
         needed = per_process_pool
         size = ActiveRecord::Base.connection_pool.size
         @out.puts("Active Record pool: #{size} configured, #{needed} needed per process")
-        @problems << "the Active Record pool is #{size} but a worker process needs #{needed}: set pool: #{needed}" if size < needed
+        @problems << "the Active Record pool is #{size} but a worker process needs #{needed}: set pool: #{needed} in database.yml " \
+                     "(or ?pool=#{needed} in DATABASE_URL)" if size < needed
       end
 
       def report_server
