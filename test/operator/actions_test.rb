@@ -103,6 +103,25 @@ class OperatorActionsTest < Bobbin::TestCase
     Bobbin.config.heartbeat_interval = interval if interval
   end
 
+  # Mission Control's "clear queue" is discard_all(state: "ready", queue:): a job that failed between the batch's read
+  # and its UPDATE was discarded too, since failed jobs are discardable.
+  test "a bulk action's UPDATE re-checks its filter: a waiting job that failed between the read and the write is left alone" do
+    ready = insert_jobs(3, queue: "mail")
+    other = Bobbin::Record.connection_db_config.new_connection
+    flipped = false
+    flip = lambda do |*, payload|
+      next if flipped || !payload[:sql].match?(/\ASELECT "bobbin_jobs"."id" FROM/)
+      flipped = true # the batch has been read; the job fails before the UPDATE
+      other.execute("UPDATE bobbin_jobs SET state = 'failed' WHERE id = #{ready.first}")
+    end
+    discarded = ActiveSupport::Notifications.subscribed(flip, "sql.active_record") { Bobbin::Operator.discard_all({ state: "ready", queue: "mail" }, by: "ops") }
+    assert flipped, "the batch read was seen"
+    assert_equal 2, discarded
+    assert_equal %w[failed discarded discarded], ready.map { |id| Bobbin::JobRecord.where(id: id).pick(:state) }
+  ensure
+    other&.disconnect!
+  end
+
   test "delete finished jobs older than a time, only finished ones" do
     old = Time.now.utc - 86_400
     gone = insert_jobs(3, state: "succeeded", finished_at: old) + insert_jobs(2, **failed_attributes(old))

@@ -23,10 +23,10 @@ module Bobbin
       def discard(id, by:) = discard_ids([ id ], by) == 1
 
       # Retries every failed or discarded job `filter` selects, BATCH rows per statement; returns how many.
-      def retry_all(filter, by:) = in_batches(filter, RETRYABLE) { |ids| retry_ids(ids, by) }
+      def retry_all(filter, by:) = in_batches(filter, RETRYABLE) { |ids, selected| retry_ids(ids, by, selected) }
 
       # Discards every failed or waiting job `filter` selects, BATCH rows per statement; returns how many.
-      def discard_all(filter, by:) = in_batches(filter, DISCARDABLE) { |ids| discard_ids(ids, by) }
+      def discard_all(filter, by:) = in_batches(filter, DISCARDABLE) { |ids, selected| discard_ids(ids, by, selected) }
 
       # Returns running job `id` to its queue when the process that claimed it is gone or silent for longer than
       # `process_alive_threshold` (a stuck job); its attempt is given back. A job whose process is alive is left
@@ -59,16 +59,18 @@ module Bobbin
         end
       end
 
-      def retry_ids(ids, by)
-        retried = JobRecord.where(id: ids, state: RETRYABLE)
+      # `selected`: the jobs a bulk action's filter selects, re-checked by the UPDATE (a job that left them between the
+      # read and the write, a "clear queue" job that failed meanwhile, is left alone).
+      def retry_ids(ids, by, selected = JobRecord)
+        retried = selected.where(id: ids, state: RETRYABLE)
                            .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
                                        claimed_by: nil, claimed_at: nil, **stamp("retried", by))
         let_through(ids) if retried.positive?
         woken(retried)
       end
 
-      def discard_ids(ids, by)
-        JobRecord.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)).tap do |count|
+      def discard_ids(ids, by, selected = JobRecord)
+        selected.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)).tap do |count|
           next unless count.positive?
 
           let_through(ids) # a discarded holder's slot frees now, not at the next promotion pass
@@ -83,7 +85,8 @@ module Bobbin
         Record.current_transaction.after_commit { Store.promote_keys(keys) } if keys.any?
       end
 
-      # Walks the filter's jobs in `states` by id, one batch of ids per read and one guarded UPDATE per batch.
+      # Walks the filter's jobs in `states` by id, one batch of ids per read and one UPDATE per batch, guarded by the
+      # filter again (yields the ids and the filter's relation).
       def in_batches(filter, states)
         filter = Filter.from(filter)
         relation = filter.scope.where(state: states)
@@ -93,7 +96,7 @@ module Bobbin
           ids = relation.where.not(id: ..last).order(:id).limit(BATCH).pluck(:id)
           break done if ids.empty?
 
-          done += patiently { yield(ids) }
+          done += patiently { yield(ids, relation) }
           last = ids.last
         end
       end
