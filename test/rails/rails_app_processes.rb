@@ -10,7 +10,7 @@ module RailsAppProcesses
   # The URL the app's config/database.yml reads: the tests' database (an SQLite path made absolute).
   def rails_app_database_url
     url = TestDatabase.url
-    url.start_with?("sqlite3:") ? "sqlite3:#{File.expand_path(url.delete_prefix('sqlite3:'), TestProcesses::ROOT)}" : url
+    url.start_with?("sqlite3:") ? url.sub(TestDatabase.sqlite_path, File.expand_path(TestDatabase.sqlite_path, TestProcesses::ROOT)) : url
   end
 
   # Runs `bundle exec ruby *args` in `app` with RAILS_ENV=`env` (and `variables`); returns [exit status, its output].

@@ -6,7 +6,12 @@ require "logger"
 module TestDatabase
   module_function
 
-  def url = ENV.fetch("BOBBIN_TEST_DATABASE") { "sqlite3:tmp/test-#{Process.pid}.sqlite3" }
+  # SQLite waits up to 20 s for its write lock here (Bobbin's default is 5): the suites share 2 cores with PostgreSQL's,
+  # and SQLite's lock is not fair, so a writer on a loaded machine twice waited out 5 s behind a worker's writes.
+  def url = ENV.fetch("BOBBIN_TEST_DATABASE") { "sqlite3:tmp/test-#{Process.pid}.sqlite3?timeout=20000" }
+
+  # The SQLite file's path (relative to the repository).
+  def sqlite_path = url.delete_prefix("sqlite3:").split("?").first
 
   def postgres? = url.start_with?("postgres")
 
@@ -41,7 +46,7 @@ module TestDatabase
   def remove_sqlite_files
     return if postgres?
 
-    path = url.delete_prefix("sqlite3:")
+    path = sqlite_path
     [ path, "#{path}-wal", "#{path}-shm" ].each { |file| FileUtils.rm_f(file) }
   end
 
