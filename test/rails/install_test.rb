@@ -9,7 +9,8 @@ require_relative "../support/version_one_schema"
 class RailsInstallTest < Bobbin::TestCase
   def app = GeneratedApp.installed
 
-  def wait_for_file(name, timeout: 90) = wait_for("tmp/#{name}", timeout: timeout) { File.exist?(app.path("tmp/#{name}")) && app.read("tmp/#{name}") }
+  # The file's text once a job wrote it: File.write creates the file before it writes, and "" would be taken for done.
+  def wait_for_file(name, timeout: 90) = wait_for("tmp/#{name}", timeout: timeout) { File.exist?(app.path("tmp/#{name}")) && app.read("tmp/#{name}").presence }
 
   test "bobbin:install sets the adapter in production (over Solid Queue's), a queue database, bin/bobbin; again it changes nothing" do
     production = app.snapshots[:installed]
