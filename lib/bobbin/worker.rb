@@ -162,6 +162,9 @@ module Bobbin
     # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
     def held_ids = @executor.held_ids + @outcomes.pending_ids
 
+    # The same, with the attempt each ran or runs as (`{ id => attempts }`): a reclaim restores it.
+    def held_attempts = @executor.held_attempts.merge(@outcomes.pending_attempts)
+
     # True while this worker holds job `id` (as held_ids, without building the list).
     def held?(id) = running?(id) || @outcomes.pending?(id)
 

@@ -79,13 +79,36 @@ class ClaimTest < Bobbin::TestCase
     ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
     store.claim(@process_id, 3)
     now = Bobbin::Store.timestamp(Time.now)
-    outcomes = [ Bobbin::Store::Outcome.new(ids[0], "succeeded", now),
-                 Bobbin::Store::Outcome.new(ids[1], "failed", now, nil, "RuntimeError", "boom", "a.rb:1"),
-                 Bobbin::Store::Outcome.new(ids[2], "succeeded", now) ]
+    outcomes = [ outcome(ids[0], "succeeded", now, nil),
+                 outcome(ids[1], "failed", now, nil, "RuntimeError", "boom", "a.rb:1"),
+                 outcome(ids[2], "succeeded", now, nil) ]
     assert_equal 3, @store.finish(@process_id, outcomes)
     assert_equal 0, @store.finish(@process_id, outcomes), "a second write of the same outcomes changes nothing"
     failed = Bobbin::JobRecord.find(ids[1])
     assert_equal [ "failed", "RuntimeError", "boom", "a.rb:1" ], [ failed.state, failed.last_error_class, failed.last_error_message, failed.last_error_backtrace ]
+  end
+
+  test "an outcome sent again after it committed (its reply lost) leaves the job's next run alone" do
+    id = SleepJob.enqueue(0)
+    assert_equal [ [ id, 1 ] ], store.claim(@process_id, 1).map { |job| [ job.id, job.attempts ] }
+    retry_now = outcome(id, "ready", nil, Bobbin::Store.timestamp(Time.now - 1), "RuntimeError", "boom", nil, attempts: 1)
+    assert_equal 1, @store.finish(@process_id, [ retry_now ]), "the retry commits; the flusher never hears so and keeps it"
+    assert_equal [ [ id, 2 ] ], @store.claim(@process_id, 1).map { |job| [ job.id, job.attempts ] }, "this worker runs the retry"
+    assert_equal 0, @store.finish(@process_id, [ retry_now ]), "the first attempt's outcome, sent again, is not the second's"
+    assert_equal [ "running", 2 ], Bobbin::JobRecord.find(id).then { |job| [ job.state, job.attempts ] }
+    assert_equal 1, @store.finish(@process_id, [ outcome(id, "succeeded", Bobbin::Store.timestamp(Time.now), nil, attempts: 2) ])
+    assert_equal "succeeded", Bobbin::JobRecord.find(id).state
+  end
+
+  test "a reclaim takes a recovered job back at the attempt it runs as, so its outcome is written" do
+    id = SleepJob.enqueue(0)
+    beside = SleepJob.enqueue(1)
+    store.claim(@process_id, 2)
+    assert_equal 2, Bobbin::Recovery.recover(@process_id, "pruned by this test")
+    assert_equal [ 0 ], Bobbin::JobRecord.where(id: [ id, beside ]).distinct.pluck(:attempts), "recovery gave both attempts back"
+    assert_equal 2, @store.reclaim(@process_id, { id => 1, beside => 1 })
+    assert_equal [ [ "running", 1 ] ], Bobbin::JobRecord.where(id: [ id, beside ]).distinct.pluck(:state, :attempts)
+    assert_equal 2, @store.finish(@process_id, [ id, beside ].map { |job| outcome(job, "succeeded", Bobbin::Store.timestamp(Time.now), nil, attempts: 1) })
   end
 
   test "release returns held jobs to ready and gives back the attempt, except those kept" do
@@ -95,4 +118,9 @@ class ClaimTest < Bobbin::TestCase
     assert_equal({ ids[0] => [ "running", 1 ], ids[1] => [ "ready", 0 ], ids[2] => [ "ready", 0 ] },
                  Bobbin::JobRecord.where(id: ids).to_h { |job| [ job.id, [ job.state, job.attempts ] ] })
   end
+
+  private
+    def outcome(id, state, finished_at, run_at, error_class = nil, message = nil, backtrace = nil, attempts: 1)
+      Bobbin::Store::Outcome.new(id, state, finished_at, run_at, error_class, message, backtrace, nil, "default", attempts)
+    end
 end

@@ -106,7 +106,7 @@ class LivenessTest < Bobbin::TestCase
       stop(pids.first)
     end
     assert_each_started_once
-    assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state)
+    assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.distinct.pluck(:state, :attempts), "each ran once, as its first attempt"
     assert_match(/pruned as dead while alive; (registered again and )?took back \d+ of its jobs/, File.read(log), "its claims or its heartbeat took them back")
   end
 end

@@ -13,9 +13,9 @@ module Bobbin
           last_error_class = COALESCE(o.error_class, j.last_error_class),
           last_error_message = COALESCE(o.error_message, j.last_error_message),
           last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace)
-        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[])
-          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace)
-        WHERE j.id = o.id AND j.state = 'running' AND j.claimed_by = $1
+        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[], $9::int[])
+          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace, attempts)
+        WHERE j.id = o.id AND j.state = 'running' AND j.claimed_by = $1 AND j.attempts = o.attempts
       SQL
 
       RELEASE = <<~SQL
@@ -54,8 +54,9 @@ module Bobbin
       SQL
 
       RECLAIM = <<~SQL
-        UPDATE bobbin_jobs SET state = 'running', claimed_at = now() AT TIME ZONE 'UTC'
-        WHERE state IN ('ready', 'blocked') AND claimed_by = $1 AND claimed_at IS NULL AND id = ANY($2::bigint[])
+        UPDATE bobbin_jobs AS j SET state = 'running', claimed_at = now() AT TIME ZONE 'UTC', attempts = h.attempts
+        FROM unnest($2::bigint[], $3::int[]) AS h(id, attempts)
+        WHERE j.id = h.id AND j.state IN ('ready', 'blocked') AND j.claimed_by = $1 AND j.claimed_at IS NULL
       SQL
 
       # An announcement (Wakeups) to every listening process. Its own transaction commits without waiting for the WAL
@@ -291,10 +292,11 @@ module Bobbin
         exec(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS) ], &:cmd_tuples)
       end
 
-      # Takes back those of `held` jobs that recovery returned to ready (it clears claimed_at; a retry written
-      # by this worker keeps it) and nobody has claimed since; returns how many.
+      # Takes back those of `held` jobs (`{ id => attempts }`) that recovery returned to ready (it clears claimed_at; a
+      # retry written by this worker keeps it) and nobody has claimed since, at the attempt they run as (recovery may
+      # have given it back); returns how many.
       def reclaim(process_id, held)
-        exec(RECLAIM, [ process_id, @array.encode(held) ], &:cmd_tuples)
+        exec(RECLAIM, [ process_id, @array.encode(held.keys), @array.encode(held.values) ], &:cmd_tuples)
       end
 
       # Writes the outcomes of many jobs in one statement; only rows still claimed by `process_id` change.

@@ -8,7 +8,7 @@ module Bobbin
         UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at),
           last_error_class = COALESCE(?, last_error_class), last_error_message = COALESCE(?, last_error_message),
           last_error_backtrace = COALESCE(?, last_error_backtrace)
-        WHERE id = ? AND state = 'running' AND claimed_by = ?
+        WHERE id = ? AND state = 'running' AND claimed_by = ? AND attempts = ?
       SQL
 
       RELEASE = <<~SQL
@@ -40,8 +40,9 @@ module Bobbin
       SQL
 
       RECLAIM = <<~SQL
-        UPDATE bobbin_jobs SET state = 'running', claimed_at = ?
-        WHERE state IN ('ready', 'blocked') AND claimed_by = ? AND claimed_at IS NULL AND id IN (SELECT value FROM json_each(?))
+        UPDATE bobbin_jobs SET state = 'running', claimed_at = ?, attempts = held.value ->> 1
+        FROM json_each(?) AS held
+        WHERE bobbin_jobs.id = held.value ->> 0 AND state IN ('ready', 'blocked') AND claimed_by = ? AND claimed_at IS NULL
       SQL
 
       # Jobs with a concurrency limit are inserted blocked; PROMOTE lets them through while their key has a free
@@ -125,10 +126,11 @@ module Bobbin
         transaction { execute(REREGISTER, [ process_id, *row.values_at(*PROCESS_COLUMNS), now, now ]) && db.changes }
       end
 
-      # Takes back those of `held` jobs that recovery returned to ready (it clears claimed_at; a retry written
-      # by this worker keeps it) and nobody has claimed since; returns how many.
+      # Takes back those of `held` jobs (`{ id => attempts }`) that recovery returned to ready (it clears claimed_at; a
+      # retry written by this worker keeps it) and nobody has claimed since, at the attempt they run as (recovery may
+      # have given it back); returns how many.
       def reclaim(process_id, held)
-        transaction { execute(RECLAIM, [ Store.timestamp(Time.now), process_id, JSON.generate(held) ]) && db.changes }
+        transaction { execute(RECLAIM, [ Store.timestamp(Time.now), JSON.generate(held.to_a), process_id ]) && db.changes }
       end
 
       # Writes the outcomes of many jobs in one transaction; only rows still claimed by `process_id` change.
@@ -136,7 +138,7 @@ module Bobbin
         transaction do
           statement = db.prepare(FINISH)
           outcomes.sum do |o|
-            statement.execute(o.state, o.finished_at, o.run_at, o.error_class, o.error_message, o.backtrace, o.id, process_id)
+            statement.execute(o.state, o.finished_at, o.run_at, o.error_class, o.error_message, o.backtrace, o.id, process_id, o.attempts)
             db.changes
           end
         ensure

@@ -74,7 +74,7 @@ module Bobbin
             left_open = roll_back_left_open(job)
           end
           raise TransactionLeftOpen, "#{job.class_name} #{job.id} returned with a transaction still open; it was rolled back" if left_open
-          Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key)
+          Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key, job.queue, job.attempts)
         rescue UnrunnableJob => error
           failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
@@ -192,7 +192,7 @@ module Bobbin
         def error_outcome(job, state, error, finished_at: nil, run_at: nil)
           backtrace = Array(error.backtrace).first(BACKTRACE_LINES).join("\n")
           Store::Outcome.new(job.id, state, finished_at, run_at, error_class(error), message(error),
-                             Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue)
+                             Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue, job.attempts)
         end
 
         # An anonymous class (Class.new(StandardError)) has no name; its inspect still tells what it is.

@@ -32,6 +32,9 @@ module Bobbin
       # Ids of the jobs handed over and not yet done.
       def held_ids = @lock.synchronize { @held.keys }
 
+      # The same, with the attempt each runs as: `{ id => attempts }`.
+      def held_attempts = @lock.synchronize { @held.transform_values(&:attempts) }
+
       # The claimed job `id` (a Store::ClaimedJob) while it is handed over and not yet done; nil otherwise.
       def job(id) = @lock.synchronize { @held[id] }
 

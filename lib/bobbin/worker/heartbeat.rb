@@ -63,7 +63,7 @@ module Bobbin
           metadata = JSON.generate(status)
           registered = @store.heartbeat(@worker.process_id, metadata, status.values_at(:loop_lag_ms, :max_loop_lag_ms, :stalls))
           @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata)) unless registered
-          held = @worker.held_ids
+          held = @worker.held_attempts
           kept = held.empty? ? 0 : @store.reclaim(@worker.process_id, held)
           @outage.succeeded
           return if registered && kept.zero?

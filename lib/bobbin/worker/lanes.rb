@@ -37,6 +37,9 @@ module Bobbin
       # Ids of the jobs handed over and not yet done, in both.
       def held_ids = @both.flat_map(&:held_ids)
 
+      # The same, with the attempt each runs as, in both.
+      def held_attempts = @fibers.held_attempts.merge(@lane.held_attempts)
+
       # The claimed job `id` while either holds it.
       def job(id) = @fibers.job(id) || @lane.job(id)
 

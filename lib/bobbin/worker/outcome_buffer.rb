@@ -14,7 +14,7 @@ module Bobbin
         @logger = logger
         @outage = OutageLog.new("bobbin worker #{process_id}: writing job outcomes", logger: logger)
         @pending = []
-        @pending_ids = Set.new
+        @pending_ids = {} # id => attempts
         @written = 0
         @lock = Mutex.new
         @flush_lock = Mutex.new
@@ -25,7 +25,7 @@ module Bobbin
       def <<(outcome)
         first = @lock.synchronize do
           @pending << outcome
-          @pending_ids << outcome.id
+          @pending_ids[outcome.id] = outcome.attempts
           @pending.size == 1 || @pending.size == @batch
         end
         @signal << :outcome if first
@@ -36,10 +36,13 @@ module Bobbin
 
       # Ids of jobs whose outcome is known but not yet written, including those a flush is writing now: until that
       # write commits, their rows still read `running`, and a release that left them out would put them back to ready.
-      def pending_ids = @lock.synchronize { @pending_ids.to_a }
+      def pending_ids = @lock.synchronize { @pending_ids.keys }
+
+      # The same, with the attempt each ran as: `{ id => attempts }`.
+      def pending_attempts = @lock.synchronize { @pending_ids.dup }
 
       # True while job `id`'s outcome is known but not yet written (also while a flush is writing it).
-      def pending?(id) = @lock.synchronize { @pending_ids.include?(id) }
+      def pending?(id) = @lock.synchronize { @pending_ids.key?(id) }
 
       # Flushes until `stop`; on a database outage keeps the outcomes and tries again.
       def run
@@ -64,7 +67,7 @@ module Bobbin
 
           finish(outcomes)
           @outage.succeeded
-          @lock.synchronize { @pending_ids.subtract(outcomes.map(&:id)) } # unwritten until now, even while being written
+          @lock.synchronize { outcomes.each { |outcome| @pending_ids.delete(outcome.id) } } # unwritten until now, even while being written
           @written += outcomes.size
           @on_written&.call
           promote(outcomes.filter_map(&:concurrency_key))
@@ -93,7 +96,7 @@ module Bobbin
           reason = "#{error.class}: #{error.message.lines.first&.strip}"
           @logger.error("bobbin worker #{@process_id}: could not write the outcome of job #{outcome.id} (#{reason}); recording it as failed")
           note = "the job ended #{outcome.state} but its outcome could not be written: #{reason}"[0, 2_000]
-          @store.finish(@process_id, [ Store::Outcome.new(outcome.id, "failed", Store.timestamp(Time.now), nil, OutcomeNotWritten.name, note) ])
+          @store.finish(@process_id, [ Store::Outcome.new(outcome.id, "failed", Store.timestamp(Time.now), nil, OutcomeNotWritten.name, note, nil, nil, nil, outcome.attempts) ])
         rescue StandardError => again
           raise if again.is_a?(Store::Unavailable)
 
