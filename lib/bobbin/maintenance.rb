@@ -14,11 +14,11 @@ module Bobbin
     module_function
 
     # True when worker `process_id` (running without a supervisor) is the one that keeps house on its host: the
-    # oldest such worker there that is alive (beat within process_alive_threshold, so a dead one never holds
+    # oldest such worker there that is alive (beat within its process_alive_threshold, so a dead one never holds
     # the post). Hosts with a supervisor leave it to the supervisor.
     def elected?(process_id)
       alive = ProcessRecord.where(kind: "worker", supervisor_id: nil, hostname: Socket.gethostname)
-                           .where.not(id: ProcessRecord.stale(Bobbin.config.process_alive_threshold).select(:id))
+                           .where.not(id: ProcessRecord.silent.map(&:id))
       alive.minimum(:id) == process_id
     end
 

@@ -21,10 +21,10 @@ module Bobbin
 
     module_function
 
-    # Recovers every process silent for longer than `threshold` seconds, and running jobs whose process row is
-    # gone; returns how many jobs it recovered.
+    # Recovers every process silent for longer than its own alive threshold (`threshold` seconds for a row that
+    # does not say), and running jobs whose process row is gone; returns how many jobs it recovered.
     def prune(threshold: Bobbin.config.process_alive_threshold)
-      stale = trusted_silence?(threshold) ? prune_stale(threshold) : 0
+      stale = prune_stale(threshold)
       orphans = JobRecord.where(state: "running").where.not(claimed_by: ProcessRecord.select(:id)).distinct.pluck(:claimed_by)
       stale + orphans.sum { |id| recover(id, "its process #{id} is no longer registered") }
     end
@@ -89,11 +89,16 @@ module Bobbin
       Bobbin.logger.warn("bobbin: #{reason}; #{ready} jobs returned to ready, #{failed} failed#{blame}")
     end
 
-    def prune_stale(threshold)
+    # A silent process is pruned once this process has reached the database for as long as the silent one's own
+    # threshold (it had that long to beat after an outage), and only if it is still silent then (the delete says).
+    def prune_stale(fallback)
       now = ProcessRecord.now
-      ProcessRecord.stale(threshold, now).pluck(:id, :pid, :hostname).sum do |id, pid, host|
-        claimed = ProcessRecord.stale(threshold, now).where(id: id).delete_all == 1
-        claimed ? recover(id, "process #{pid} on #{host} stopped heartbeating") : 0
+      ProcessRecord.silent(now, fallback: fallback).sum do |process|
+        threshold = process.alive_threshold(fallback)
+        next 0 unless trusted_silence?(threshold)
+
+        claimed = ProcessRecord.stale(threshold, now).where(id: process.id).delete_all == 1
+        claimed ? recover(process.id, "process #{process.pid} on #{process.hostname} stopped heartbeating") : 0
       end
     end
 

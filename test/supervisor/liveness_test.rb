@@ -8,9 +8,9 @@ require "tempfile"
 class LivenessTest < Bobbin::TestCase
   PRUNED = /stopped heartbeating|no longer registered/
 
-  def start_supervisor(fibers:, processes:, log:)
-    @config = Tempfile.create([ "bobbin", ".yml" ])
-    @config.write({ "heartbeat_interval" => 0.5, "process_alive_threshold" => 2,
+  def start_supervisor(fibers:, processes:, log:, heartbeat: [ 0.5, 2 ])
+    @config = Tempfile.create([ "bobbin", ".yml" ]).tap { |file| (@configs ||= []) << file }
+    @config.write({ "heartbeat_interval" => heartbeat[0], "process_alive_threshold" => heartbeat[1],
                     "workers" => [ { "fibers" => fibers, "processes" => processes, "polling_interval" => 0.05 } ] }.to_yaml)
     @config.close
     spawn_bobbin("start", "-c", @config.path, log: log)
@@ -26,7 +26,7 @@ class LivenessTest < Bobbin::TestCase
   end
 
   teardown do
-    File.unlink(@config.path) if @config && File.exist?(@config.path)
+    Array(@configs).each { |config| FileUtils.rm_f(config.path) }
     FileUtils.rm_f(@log) if @log && passed?
   end
 
@@ -42,6 +42,26 @@ class LivenessTest < Bobbin::TestCase
     assert_equal 0, Bobbin.counts["failed"]
     assert_each_started_once
     refute_match PRUNED, File.read(log)
+  end
+
+  # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
+  test "a supervisor with a 2 s threshold prunes no live worker of one that beats every 3 s (threshold 10 s)" do
+    log = @log = "tmp/liveness-thresholds-#{Process.pid}.log"
+    slow_log = "tmp/liveness-slow-#{Process.pid}.log"
+    Bobbin.enqueue_all(Array.new(3) { |i| [ CrashSafeJob, [ 8, "job-#{i}" ] ] })
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 3, processes: 1, log: slow_log, heartbeat: [ 3, 10 ])
+      wait_for("3 jobs running on the slow-beating supervisor") { StartEntry.count == 3 }
+      pids << start_supervisor(fibers: 3, processes: 1, log: log)
+      wait_for("every job done", timeout: 60, interval: 0.2) { LedgerEntry.count == 3 }
+      pids.each { |pid| stop(pid) }
+    end
+    assert_each_started_once
+    refute_match PRUNED, File.read(log)
+    assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.distinct.pluck(:state, :attempts)
+  ensure
+    FileUtils.rm_f(slow_log) if passed?
   end
 
   test "a PostgreSQL outage longer than process_alive_threshold: no live worker is pruned, nothing runs twice" do

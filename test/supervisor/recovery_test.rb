@@ -50,7 +50,31 @@ class RecoveryTest < Bobbin::TestCase
     assert_equal 0, Bobbin::Recovery.prune(threshold: 60), "every live process was silent through the outage too"
     assert Bobbin::ProcessRecord.exists?(process.id)
     assert_equal [ "running" ], jobs(ids).pluck(:state).uniq
-    assert_equal 3, Bobbin::Recovery.prune(threshold: 0), "once reachable for the whole threshold, silence counts"
+    process.update_columns(metadata: JSON.generate(alive_threshold: 0.3))
+    sleep(0.4)
+    assert_equal 3, Bobbin::Recovery.prune(threshold: 60), "once reachable for the silent process's whole threshold, its silence counts"
+  end
+
+  test "each process is judged by the threshold it runs with, a row that does not say by this process's" do
+    was = [ Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold ]
+    Bobbin.config.set(heartbeat_interval: 40, process_alive_threshold: 120)
+    patient = Bobbin::ProcessRecord.register(kind: "worker", name: "beats every 40 s")
+    Bobbin.config.set(heartbeat_interval: 10, process_alive_threshold: 60)
+    old = Bobbin::ProcessRecord.register(kind: "worker", name: "an older Bobbin").tap { |record| record.update_columns(metadata: "{}") }
+    assert_equal [ 120, 60 ], [ patient, old ].map { |record| record.reload.alive_threshold }
+    ids = Bobbin.enqueue_all([ [ SleepJob, [ 0, "patient" ] ], [ SleepJob, [ 0, "old" ] ] ])
+    Bobbin::JobRecord.where(id: ids[0]).update_all(state: "running", claimed_by: patient.id, attempts: 1)
+    Bobbin::JobRecord.where(id: ids[1]).update_all(state: "running", claimed_by: old.id, attempts: 1)
+    [ patient, old ].each { |record| record.update_columns(last_heartbeat_at: Time.now.utc - 90) }
+    refute Bobbin::ProcessRecord.find(patient.id).then { |record| Bobbin::Operator::ProcessView.new(record, 1, Time.now.utc).stale? }
+    assert_equal 1, Bobbin::Recovery.prune(threshold: 60), "90 s of silence is past 60 s, not past 120 s"
+    assert_equal [ [ "running", patient.id ], [ "ready", old.id ] ], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state, :claimed_by)
+    refute Bobbin::Operator.release(ids[0], by: "test"), "its process is alive by its own threshold"
+    patient.update_columns(last_heartbeat_at: Time.now.utc - 130)
+    assert_equal 1, Bobbin::Recovery.prune(threshold: 60)
+    assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
+  ensure
+    Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1])
   end
 
   test "running jobs whose process row is gone are recovered too" do

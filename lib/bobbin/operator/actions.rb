@@ -29,11 +29,11 @@ module Bobbin
       def discard_all(filter, by:) = in_batches(filter, DISCARDABLE) { |ids, selected| discard_ids(ids, by, selected) }
 
       # Returns running job `id` to its queue when the process that claimed it is gone or silent for longer than
-      # `process_alive_threshold` (a stuck job); its attempt is given back. A job whose process is alive is left
+      # its `process_alive_threshold` (a stuck job); its attempt is given back. A job whose process is alive is left
       # running (false): releasing it would run it twice. As after a recovery, the row keeps its claimed_by: a worker
       # that was only silent (a stalled host, a long pause) takes it back at its next beat unless another claimed it.
       def release(id, by:)
-        live = ProcessRecord.where.not(id: ProcessRecord.stale(Bobbin.config.process_alive_threshold).select(:id)).select(:id)
+        live = ProcessRecord.where.not(id: ProcessRecord.silent.map(&:id)).select(:id)
         running = JobRecord.where(id: id, state: "running")
         released = running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
                           .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_at: nil, started_at: nil,

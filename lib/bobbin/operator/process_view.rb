@@ -62,7 +62,7 @@ module Bobbin
       def heartbeat_age = (@now - record.last_heartbeat_at).round(1)
 
       # Silent for longer than the threshold after which its jobs are recovered.
-      def stale? = heartbeat_age > Bobbin.config.process_alive_threshold
+      def stale? = heartbeat_age > record.alive_threshold
 
       # A fiber pool's loop lag now and at most (ms) and its stalls so far: name => value (nil for thread pools).
       def health = HEALTH.to_h { |column| [ column, record[column] ] }

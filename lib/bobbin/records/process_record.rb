@@ -25,7 +25,31 @@ module Bobbin
     def self.register(kind:, name:, metadata: {}, supervisor_id: nil)
       now = self.now
       create!(kind: kind, name: name, pid: ::Process.pid, hostname: Socket.gethostname, supervisor_id: supervisor_id,
-              metadata: JSON.generate(metadata), last_heartbeat_at: now, created_at: now)
+              metadata: metadata_json(metadata), last_heartbeat_at: now, created_at: now)
+    end
+
+    # A process row's metadata as written at registration and each heartbeat: with this process's own
+    # process_alive_threshold, by which every other process judges its silence.
+    def self.metadata_json(metadata) = JSON.generate(metadata.merge(alive_threshold: Bobbin.config.process_alive_threshold))
+
+    # The processes silent for longer than their own alive_threshold (`fallback` for rows that do not say: a Bobbin
+    # before it wrote one).
+    def self.silent(now = self.now, fallback: Bobbin.config.process_alive_threshold)
+      select(:id, :pid, :hostname, :last_heartbeat_at, :metadata).select { |record| record.silent?(now, fallback) }
+    end
+
+    # True when this process has been silent for longer than its own alive_threshold.
+    def silent?(now, fallback = Bobbin.config.process_alive_threshold) = last_heartbeat_at < now - alive_threshold(fallback)
+
+    # Seconds without a heartbeat after which this process is presumed dead: the process_alive_threshold it runs
+    # with, as its row says. Each process is judged by its own: hosts may be set up apart, or be mid-deploy to new
+    # settings, and judged by another's shorter threshold a live process that beats less often would be pruned and
+    # its jobs run again elsewhere.
+    def alive_threshold(fallback = Bobbin.config.process_alive_threshold)
+      own = JSON.parse(metadata.to_s)["alive_threshold"] if metadata.to_s.start_with?("{")
+      own.is_a?(Numeric) && own.positive? ? own : fallback
+    rescue JSON::ParserError
+      fallback
     end
   end
 end

@@ -60,7 +60,7 @@ module Bobbin
         # recovery returned to ready (the pruner may delete the row and recover a moment after a beat).
         def beat
           status = title
-          metadata = JSON.generate(status)
+          metadata = ProcessRecord.metadata_json(status)
           registered = @store.heartbeat(@worker.process_id, metadata, status.values_at(:loop_lag_ms, :max_loop_lag_ms, :stalls))
           @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata)) unless registered
           held = @worker.held_attempts
