@@ -87,6 +87,22 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal %w[succeeded] * 3, states("LimitedActiveJob/acct-1")
   end
 
+  test "limits_concurrency on a parent class: each subclass has slots of its own (as in Solid Queue); a group lambda is called" do
+    require_relative "../support/active_jobs"
+    parent = Class.new(ActiveJob::Base) { limits_concurrency to: 1, key: ->(account) { account } }
+    contacts = Class.new(parent)
+    invoices = Class.new(parent)
+    { parent => "AccountSyncJob", contacts => "SyncContactsJob", invoices => "SyncInvoicesJob" }.each { |job, name| stub_const_name(job, name) { } }
+    [ contacts, contacts, invoices ].each { |job| job.perform_later("acct-1") }
+    assert_equal [ %w[ready blocked], %w[ready] ], [ states("SyncContactsJob/acct-1"), states("SyncInvoicesJob/acct-1") ]
+    shared = Class.new(ActiveJob::Base) { limits_concurrency key: ->(account) { account }, group: ->(account) { "accounts-#{account.size}" } }
+    stub_const_name(shared, "SharedGroupJob") { 2.times { shared.perform_later("acct-2") } }
+    assert_equal %w[ready blocked], states("accounts-6/acct-2"), "the group lambda gets the job's arguments"
+    assert_raises(Bobbin::ConfigurationError, match: /group: must be a String, Symbol or lambda, got 5/) do
+      Class.new(ActiveJob::Base) { limits_concurrency key: "k", group: 5 }
+    end
+  end
+
   test "200 jobs over 5 keys with limit 2 never run more than 2 at once per key, across worker processes" do
     keys = %w[k1 k2 k3 k4 k5]
     ConcurrencyCounter.add_keys(keys)

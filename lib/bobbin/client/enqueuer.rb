@@ -36,7 +36,7 @@ module Bobbin
         build(class_name: name, arguments: Arguments.dump(name, args), queue: queue.nil? ? options[:queue] : queue,
               priority: priority.nil? ? options[:priority] : priority, run_at: (Fields.run_at(run_at, name, required: true) unless run_at.equal?(NOW)),
               max_attempts: Fields.attempts(options[:retries]),
-              concurrency: options[:concurrency] && concurrency_columns(name) { options[:concurrency].then { |limit| limit.columns(limit.key_for(args)) } })
+              concurrency: options[:concurrency] && concurrency_columns(name) { options[:concurrency].then { |limit| limit.columns(limit.key_for(args, name)) } })
       end
 
       # The concurrency columns the block computes; a key lambda that raises is the enqueue's error, naming the job.

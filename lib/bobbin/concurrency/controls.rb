@@ -32,7 +32,7 @@ module Bobbin
 
       # This job's concurrency key (nil when its class has no limit).
       def concurrency_key
-        self.class.bobbin_concurrency&.key_for(arguments, self)
+        self.class.bobbin_concurrency&.key_for(arguments, self.class.name, self)
       end
     end
   end

@@ -7,15 +7,16 @@ module Bobbin
     # A job class's concurrency limit: at most `to` jobs with the same key run at once, across every process and
     # host. Jobs beyond it wait in state "blocked", unclaimed, until a slot frees: a holder finishes, fails, is
     # retried later, or has run for `duration` seconds (so a holder whose process hangs or vanished cannot keep
-    # its slot forever). The key is `group/value`: group defaults to the class name, value is what `key` returns
-    # for the job's arguments (a String, Symbol or number; an Active Record model counts as "Class/id").
+    # its slot forever). The key is `group/value`: group defaults to the job's own class name (a subclass of the
+    # declaring class has slots of its own, as in Solid Queue), value is what `key` returns for the job's arguments
+    # (a String, Symbol or number; an Active Record model counts as "Class/id"); a `group` lambda is called as `key` is.
     class Limit
       # Seconds a running job holds its slot at most (Solid Queue's default, so limits_concurrency ports as is).
       DEFAULT_DURATION = 180
       KEY_BYTES = 255
       OPTIONS = %i[to key duration group on_conflict].freeze
 
-      attr_reader :to, :duration, :group
+      attr_reader :to, :duration
 
       # Builds a Limit from `bobbin_options concurrency: { to:, key:, duration:, group: }` or `limits_concurrency`
       # keywords; raises ConfigurationError naming `job_name` and the option at fault.
@@ -35,21 +36,20 @@ module Bobbin
           raise ConfigurationError, "#{job_name}: concurrency key: must be a lambda (or a String or Symbol), got #{key.inspect}"
         end
         raise ConfigurationError, "#{job_name}: concurrency on_conflict: only :block is supported, got #{on_conflict.inspect}" unless on_conflict == :block
+        unless group.nil? || group.respond_to?(:call) || group.is_a?(String) || group.is_a?(Symbol)
+          raise ConfigurationError, "#{job_name}: concurrency group: must be a String, Symbol or lambda, got #{group.inspect}"
+        end
 
         @to = to
         @key = key
         @duration = Setting.seconds(duration.to_f, "#{job_name}: concurrency duration", above: 0)
-        @group = group&.to_s || job_name
+        @group = group
       end
 
-      # The key for a job of these arguments; `context` is the Active Job instance the lambda runs on (nil for
-      # Bobbin::Job, whose lambda takes the arguments).
-      def key_for(arguments, context = nil)
-        value = case @key
-        when String, Symbol then @key.to_s
-        else context ? context.instance_exec(*arguments, &@key) : @key.call(*arguments)
-        end
-        self.class.key(@group, value)
+      # The key for a job of class `job_name` with these arguments; `context` is the Active Job instance the
+      # lambdas run on (nil for Bobbin::Job, whose lambdas take the arguments).
+      def key_for(arguments, job_name, context = nil)
+        self.class.key(evaluate(@group, arguments, context)&.to_s || job_name, evaluate(@key, arguments, context))
       end
 
       # The job row's concurrency columns for a job whose key is `key`.
@@ -66,6 +66,14 @@ module Bobbin
         key = [ group, *value ].compact.join("/")
         key.bytesize <= KEY_BYTES ? key : "#{group.to_s[0, 100]}/sha256-#{Digest::SHA256.hexdigest(key)}"
       end
+
+      private
+        def evaluate(option, arguments, context)
+          case option
+          when nil, String, Symbol then option&.to_s
+          else context ? context.instance_exec(*arguments, &option) : option.call(*arguments)
+          end
+        end
     end
   end
 end
