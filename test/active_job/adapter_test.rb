@@ -34,7 +34,29 @@ class AfterCommitActiveJob < LedgerActiveJob
   self.enqueue_after_transaction_commit = true
 end
 
+# A job limited by Solid Queue's limits_concurrency (when both gems are loaded, Solid Queue's wins): the class
+# attributes and key method its ActiveJob::ConcurrencyControls defines, with on_conflict: :discard.
+class SolidQueueDiscardingJob < ActiveJob::Base
+  class_attribute :concurrency_limit, default: 1
+  class_attribute :concurrency_duration, default: 180
+  class_attribute :concurrency_on_conflict, default: :discard
+
+  def concurrency_key = "#{self.class.name}/#{arguments.first}"
+  def perform(_account) = nil
+end
+
 class ActiveJobAdapterTest < Bobbin::TestCase
+  test "Solid Queue's on_conflict: :discard is refused at perform_later, not ignored (its jobs would run), and nothing is stored" do
+    error = assert_raises(Bobbin::ConfigurationError) { SolidQueueDiscardingJob.perform_later("acct") }
+    assert_match(/SolidQueueDiscardingJob: limits_concurrency on_conflict: :discard is not supported by Bobbin .*use on_conflict: :block/, error.message)
+    assert_equal 0, Bobbin::JobRecord.count
+    SolidQueueDiscardingJob.concurrency_on_conflict = :block
+    2.times { SolidQueueDiscardingJob.perform_later("acct") }
+    assert_equal %w[ready blocked], Bobbin::JobRecord.where(concurrency_key: "SolidQueueDiscardingJob/acct").order(:id).pluck(:state)
+  ensure
+    SolidQueueDiscardingJob.concurrency_on_conflict = :discard
+  end
+
   test "arguments nested deeper than JSON allows are a SerializationError at perform_later, and nothing is stored" do
     deep = 150.times.reduce([]) { |inner, _| [ inner ] }
     error = assert_raises(Bobbin::SerializationError) { LedgerActiveJob.perform_later(deep) }

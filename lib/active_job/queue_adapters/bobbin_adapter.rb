@@ -50,10 +50,21 @@ module ActiveJob
           limit = job.class.respond_to?(:concurrency_limit) && job.class.concurrency_limit
           return unless limit
 
+          refuse_discard_on_conflict(job.class)
+
           Bobbin::Client::Enqueuer.concurrency_columns(job.class.name) do
             duration = job.class.concurrency_duration || Bobbin::Concurrency::Limit::DEFAULT_DURATION
             Bobbin::Concurrency::Limit.columns(job.concurrency_key, limit, duration)
           end
+        end
+
+        # Solid Queue's `on_conflict: :discard` drops a job whose key has no free slot; Bobbin would let it wait
+        # and run instead, so it is refused (as Bobbin's own limits_concurrency refuses it) rather than ignored.
+        def refuse_discard_on_conflict(job_class)
+          return unless job_class.respond_to?(:concurrency_on_conflict) && job_class.concurrency_on_conflict.to_s == "discard"
+
+          raise Bobbin::ConfigurationError, "#{job_class.name}: limits_concurrency on_conflict: :discard is not supported by Bobbin " \
+                                            "(its jobs would wait for a slot and run, not be discarded); use on_conflict: :block"
         end
 
         # The job's Active Job payload as JSON; arguments nested deeper than JSON allows are refused like any
