@@ -47,6 +47,16 @@ class RecurringSchedulerTest < Bobbin::TestCase
   # The clock that runs the recurring tasks also lets blocked jobs through once their key has room (here a holder
   # that ended without its outcome promoting the next, as when its duration runs out). The pass fails here on every
   # tick: its tasks' table is missing (a schema that does not match).
+  test "recurring.yml args port from Solid Queue: hash keys are symbols, and a last Hash is the job's keyword arguments" do
+    yml = { "schedule" => "every second", "class" => "KeywordActiveJob", "args" => [ 42, { "status" => "done", "tags" => { "a" => 1 } } ] }
+    scheduler = Bobbin::Recurring::Scheduler.new([ Bobbin::Recurring::Task.parse("keywords", yml, "t") ])
+    now = Time.now.floor
+    scheduler.pass(now) && scheduler.pass(now + 3)
+    drain(threads: 1)
+    assert_equal [ [ "succeeded", nil ] ], Bobbin::JobRecord.where(class_name: "KeywordActiveJob").distinct.pluck(:state, :last_error_message)
+    assert_equal [ "42 done [:a]" ], LedgerEntry.pluck(:key).map { |key| key.delete_suffix(key[/ \S+\z/]) }.uniq
+  end
+
   test "the clock lets blocked jobs through while the recurring pass keeps failing" do
     ConcurrencyCounter.create_table
     3.times { |i| LimitedJob.enqueue("clock", i) }

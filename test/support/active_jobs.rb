@@ -36,6 +36,11 @@ class StepsActiveJob < ActiveJob::Base
 end
 
 # At most one job per account runs at once; a stuck holder keeps the slot for 60 s at most.
+# Takes keyword arguments, as a Solid Queue recurring task's last Hash of args is passed.
+class KeywordActiveJob < ActiveJob::Base
+  def perform(id, status:, tags:) = LedgerEntry.create!(key: "#{id} #{status} #{tags.keys.inspect} #{job_id}", pid: Process.pid)
+end
+
 class LimitedActiveJob < ActiveJob::Base
   limits_concurrency to: 1, key: ->(account, _n) { account }, duration: 60
 

@@ -107,10 +107,17 @@ module Bobbin
         # through the repeated hour, as cron does.
         def repeat?(tick) = !cron.hours.nil? && wall(tick - 3600) == wall(tick)
 
+        # The arguments as Solid Queue passes a recurring task's (so its recurring.yml ports as is): hash keys as
+        # symbols, and a last Hash as keyword arguments (`args: [ 42, { status: "done" } ]` → `perform(42, status: "done")`).
+        def active_job_arguments
+          symbolized = arguments.map { |argument| argument.is_a?(Hash) ? argument.deep_symbolize_keys : argument }
+          symbolized.last.is_a?(Hash) ? [ *symbolized[0...-1], Hash.ruby2_keywords_hash(symbolized.last) ] : symbolized
+        end
+
         def wall(time) = ::EtOrbi::EoTime.new(time.to_f, cron.timezone).strftime("%F %T")
 
         def active_job_row(job_class)
-          job = job_class.new(*arguments)
+          job = job_class.new(*active_job_arguments)
           job.queue_name = queue if queue
           job.priority = priority if priority
           ::ActiveJob::QueueAdapters::BobbinAdapter.new.row(job, nil)
