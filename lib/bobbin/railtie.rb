@@ -54,12 +54,14 @@ module Bobbin
 
       # Points Bobbin's models at their own database (connects_to). With the jobs in another database than the
       # app's records, perform_later inside a transaction cannot commit with it, so Active Job defers it to after
-      # the commit (dropped on rollback) unless the app chose otherwise.
+      # the commit (dropped on rollback) unless the app chose otherwise: in Rails 7.2 by the setting, which Rails
+      # applies itself; from Rails 8.0, which ignores the setting, only by setting it false (`true` is kept).
       def connect(app)
         return unless (target = Bobbin.config.connects_to)
 
         Record.connects_to(**target)
-        return if app.config.active_job.key?(:enqueue_after_transaction_commit)
+        return if app.config.active_job.key?(:enqueue_after_transaction_commit) &&
+                  (ActiveJob.gem_version < Gem::Version.new("8.0") || [ false, :never ].include?(app.config.active_job.enqueue_after_transaction_commit))
 
         ActiveSupport.on_load(:active_job) { self.enqueue_after_transaction_commit = true }
       end

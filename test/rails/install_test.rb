@@ -71,6 +71,20 @@ class RailsInstallTest < Bobbin::TestCase
                     "housekeeping queries stay out of it")
   end
 
+  test "with a queue database, the app's enqueue_after_transaction_commit = true keeps the deferral Rails 8 ignores it for; false turns it off" do
+    application_rb = app.read("config/application.rb")
+    File.write(app.path("config/application.rb"), application_rb.sub("class Application < Rails::Application\n", <<~RUBY))
+      class Application < Rails::Application
+          config.active_job.enqueue_after_transaction_commit = ENV["EATC"] == "true" if ENV["EATC"]
+    RUBY
+    deferred = %w[true false].to_h do |setting|
+      [ setting, app.run!("bin/rails", "runner", "print ActiveJob::Base.enqueue_after_transaction_commit", env: { "EATC" => setting }).lines.last ]
+    end
+    assert_equal({ "true" => "true", "false" => "false" }, deferred)
+  ensure
+    File.write(app.path("config/application.rb"), application_rb) if application_rb
+  end
+
   test "an app installed before schema versions: bobbin:install adds an upgrade migration, db:migrate runs it on the queue database" do
     VersionOneSchema::Record.establish_connection(app.queue_database)
     old_app = VersionOneSchema::Record.connection_pool
