@@ -102,9 +102,16 @@ module Bobbin
       end
 
       # Beats and runs the host's Maintenance (its workers leave it to the supervisor); returns when to come back:
-      # within a second while the database is unavailable or retention is behind.
+      # within a second while the database is unavailable or retention is behind. A supervisor pruned as dead while
+      # alive (its host stalled past the threshold) registers again under its id, as a worker does.
       def beat
-        Maintenance.quietly { ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: ProcessRecord.now) }
+        Maintenance.quietly do
+          now = ProcessRecord.now
+          next unless ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: now).zero?
+
+          ProcessRecord.insert(@process.attributes.merge("last_heartbeat_at" => now)) # skips the row should it be back meanwhile
+          Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: pruned as dead while alive; registered again")
+        end
         @outage.succeeded
         monotonic + Maintenance.run("supervisor")
       rescue ActiveRecord::ActiveRecordError => error

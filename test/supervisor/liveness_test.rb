@@ -111,7 +111,7 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f([ @skew&.path, (skewed_log if passed?) ].compact)
   end
 
-  test "a live worker whose row was pruned registers again and keeps its running jobs" do
+  test "a live worker whose row was pruned registers again and keeps its running jobs; a pruned supervisor registers again" do
     log = @log = "tmp/liveness-reregister-#{Process.pid}.log"
     Bobbin.enqueue_all(Array.new(5) { |i| [ CrashSafeJob, [ 3, "job-#{i}" ] ] })
     pids = []
@@ -121,12 +121,16 @@ class LivenessTest < Bobbin::TestCase
       worker = Bobbin::ProcessRecord.find_by!(kind: "worker")
       worker.delete
       assert_equal 5, Bobbin::Recovery.recover(worker.id, "pruned by this test"), "its jobs went back to ready"
+      supervisor = Bobbin::ProcessRecord.find_by!(kind: "supervisor")
+      supervisor.delete
       wait_for("every job done", timeout: 30) { LedgerEntry.count == 5 }
       assert Bobbin::ProcessRecord.exists?(worker.id), "the worker registered again under its own id"
+      wait_for("the supervisor registered again under its own id") { Bobbin::ProcessRecord.exists?(supervisor.id) }
       stop(pids.first)
     end
     assert_each_started_once
     assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.distinct.pluck(:state, :attempts), "each ran once, as its first attempt"
     assert_match(/pruned as dead while alive; (registered again and )?took back \d+ of its jobs/, File.read(log), "its claims or its heartbeat took them back")
+    assert_match(/bobbin supervisor \d+: pruned as dead while alive; registered again/, File.read(log))
   end
 end
