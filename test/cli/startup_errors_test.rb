@@ -235,5 +235,15 @@ class StartupErrorsTest < Bobbin::TestCase
     url = "postgres://127.0.0.1:#{closed_port}/bobbin"
     assert_config_exit(run_bobbin("doctor", "--threads", "1", env: { "DATABASE_URL" => url }),
                        /cannot connect to the database: .*Connection refused; is the server running, and is DATABASE_URL right\?/)
+    assert_config_exit(run_bobbin("doctor", "--threads", "1", "-d", url),
+                       /cannot connect to the database: .*Connection refused; is the server running, and is the -d URL right\?/)
+  end
+
+  test "errors about a -d URL name it, not DATABASE_URL" do
+    assert_config_exit(run_bobbin("work", "--threads", "1", "-d", "sqlite3:tmp/no-such-dir-#{Process.pid}/jobs.sqlite3"),
+                       /the SQLite database .*jobs\.sqlite3 is in a directory that does not exist .*: create it or fix the path in the -d URL/)
+    skip_unless_postgres
+    url = postgres_url(path: "/bobbin_no_such_database_#{Process.pid}")
+    assert_config_exit(run_bobbin("work", "--threads", "1", "-d", url), /the database "bobbin_no_such_database_\d+" does not exist: .*\(the -d URL\)$/)
   end
 end

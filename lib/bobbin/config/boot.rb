@@ -13,11 +13,20 @@ module Bobbin
     # `database` (default DATABASE_URL), loads `requires`, and unless `tables: false` checks Bobbin's tables exist.
     # With no URL anywhere and no Rails app, a -r file may connect itself (Bobbin.connect in a plain Ruby app's jobs file).
     def run(database: nil, requires: [], tables: true)
-      connected = database_step { connect(database) }
-      database_step { requires.each { |file| load_file(file) } }
+      where = source(database)
+      connected = database_step(where) { connect(database, where) }
+      database_step(where) { requires.each { |file| load_file(file) } }
       raise ConfigurationError, no_database(requires) unless connected || connected?
-      database_step { check_tables } if tables
+      database_step(where) { check_tables } if tables
       true
+    end
+
+    # What names the database, as errors tell the user to check it.
+    def source(database)
+      return "the -d URL" if database
+      return "config/database.yml" if File.exist?("config/environment.rb")
+
+      "DATABASE_URL"
     end
 
     # True once Bobbin's records have a connection pool.
@@ -34,22 +43,26 @@ module Bobbin
     end
 
     # Runs the block, turning a failure to reach or use the database into a one-line ConfigurationError.
-    def database_step
+    def database_step(where = "DATABASE_URL")
       yield
     rescue ActiveRecord::ActiveRecordError, *driver_errors => error
-      raise ConfigurationError, DatabaseProblem.describe(error)
+      raise ConfigurationError, DatabaseProblem.describe(error, where)
     end
 
     # Boots the Rails app or connects to the URL given or in DATABASE_URL; false when there is no URL (the -r files may
     # connect).
-    def connect(database)
+    def connect(database, where)
       return boot_rails.then { true } if File.exist?("config/environment.rb") && database.nil?
 
       url = database || ENV["DATABASE_URL"]
       return false if url.to_s.strip.empty?
 
-      check_sqlite_directory(url)
+      check_sqlite_directory(url, where)
       Bobbin.connect(url)
+    rescue ConfigurationError => error # Bobbin.connect's own advice names DATABASE_URL
+      raise unless error.cause.is_a?(ActiveRecord::NoDatabaseError)
+
+      raise ConfigurationError, DatabaseProblem.describe(error.cause, where)
     end
 
     # Boots the Rails app in the current directory, with Bobbin's Railtie registered first (Bobbin may have been
@@ -81,14 +94,14 @@ module Bobbin
     end
 
     # Active Record would create a missing directory (or fail without FileUtils); a typo should not make a new database.
-    def check_sqlite_directory(url)
+    def check_sqlite_directory(url, where)
       return unless url.start_with?("sqlite")
 
       path = ActiveRecord::DatabaseConfigurations::ConnectionUrlResolver.new(url).to_hash[:database].to_s
       return if path.empty? || path == ":memory:" || path.start_with?("file:") || File.directory?(File.dirname(File.expand_path(path)))
 
       raise ConfigurationError, "the SQLite database #{path} is in a directory that does not exist " \
-                                "(#{File.dirname(File.expand_path(path))}): create it or fix the path in DATABASE_URL"
+                                "(#{File.dirname(File.expand_path(path))}): create it or fix the path in #{where}"
     end
 
     # Requires a -r file, saying which one when it is missing or cannot load what it requires.

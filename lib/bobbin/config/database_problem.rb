@@ -5,15 +5,16 @@ module Bobbin
   module DatabaseProblem
     module_function
 
-    # The one-line explanation of `error`, raised while connecting or checking tables.
-    def describe(error)
+    # The one-line explanation of `error`, raised while connecting or checking tables; `where` names what said
+    # which database (DATABASE_URL, the -d URL, config/database.yml).
+    def describe(error, where = "DATABASE_URL")
       text = first_line(error.cause || error) # Active Record's own wording can misname it (a role in the message → "username")
-      if error.is_a?(ActiveRecord::NoDatabaseError) && text.match?(/does not exist|not found|no such file/i) then no_database
+      if error.is_a?(ActiveRecord::NoDatabaseError) && text.match?(/does not exist|not found|no such file/i) then no_database(where)
       elsif text.match?(/too many (connections|clients)/i) then too_many(text)
       elsif sqlite_unwritable?(error) then read_only(text)
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished)
-        "cannot connect to the database: #{text}; is the server running, and is DATABASE_URL right?"
-      else "database error before starting: #{text} (#{error.class}); check DATABASE_URL"
+        "cannot connect to the database: #{text}; is the server running, and is #{where} right?"
+      else "database error before starting: #{text} (#{error.class}); check #{where}"
       end
     end
 
@@ -21,9 +22,9 @@ module Bobbin
     def first_line(error) = error.message.lines.map(&:strip).reject(&:empty?).first.to_s
 
     # The configured database does not exist on the server.
-    def no_database
+    def no_database(where)
       name = database
-      "the database #{name.inspect} does not exist: create it (createdb #{name}, or bin/rails db:create) or fix the database URL (DATABASE_URL)"
+      "the database #{name.inspect} does not exist: create it (createdb #{name}, or bin/rails db:create) or fix the database URL (#{where})"
     end
 
     # The server turned the connection away: max_connections or a CONNECTION LIMIT is reached.
