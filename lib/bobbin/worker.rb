@@ -116,6 +116,7 @@ module Bobbin
     def quiet
       @quiet = true
       @waker.wake
+      @heartbeat&.beat_now # the process row says quiet now, not a heartbeat_interval later
     end
 
     # True once `quiet` was asked.

@@ -72,6 +72,24 @@ class QuietTest < Bobbin::TestCase
     assert_match(/TSTP, workers quiet/, File.read(log))
   end
 
+  test "TSTP: the worker's process row says quiet at once, not a heartbeat_interval later" do
+    @config = Tempfile.create([ "bobbin", ".yml" ]).tap do |file|
+      file.write({ "heartbeat_interval" => 60, "process_alive_threshold" => 180, "workers" => [ { "fibers" => 2 } ] }.to_yaml)
+      file.close
+    end
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", @config.path)
+      wait_for("the worker registered") { Bobbin::ProcessRecord.where(kind: "worker").count == 1 }
+      Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
+      wait_for("its process row says quiet, well before the next heartbeat (60 s)", timeout: 20) do
+        Bobbin::Operator.processes.select { |p| p.kind == "worker" }.all?(&:quiet?)
+      end
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?
+    end
+  end
+
   test "TSTP to bobbin start while a worker is still booting (forked, its trap not set yet): it goes quiet once it runs" do
     @config = start_config({ "threads" => 2, "processes" => 1 })
     log = @log = "tmp/quiet-booting-#{Process.pid}.log"

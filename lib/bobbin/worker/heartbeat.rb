@@ -26,12 +26,12 @@ module Bobbin
         title
         maintain_at = maintain
         last = monotonic
-        until @signal.pop(timeout: [ TICK, @interval ].min) == :stop
+        until (signal = @signal.pop(timeout: [ TICK, @interval ].min)) == :stop
           begin
             orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
             @worker.exit_if_stop_overdue
             @worker.stall_log&.flush(@store)
-            if monotonic - last >= @interval
+            if signal == :beat || monotonic - last >= @interval
               last = monotonic
               beat
             end
@@ -46,6 +46,9 @@ module Bobbin
 
       # Makes `run` return.
       def stop = @signal << :stop
+
+      # Beats now, not at the next interval: the process row shows a change of state (quiet) at once. Safe in a trap.
+      def beat_now = @signal << :beat
 
       private
         def title
