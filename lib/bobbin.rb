@@ -105,28 +105,28 @@ module Bobbin
     # Lets workers claim jobs of `queue` again.
     def resume(queue) = QueuePause.resume(queue)
 
+    # The database driver's gem for `url`; a URL of another database, or a driver missing from the bundle (a plain
+    # Ruby app's Gemfile names it itself), is a ConfigurationError that says what to do.
+    def require_driver(url)
+      scheme = url[/\A[^:]*/]
+      driver = case scheme
+      when /\Apostgres/ then "pg"
+      when /\Asqlite/ then "sqlite3"
+      else raise ConfigurationError, "Bobbin runs on PostgreSQL or SQLite, not #{scheme} (give a postgres://… or sqlite3:path URL)"
+      end
+      require driver
+    rescue LoadError => error
+      raise unless error.path == driver
+
+      raise ConfigurationError, "a #{scheme}: URL needs the #{driver} gem, which is not in this bundle: add it to the Gemfile (bundle add #{driver})"
+    end
+
     private
       # SQLite answers "database is locked" at once unless told to wait; workers and jobs write concurrently.
       def with_sqlite_timeout(url)
         return url unless url.start_with?("sqlite") && !url.include?("timeout=")
 
         url + (url.include?("?") ? "&" : "?") + "timeout=5000"
-      end
-
-      # The database driver's gem for `url`; a URL of another database, or a driver missing from the bundle (a plain
-      # Ruby app's Gemfile names it itself), is a ConfigurationError that says what to do.
-      def require_driver(url)
-        scheme = url[/\A[^:]*/]
-        driver = case scheme
-        when /\Apostgres/ then "pg"
-        when /\Asqlite/ then "sqlite3"
-        else raise ConfigurationError, "Bobbin runs on PostgreSQL or SQLite, not #{scheme} (give a postgres://… or sqlite3:path URL)"
-        end
-        require driver
-      rescue LoadError => error
-        raise unless error.path == driver
-
-        raise ConfigurationError, "a #{scheme}: URL needs the #{driver} gem, which is not in this bundle: add it to the Gemfile (bundle add #{driver})"
       end
   end
 end

@@ -162,14 +162,22 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
-  test "missing tables say to run bobbin migrate (SQLite)" do
+  test "missing tables say to run bobbin migrate (SQLite); a missing file is not created, except by migrate" do
     once_per_run
     with_tmpdir do |dir|
-      url = sqlite_url(File.join(dir, "empty.sqlite3"))
+      path = File.join(dir, "empty.sqlite3")
+      url = sqlite_url(path)
+      %w[start work doctor counts].each do |command|
+        assert_config_exit(run_bobbin(command, "-d", url),
+                           %r{the SQLite database #{path} does not exist \(check the path in the -d URL\): to create it, run `bobbin migrate`})
+      end
+      refute File.exist?(path), "a typo in a URL makes no new database"
+      SQLite3::Database.new(path).close
       %w[start work doctor counts].each do |command|
         assert_config_exit(run_bobbin(command, env: { "DATABASE_URL" => url }),
                            /Bobbin's tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\): run `bobbin migrate`/)
       end
+      File.delete(path)
       assert_equal 0, run_bobbin("migrate", env: { "DATABASE_URL" => url })[0].exitstatus
       assert_equal 0, run_bobbin("counts", env: { "DATABASE_URL" => url })[0].exitstatus
     end

@@ -14,7 +14,7 @@ module Bobbin
     # With no URL anywhere and no Rails app, a -r file may connect itself (Bobbin.connect in a plain Ruby app's jobs file).
     def run(database: nil, requires: [], tables: true)
       where = source(database)
-      connected = database_step(where) { connect(database, where) }
+      connected = database_step(where) { connect(database, where, create: !tables) }
       database_step(where) { requires.each { |file| load_file(file) } }
       raise ConfigurationError, no_database(requires) unless connected || connected?
       database_step(where) { check_tables } if tables
@@ -51,13 +51,14 @@ module Bobbin
 
     # Boots the Rails app or connects to the URL given or in DATABASE_URL; false when there is no URL (the -r files may
     # connect).
-    def connect(database, where)
+    def connect(database, where, create: false)
       return boot_rails.then { true } if File.exist?("config/environment.rb") && database.nil?
 
       url = database || ENV["DATABASE_URL"]
       return false if url.to_s.strip.empty?
 
-      check_sqlite_directory(url, where)
+      Bobbin.require_driver(url)
+      check_sqlite_file(url, where, create: create)
       Bobbin.connect(url)
     rescue ConfigurationError => error # Bobbin.connect's own advice names DATABASE_URL
       raise unless error.cause.is_a?(ActiveRecord::NoDatabaseError)
@@ -93,15 +94,21 @@ module Bobbin
       ::Rails.logger.broadcast_to(console)
     end
 
-    # Active Record would create a missing directory (or fail without FileUtils); a typo should not make a new database.
-    def check_sqlite_directory(url, where)
+    # Active Record would create a missing directory (or fail without FileUtils), and SQLite a missing file: a typo
+    # should not make a new database. Only `bobbin migrate` (`create`) makes the file; it needs the directory.
+    def check_sqlite_file(url, where, create:)
       return unless url.start_with?("sqlite")
 
       path = ActiveRecord::DatabaseConfigurations::ConnectionUrlResolver.new(url).to_hash[:database].to_s
-      return if path.empty? || path == ":memory:" || path.start_with?("file:") || File.directory?(File.dirname(File.expand_path(path)))
+      return if path.empty? || path == ":memory:" || path.start_with?("file:")
 
-      raise ConfigurationError, "the SQLite database #{path} is in a directory that does not exist " \
-                                "(#{File.dirname(File.expand_path(path))}): create it or fix the path in #{where}"
+      unless File.directory?(File.dirname(File.expand_path(path)))
+        raise ConfigurationError, "the SQLite database #{path} is in a directory that does not exist " \
+                                  "(#{File.dirname(File.expand_path(path))}): create it or fix the path in #{where}"
+      end
+      return if create || File.exist?(path)
+
+      raise ConfigurationError, "the SQLite database #{path} does not exist (check the path in #{where}): to create it, #{Schema::INSTALL}"
     end
 
     # Requires a -r file, saying which one when it is missing or cannot load what it requires.
