@@ -37,7 +37,7 @@ module Bobbin
     ensure
       @clock&.stop
       if @process
-        ProcessRecord.where(id: @process.id).delete_all
+        deregister
         Instrumentation.instrument(:stop_process, process_event)
       end
     end
@@ -97,14 +97,24 @@ module Bobbin
         Recovery.process_exited(pid, status, supervisor_id: @process.id)
         true
       rescue ActiveRecord::ActiveRecordError => error
-        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{Store.reason(error)}); retrying")
+        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{Store.reason(error)}); retrying") unless @stopping
         false
       end
 
       # Beats and runs the host's Maintenance (its workers leave it to the supervisor); returns when to come back:
-      # within a second while the database is unavailable or retention is behind. A supervisor pruned as dead while
-      # alive (its host stalled past the threshold) registers again under its id, as a worker does.
+      # within a second while the database is unavailable or retention is behind.
       def beat
+        heartbeat
+        monotonic + Maintenance.run("supervisor")
+      rescue ActiveRecord::ActiveRecordError => error
+        Recovery.unreachable! if Store.outage?(error)
+        @outage.failed(error)
+        monotonic + Maintenance::SOON
+      end
+
+      # Writes the heartbeat. A supervisor pruned as dead while alive (its host stalled past the threshold)
+      # registers again under its id, as a worker does.
+      def heartbeat
         Maintenance.quietly do
           now = ProcessRecord.now
           next unless ProcessRecord.where(id: @process.id).update_all(last_heartbeat_at: now).zero?
@@ -113,11 +123,15 @@ module Bobbin
           Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: pruned as dead while alive; registered again")
         end
         @outage.succeeded
-        monotonic + Maintenance.run("supervisor")
+      end
+
+      # Removes this supervisor's row as it exits; with the database unreachable the row stays, and is pruned
+      # process_alive_threshold after its last heartbeat.
+      def deregister
+        ProcessRecord.where(id: @process.id).delete_all
       rescue ActiveRecord::ActiveRecordError => error
-        Recovery.unreachable! if Store.outage?(error)
-        @outage.failed(error)
-        monotonic + Maintenance::SOON
+        Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: stopped with the database unavailable (#{Store.reason(error)}); " \
+                           "its row is pruned #{format("%g", Bobbin.config.process_alive_threshold)}s after its last heartbeat")
       end
 
       def shut_down(signal)
@@ -126,9 +140,35 @@ module Bobbin
         Bobbin.logger.info("bobbin supervisor: #{signal}, stopping workers #{graceful ? 'gracefully' : 'now'}")
         @slots.each { |slot| slot.stop(graceful: graceful) }
         deadline = monotonic + (graceful ? Bobbin.config.shutdown_timeout : 0) + KILL_GRACE
-        sleep(0.05) until @slots.none?(&:alive?) || monotonic > deadline
+        wait_for_workers(deadline)
         @slots.each(&:kill)
         reap
+        left_to_recovery
+      end
+
+      # Waits until every worker has ended or `deadline`, beating meanwhile: a long graceful stop must not look
+      # like a dead supervisor to the other hosts.
+      def wait_for_workers(deadline)
+        beat_at = monotonic + Bobbin.config.heartbeat_interval
+        until @slots.none?(&:alive?) || monotonic > deadline
+          sleep(0.05)
+          next if monotonic < beat_at
+
+          beat_at = monotonic + Bobbin.config.heartbeat_interval
+          begin
+            heartbeat
+          rescue ActiveRecord::ActiveRecordError => error
+            @outage.failed(error)
+          end
+        end
+      end
+
+      # Workers whose jobs could not be given back as they exited (the database unreachable): said once, plainly.
+      def left_to_recovery
+        return if @unrecovered.empty?
+
+        Bobbin.logger.warn("bobbin supervisor: the jobs of worker #{@unrecovered.keys.join(', ')} go back to ready once the " \
+                           "database is back and their rows are #{format("%g", Bobbin.config.process_alive_threshold)}s silent (another process recovers them)")
       end
 
       def trap_signals

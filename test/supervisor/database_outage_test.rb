@@ -107,6 +107,33 @@ class DatabaseOutageTest < Bobbin::TestCase
     File.unlink(config.path) if config && File.exist?(config.path)
   end
 
+  test "a supervisor stopped while PostgreSQL is down exits cleanly and says who recovers its workers' jobs" do
+    cluster = cluster!
+    log = log_file("supervisor-stop-in-outage")
+    pids = []
+    config = Tempfile.create([ "bobbin", ".yml" ])
+    config.write({ "heartbeat_interval" => 0.5, "process_alive_threshold" => 2, "shutdown_timeout" => 1, "workers" => [ { "fibers" => 5 } ] }.to_yaml)
+    config.close
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", config.path, log: log)
+      Bobbin.enqueue_all([ [ CrashSafeJob, [ 30, "long" ] ] ])
+      wait_for("the job to start") { Bobbin.counts["running"] == 1 }
+      assert pg_ctlcluster(*cluster, "stop", "-m", "fast"), "PostgreSQL stopped"
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 60)&.success?, "the supervisor exited cleanly:\n#{File.read(log)}"
+      assert pg_ctlcluster(*cluster, "start"), "PostgreSQL started again"
+      output = File.read(log)
+      assert_match(/bobbin supervisor \d+: stopped with the database unavailable \(.*\); its row is pruned 2s after its last heartbeat/, output)
+      assert_match(/the jobs of worker \d+ go back to ready once the database is back/, output)
+      assert_no_match(/\.rb:\d+:in /, output, "no backtrace")
+      pids << spawn_bobbin("start", "-c", config.path)
+      wait_for("the job to run again once its worker's heartbeat expired", timeout: 90) { query { Bobbin.counts["succeeded"] } == 1 }
+    end
+  ensure
+    pg_ctlcluster(*cluster, "start") if cluster
+    File.unlink(config.path) if config && File.exist?(config.path)
+  end
+
   # A failover can leave a worker's address answered by a read-only server (the old primary, now a replica) for a
   # while. Played here by a role of the worker's own whose new sessions are read-only, then writable again.
   test "PostgreSQL turns read-only under a running worker: it logs an outage, keeps running, and runs jobs once writable" do

@@ -8,9 +8,9 @@ require "tempfile"
 class LivenessTest < Bobbin::TestCase
   PRUNED = /stopped heartbeating|no longer registered/
 
-  def start_supervisor(fibers:, processes:, log:, heartbeat: [ 0.5, 2 ])
+  def start_supervisor(fibers:, processes:, log:, heartbeat: [ 0.5, 2 ], settings: {})
     @config = Tempfile.create([ "bobbin", ".yml" ]).tap { |file| (@configs ||= []) << file }
-    @config.write({ "heartbeat_interval" => heartbeat[0], "process_alive_threshold" => heartbeat[1],
+    @config.write({ "heartbeat_interval" => heartbeat[0], "process_alive_threshold" => heartbeat[1], **settings,
                     "workers" => [ { "fibers" => fibers, "processes" => processes, "polling_interval" => 0.05 } ] }.to_yaml)
     @config.close
     spawn_bobbin("start", "-c", @config.path, log: log)
@@ -62,6 +62,25 @@ class LivenessTest < Bobbin::TestCase
     assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.distinct.pluck(:state, :attempts)
   ensure
     FileUtils.rm_f(slow_log) if passed?
+  end
+
+  test "a supervisor stopping gracefully for longer than process_alive_threshold keeps beating: nobody prunes it" do
+    log = @log = "tmp/liveness-long-stop-#{Process.pid}.log"
+    Bobbin.enqueue_all([ [ CrashSafeJob, [ 6, "long" ] ] ])
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 2, processes: 1, log: log, settings: { "shutdown_timeout" => 20 })
+      wait_for("the job running") { StartEntry.count == 1 }
+      supervisor = Bobbin::ProcessRecord.find_by!(kind: "supervisor")
+      Process.kill(:TERM, pids.first)
+      stopping_since = supervisor.reload.last_heartbeat_at
+      wait_for("a heartbeat 3 s after the stop began (threshold 2 s)", timeout: 20) do
+        (supervisor.reload.last_heartbeat_at - stopping_since) >= 3
+      end
+      assert wait_exit(pids.first, timeout: 30)&.success?
+    end
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.pluck(:state)
+    assert_equal 0, Bobbin::ProcessRecord.count, "the supervisor removed its own row"
   end
 
   test "a PostgreSQL outage longer than process_alive_threshold: no live worker is pruned, nothing runs twice" do
