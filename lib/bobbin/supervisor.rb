@@ -34,6 +34,7 @@ module Bobbin
       Bobbin.logger.info("bobbin supervisor #{::Process.pid} (#{@mode}) starting #{@slots.size} workers: #{@pools.map(&:to_s).join('; ')}")
       signal = supervise
       shut_down(signal)
+      leave_stuck_threads if @mode == :async
     ensure
       @clock&.stop
       if @process
@@ -161,6 +162,27 @@ module Bobbin
             @outage.failed(error)
           end
         end
+      end
+
+      # Async mode: worker threads still running after the stop's deadline (a fiber job that ignores its interrupt)
+      # cannot be killed for certain, and Ruby would wait for them at exit, for ever. Their jobs go back now, as a killed
+      # worker process's do (the crash counts against them), and the process exits at once with Worker::EXIT_STUCK.
+      def leave_stuck_threads
+        stuck = @slots.select(&:alive?)
+        return if stuck.empty?
+
+        Bobbin.logger.error("bobbin supervisor: worker #{stuck.map(&:name).join(', ')} did not stop within " \
+                            "shutdown_timeout + #{KILL_GRACE}s; exiting without them, their jobs returned to ready")
+        stuck.filter_map { |slot| slot.worker&.process_id }.each do |id|
+          Recovery.recover(id, "its worker thread did not stop") if ProcessRecord.where(id: id).delete_all == 1
+        rescue ActiveRecord::ActiveRecordError => error
+          Bobbin.logger.warn("bobbin supervisor: could not return the jobs of worker #{id} (#{Store.reason(error)}); recovery will")
+        end
+        @clock&.stop
+        deregister
+        Instrumentation.instrument(:stop_process, process_event)
+        [ $stdout, $stderr ].each(&:flush)
+        ::Process.exit!(Worker::EXIT_STUCK)
       end
 
       # Workers whose jobs could not be given back as they exited (the database unreachable): said once, plainly.

@@ -164,4 +164,22 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_equal "ready", Bobbin::JobRecord.find(id).state, "once its process is gone it is recovered"
     assert_match(/jobs #{id} did not stop/, File.read(log))
   end
+
+  test "bobbin start --mode async: a fiber job that ignores its interrupt does not keep the process from exiting" do
+    id = StubbornJob.enqueue("stubborn-async")
+    log = @log = "tmp/stubborn-async-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--mode", "async", "--fibers", "2", "--shutdown-timeout", "0.5", "--polling-interval", "0.05", log: log)
+      wait_for("the stubborn job to start") { StartEntry.exists?(key: "stubborn-async") }
+      Process.kill(:TERM, pids.first)
+      status = wait_exit(pids.first, timeout: 0.5 + Bobbin::Supervisor::KILL_GRACE + 20)
+      assert status, "the process exits after shutdown_timeout + the kill grace:\n#{File.read(log)}"
+      assert_equal Bobbin::Worker::EXIT_STUCK, status.exitstatus
+    end
+    assert_equal [ "ready", 1, "Bobbin::ProcessDied" ], Bobbin::JobRecord.find(id).then { |job| [ job.state, job.crashes, job.last_error_class ] },
+                 "its job went back as the process left (the crash counts against it)"
+    assert_equal 0, Bobbin::ProcessRecord.count, "no row left behind"
+    assert_match(/worker fibers-2#0 did not stop within shutdown_timeout \+ \d+s; exiting without them/, File.read(log))
+  end
 end
