@@ -88,18 +88,6 @@ class ClaimTest < Bobbin::TestCase
     assert_equal [ "failed", "RuntimeError", "boom", "a.rb:1" ], [ failed.state, failed.last_error_class, failed.last_error_message, failed.last_error_backtrace ]
   end
 
-  test "an outcome sent again after it committed (its reply lost) leaves the job's next run alone" do
-    id = SleepJob.enqueue(0)
-    assert_equal [ [ id, 1 ] ], store.claim(@process_id, 1).map { |job| [ job.id, job.attempts ] }
-    retry_now = outcome(id, "ready", nil, Bobbin::Store.timestamp(Time.now - 1), "RuntimeError", "boom", nil, attempts: 1)
-    assert_equal 1, @store.finish(@process_id, [ retry_now ]), "the retry commits; the flusher never hears so and keeps it"
-    assert_equal [ [ id, 2 ] ], @store.claim(@process_id, 1).map { |job| [ job.id, job.attempts ] }, "this worker runs the retry"
-    assert_equal 0, @store.finish(@process_id, [ retry_now ]), "the first attempt's outcome, sent again, is not the second's"
-    assert_equal [ "running", 2 ], Bobbin::JobRecord.find(id).then { |job| [ job.state, job.attempts ] }
-    assert_equal 1, @store.finish(@process_id, [ outcome(id, "succeeded", Bobbin::Store.timestamp(Time.now), nil, attempts: 2) ])
-    assert_equal "succeeded", Bobbin::JobRecord.find(id).state
-  end
-
   test "a reclaim takes a recovered job back at the attempt it runs as, so its outcome is written" do
     id = SleepJob.enqueue(0)
     beside = SleepJob.enqueue(1)

@@ -45,6 +45,25 @@ class LivenessTest < Bobbin::TestCase
   end
 
   # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
+  # Alone in flight, the job is blamed for the "crash" (its attempt stands), and the worker's next claim may take it
+  # back before its heartbeat does: it must still run once, and its outcome be written.
+  test "a live worker pruned with one job in flight keeps it: the job runs once and succeeds" do
+    log = @log = "tmp/liveness-one-#{Process.pid}.log"
+    Bobbin.enqueue_all([ [ CrashSafeJob, [ 3, "alone" ] ] ])
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 5, processes: 1, log: log)
+      wait_for("the job running") { StartEntry.count == 1 }
+      worker = Bobbin::ProcessRecord.find_by!(kind: "worker")
+      worker.delete
+      assert_equal 1, Bobbin::Recovery.recover(worker.id, "pruned by this test")
+      wait_for("the job done", timeout: 30) { Bobbin::JobRecord.sole.state == "succeeded" }
+      stop(pids.first)
+    end
+    assert_each_started_once
+    assert_equal 1, LedgerEntry.count
+  end
+
   test "a supervisor with a 2 s threshold prunes no live worker of one that beats every 3 s (threshold 10 s)" do
     log = @log = "tmp/liveness-thresholds-#{Process.pid}.log"
     slow_log = "tmp/liveness-slow-#{Process.pid}.log"
@@ -64,7 +83,7 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f(slow_log) if passed?
   end
 
-  test "a supervisor stopping gracefully for longer than process_alive_threshold keeps beating: nobody prunes it" do
+  test "a supervisor stopping gracefully for longer than process_alive_threshold keeps beating through the stop" do
     log = @log = "tmp/liveness-long-stop-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 6, "long" ] ] ])
     pids = []

@@ -13,9 +13,9 @@ module Bobbin
           last_error_class = COALESCE(o.error_class, j.last_error_class),
           last_error_message = COALESCE(o.error_message, j.last_error_message),
           last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace)
-        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[], $9::int[])
-          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace, attempts)
-        WHERE j.id = o.id AND j.state = 'running' AND j.claimed_by = $1 AND j.attempts = o.attempts
+        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[])
+          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace)
+        WHERE j.id = o.id AND j.state = 'running' AND j.claimed_by = $1
       SQL
 
       RELEASE = <<~SQL

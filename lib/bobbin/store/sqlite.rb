@@ -8,7 +8,7 @@ module Bobbin
         UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at),
           last_error_class = COALESCE(?, last_error_class), last_error_message = COALESCE(?, last_error_message),
           last_error_backtrace = COALESCE(?, last_error_backtrace)
-        WHERE id = ? AND state = 'running' AND claimed_by = ? AND attempts = ?
+        WHERE id = ? AND state = 'running' AND claimed_by = ?
       SQL
 
       RELEASE = <<~SQL
@@ -138,7 +138,7 @@ module Bobbin
         transaction do
           statement = db.prepare(FINISH)
           outcomes.sum do |o|
-            statement.execute(o.state, o.finished_at, o.run_at, o.error_class, o.error_message, o.backtrace, o.id, process_id, o.attempts)
+            statement.execute(o.state, o.finished_at, o.run_at, o.error_class, o.error_message, o.backtrace, o.id, process_id)
             db.changes
           end
         ensure
