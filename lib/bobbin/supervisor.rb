@@ -129,6 +129,7 @@ module Bobbin
       # Removes this supervisor's row as it exits; with the database unreachable the row stays, and is pruned
       # process_alive_threshold after its last heartbeat.
       def deregister
+        @stop_beat&.join(1) || @stop_beat&.kill # a beat after the delete would put the row back
         ProcessRecord.where(id: @process.id).delete_all
       rescue ActiveRecord::ActiveRecordError => error
         Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: stopped with the database unavailable (#{Store.reason(error)}); " \
@@ -148,15 +149,16 @@ module Bobbin
       end
 
       # Waits until every worker has ended or `deadline`, beating meanwhile: a long graceful stop must not look
-      # like a dead supervisor to the other hosts.
+      # like a dead supervisor to the other hosts. Beats go on a thread of their own, so a database that does not
+      # answer cannot hold the wait past its deadline.
       def wait_for_workers(deadline)
         beat_at = monotonic + Bobbin.config.heartbeat_interval
         until @slots.none?(&:alive?) || monotonic > deadline
           sleep(0.05)
-          next if monotonic < beat_at
+          next if monotonic < beat_at || @stop_beat&.alive?
 
           beat_at = monotonic + Bobbin.config.heartbeat_interval
-          begin
+          @stop_beat = Thread.new do
             heartbeat
           rescue ActiveRecord::ActiveRecordError => error
             @outage.failed(error)
@@ -173,6 +175,7 @@ module Bobbin
 
         Bobbin.logger.error("bobbin supervisor: worker #{stuck.map(&:name).join(', ')} did not stop within " \
                             "shutdown_timeout + #{KILL_GRACE}s; exiting without them, their jobs returned to ready")
+        stuck.each { |slot| slot.worker&.stop_heartbeat }
         stuck.filter_map { |slot| slot.worker&.process_id }.each do |id|
           Recovery.recover(id, "its worker thread did not stop") if ProcessRecord.where(id: id).delete_all == 1
         rescue ActiveRecord::ActiveRecordError => error

@@ -122,6 +122,13 @@ module Bobbin
     # True once `quiet` was asked.
     def quiet? = @quiet == true
 
+    # Stops this worker's heartbeat for good (an async supervisor leaving a worker thread that will not stop: its
+    # beats would take back the jobs the supervisor returns to ready).
+    def stop_heartbeat
+      @heartbeat&.stop
+      @heartbeat_thread&.join(Heartbeat::TICK * 5)
+    end
+
     # Live numbers for the process row, process title and dashboard (a fiber pool's loop health among them).
     def status
       { mode: @executor.mode, quiet: quiet?, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name,
@@ -206,7 +213,7 @@ module Bobbin
         boot
         @executor.run do
           Worker.settle_heap
-          services = [ Thread.new { @outcomes.run }, Thread.new { @heartbeat.run } ]
+          services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
           serve(drain, services)
         end
       ensure
@@ -230,6 +237,7 @@ module Bobbin
         @stall_log = StallLog.new(@process_id) if @detector
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
                                                   maintain: @supervisor.nil?)
+        @heartbeat.beat_now if quiet? # made quiet while booting: the row says so at once
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
         FiberSafety.warnings.each { |line| Bobbin.logger.warn("bobbin worker #{@process_id}: #{line}") } if @detector
       end

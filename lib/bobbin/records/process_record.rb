@@ -33,9 +33,11 @@ module Bobbin
     def self.metadata_json(metadata) = JSON.generate(metadata.merge(alive_threshold: Bobbin.config.process_alive_threshold))
 
     # The processes silent for longer than their own alive_threshold (`fallback` for rows that do not say: a Bobbin
-    # before it wrote one).
+    # before it wrote one). Only rows silent for this process's heartbeat_interval are read (live ones beat within
+    # theirs), so a process that set a threshold shorter than this one's interval is found up to that interval late.
     def self.silent(now = self.now, fallback: Bobbin.config.process_alive_threshold)
-      select(:id, :pid, :hostname, :last_heartbeat_at, :metadata).select { |record| record.silent?(now, fallback) }
+      stale([ Bobbin.config.heartbeat_interval, fallback ].min, now).select(:id, :pid, :hostname, :last_heartbeat_at, :metadata)
+                                                                   .select { |record| record.silent?(now, fallback) }
     end
 
     # True when this process has been silent for longer than its own alive_threshold.

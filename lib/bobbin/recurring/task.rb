@@ -110,7 +110,7 @@ module Bobbin
         # The arguments as Solid Queue passes a recurring task's (so its recurring.yml ports as is): hash keys as
         # symbols, and a last Hash as keyword arguments (`args: [ 42, { status: "done" } ]` → `perform(42, status: "done")`).
         def active_job_arguments
-          symbolized = arguments.map { |argument| argument.is_a?(Hash) ? argument.deep_symbolize_keys : argument }
+          symbolized = { arguments: arguments }.deep_symbolize_keys[:arguments] # hashes in arrays too
           symbolized.last.is_a?(Hash) ? [ *symbolized[0...-1], Hash.ruby2_keywords_hash(symbolized.last) ] : symbolized
         end
 
