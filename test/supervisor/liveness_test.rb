@@ -44,7 +44,6 @@ class LivenessTest < Bobbin::TestCase
     refute_match PRUNED, File.read(log)
   end
 
-  # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
   # Alone in flight, the job is blamed for the "crash" (its attempt stands), and the worker's next claim may take it
   # back before its heartbeat does: it must still run once, and its outcome be written.
   test "a live worker pruned with one job in flight keeps it: the job runs once and succeeds" do
@@ -64,6 +63,7 @@ class LivenessTest < Bobbin::TestCase
     assert_equal 1, LedgerEntry.count
   end
 
+  # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
   test "a supervisor with a 2 s threshold prunes no live worker of one that beats every 3 s (threshold 10 s)" do
     log = @log = "tmp/liveness-thresholds-#{Process.pid}.log"
     slow_log = "tmp/liveness-slow-#{Process.pid}.log"
