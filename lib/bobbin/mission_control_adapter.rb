@@ -155,9 +155,8 @@ module Bobbin
       end
 
       def status_of(row)
-        return :scheduled if row.state == "ready" && row.run_at > Time.now.utc
-
-        STATES.key(row.state) || row.state.to_sym
+        state = row.shown_state
+        STATES.key(state) || state.to_sym
       end
 
       def worker_attributes(process)

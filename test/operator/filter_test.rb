@@ -21,12 +21,16 @@ class OperatorFilterTest < Bobbin::TestCase
 
   def ids(criteria) = Bobbin::Operator.jobs(criteria, limit: 100).jobs.map(&:id).sort
 
-  test "each state, with scheduled and ready split by run_at" do
+  test "each state, with scheduled split by run_at from ready and blocked (a limited job set to run later is scheduled)" do
+    @blocked_later = insert_jobs(1, state: "blocked", concurrency_key: "k", concurrency_limit: 1, run_at: Time.now.utc + 3600)
     assert_equal (@ready + @mail).sort, ids(state: "ready")
-    { scheduled: @scheduled, blocked: @blocked, running: @running, succeeded: @succeeded, failed: @failed, discarded: @discarded }.each do |state, expected|
+    { scheduled: @scheduled + @blocked_later, blocked: @blocked, running: @running, succeeded: @succeeded, failed: @failed,
+      discarded: @discarded }.each do |state, expected|
       assert_equal expected.sort, ids(state: state), state
     end
-    assert_equal 9, ids({}).size
+    assert_equal 10, ids({}).size
+    assert_equal %w[scheduled blocked], Bobbin::JobRecord.find(@blocked_later + @blocked).map(&:shown_state)
+    assert_equal [ 2, 1 ], Bobbin.counts.values_at("scheduled", "blocked")
   end
 
   test "queue, class, process and Active Job id" do

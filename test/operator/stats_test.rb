@@ -48,6 +48,7 @@ class OperatorStatsTest < Bobbin::TestCase
     insert_jobs(3, queue: "mail", **failed_attributes)
     insert_jobs(3, queue: "llm", state: "running")
     insert_jobs(2, queue: "llm", state: "blocked", concurrency_key: "k")
+    insert_jobs(1, queue: "llm", state: "blocked", concurrency_key: "k", run_at: Time.now.utc + 600)
     insert_jobs(9, queue: "webhooks")
     Bobbin::Operator.pause("idle")
     exact = Bobbin::Operator.queues
@@ -60,7 +61,8 @@ class OperatorStatsTest < Bobbin::TestCase
     mail = capped["mail"]
     assert_equal [ 3, 1, 3, [ :ready ] ], [ mail.ready, mail.scheduled, mail.failed, mail.capped ], "3 of 4 due shown as 3+; failed exactly 3"
     assert_operator mail.latency, :>=, 119
-    assert_equal [ 0, 2, 3, [] ], [ capped["llm"].ready, capped["llm"].blocked, capped["llm"].running, capped["llm"].capped ]
+    assert_equal [ 0, 2, 1, 3, [] ], [ capped["llm"].ready, capped["llm"].blocked, capped["llm"].scheduled, capped["llm"].running, capped["llm"].capped ],
+                 "a limited job set to run later is scheduled, not blocked"
     assert capped["webhooks"].capped?(:ready)
     assert capped["idle"].paused
     assert_equal %w[mail webhooks idle llm], Bobbin::Operator.queues(cap: 3).map(&:name), "capped ties by name"

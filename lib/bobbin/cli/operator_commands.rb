@@ -90,14 +90,12 @@ module Bobbin
           page.jobs.each do |job|
             at = job.finished_at || job.started_at || job.run_at
             error = job.state == "failed" ? "#{job.last_error_class}: #{job.last_error_message}".lines.first.to_s.strip[0, 60] : ""
-            puts(format("%-10d %-10s %-16s %-28s %-8s %-20s %s", job.id, shown_state(job), job.queue[0, 16], job.class_name[0, 28],
+            puts(format("%-10d %-10s %-16s %-28s %-8s %-20s %s", job.id, job.shown_state, job.queue[0, 16], job.class_name[0, 28],
                         "#{job.attempts}/#{job.max_attempts}", at&.utc&.strftime("%Y-%m-%d %H:%M:%S"), error))
           end
           puts("more: --after #{page.next_cursor}") if page.next_cursor
           0
         end
-
-        def shown_state(job) = job.state == "ready" && job.run_at > Time.now.utc ? "scheduled" : job.state
 
         # retry/discard: the ids given, or (--failed/--all) every job the filters select. Exit 1 when an id given
         # was not acted on, saying why.

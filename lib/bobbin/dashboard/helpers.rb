@@ -69,8 +69,6 @@ module Bobbin
       # The queues, each count read up to a cap: a backlog of millions costs a refresh what ten thousand do.
       def capped_queues = Bobbin::Operator.queues(cap: Bobbin::Operator::Stats::EXACT_UP_TO)
 
-      def shown_state(job) = job.state == "ready" && job.run_at > Time.now.utc ? "scheduled" : job.state
-
       def badge(state) = %(<span class="badge #{h(state)}">#{h(state)}</span>)
 
       def jobs_path(filter) = path("/jobs?#{query(filter)}")

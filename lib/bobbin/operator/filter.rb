@@ -60,8 +60,8 @@ module Bobbin
         def state_scope(now)
           case state
           when nil then JobRecord.all
-          when "scheduled" then JobRecord.where(state: "ready").where.not(run_at: ..now)
-          when "ready" then JobRecord.where(state: "ready", run_at: ..now)
+          when "scheduled" then JobRecord.scheduled(now)
+          when *JobRecord::WAITING then JobRecord.where(state: state, run_at: ..now)
           else JobRecord.where(state: state)
           end
         end

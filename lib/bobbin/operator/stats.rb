@@ -98,9 +98,11 @@ module Bobbin
           # A state whose seek did not find the queue has none of its jobs: no count to read.
           count = ->(state, scope = JobRecord.where(state: state, queue: name)) { present.fetch(state).include?(name) ? capped_count(scope, cap) : 0 }
           ready = JobRecord.where(state: "ready", queue: name)
+          blocked = JobRecord.where(state: "blocked", queue: name)
           due = ready.where(run_at: ..now)
-          counts = { ready: count.("ready", due), scheduled: count.("ready", ready.where(JobRecord.arel_table[:run_at].gt(bind("run_at", now)))),
-                     blocked: count.("blocked"), running: count.("running"), failed: count.("failed") }
+          ahead = JobRecord.arel_table[:run_at].gt(bind("run_at", now))
+          counts = { ready: count.("ready", due), scheduled: count.("ready", ready.where(ahead)) + count.("blocked", blocked.where(ahead)),
+                     blocked: count.("blocked", blocked.where(run_at: ..now)), running: count.("running"), failed: count.("failed") }
           oldest = (due.minimum(:run_at) if counts[:ready].positive?)
           Queue.new(name: name, **counts.transform_values { |n| [ n, cap ].min }, capped: counts.filter_map { |field, n| field if n > cap },
                     paused: paused.include?(name), latency: age(oldest, now))
@@ -120,8 +122,9 @@ module Bobbin
       def queue(name, rows, paused, now)
         by_state = rows.to_h { |_, state, count, due, oldest| [ state, [ count.to_i, due.to_i, oldest ] ] }
         ready, ready_due, oldest = by_state.fetch("ready", [ 0, 0, nil ])
+        blocked, blocked_due, = by_state.fetch("blocked", [ 0, 0, nil ])
         oldest = Time.parse("#{oldest} UTC") if oldest.is_a?(String) # SQLite returns the stored text
-        Queue.new(name: name, ready: ready_due, scheduled: ready - ready_due, blocked: by_state.dig("blocked", 0) || 0,
+        Queue.new(name: name, ready: ready_due, scheduled: ready - ready_due + blocked - blocked_due, blocked: blocked_due,
                   running: by_state.dig("running", 0) || 0, failed: by_state.dig("failed", 0) || 0,
                   latency: age(oldest, now), paused: paused)
       end

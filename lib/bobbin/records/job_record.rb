@@ -6,17 +6,22 @@ module Bobbin
     self.table_name = "bobbin_jobs"
 
     STATES = %w[ready blocked running succeeded failed discarded].freeze
+    # The stored states a job waits in: claimable, or held back by its concurrency key. With its run_at still ahead,
+    # a job in either is shown as "scheduled" (a limited job set to run later waits for its time before its slot).
+    WAITING = %w[ready blocked].freeze
 
-    scope :scheduled, -> { where(state: "ready").where.not(run_at: ..Time.now.utc) }
+    scope :scheduled, ->(now = Time.now.utc) { where(state: WAITING).where.not(run_at: ..now) }
 
-    # Job counts by state; "scheduled" are ready jobs whose run_at is still ahead, "blocked" jobs wait for a
+    # Job counts by state; "scheduled" are waiting jobs whose run_at is still ahead, "blocked" due jobs waiting for a
     # concurrency slot (their key's limit is reached).
     def self.counts
       by_state = group(:state).count
-      scheduled = self.scheduled.count
-      STATES.to_h { |state| [ state, by_state.fetch(state, 0) ] }
-            .merge("ready" => by_state.fetch("ready", 0) - scheduled, "scheduled" => scheduled)
+      scheduled = self.scheduled.group(:state).count
+      STATES.to_h { |state| [ state, by_state.fetch(state, 0) - scheduled.fetch(state, 0) ] }.merge("scheduled" => scheduled.values.sum)
     end
+
+    # The state as operators see it: a waiting job whose run_at is still ahead is "scheduled".
+    def shown_state(now = Time.now.utc) = WAITING.include?(state) && run_at > now ? "scheduled" : state
 
     # Puts job `id`, if failed or discarded, back in its queue to run now with a fresh attempt budget; true if it
     # did. A job in any other state (running under a worker, say) is left alone. (Operator.retry, by nobody.)
