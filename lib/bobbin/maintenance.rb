@@ -17,8 +17,7 @@ module Bobbin
     # oldest such worker there that is alive (beat within its process_alive_threshold, so a dead one never holds
     # the post). Hosts with a supervisor leave it to the supervisor.
     def elected?(process_id)
-      alive = ProcessRecord.where(kind: "worker", supervisor_id: nil, hostname: Socket.gethostname)
-                           .where.not(id: ProcessRecord.silent.map(&:id))
+      alive = ProcessRecord.live.where(kind: "worker", supervisor_id: nil, hostname: Socket.gethostname)
       alive.minimum(:id) == process_id
     end
 

@@ -36,11 +36,7 @@ module Bobbin
       shut_down(signal)
       leave_stuck_threads if @mode == :async
     ensure
-      @clock&.stop
-      if @process
-        deregister
-        Instrumentation.instrument(:stop_process, process_event)
-      end
+      wind_up
     end
 
     private
@@ -126,6 +122,15 @@ module Bobbin
         @outage.succeeded
       end
 
+      # What every exit does, the one past stuck threads too: stop the clock, remove the row, say so.
+      def wind_up
+        @clock&.stop
+        return unless @process
+
+        deregister
+        Instrumentation.instrument(:stop_process, process_event)
+      end
+
       # Removes this supervisor's row as it exits; with the database unreachable the row stays, and is pruned
       # process_alive_threshold after its last heartbeat.
       def deregister
@@ -181,9 +186,7 @@ module Bobbin
         rescue ActiveRecord::ActiveRecordError => error
           Bobbin.logger.warn("bobbin supervisor: could not return the jobs of worker #{id} (#{Store.reason(error)}); recovery will")
         end
-        @clock&.stop
-        deregister
-        Instrumentation.instrument(:stop_process, process_event)
+        wind_up
         [ $stdout, $stderr ].each(&:flush)
         ::Process.exit!(Worker::EXIT_STUCK)
       end

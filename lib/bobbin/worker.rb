@@ -168,7 +168,7 @@ module Bobbin
     end
 
     # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
-    def held_ids = @executor.held_ids + @outcomes.pending_ids
+    def held_ids = held_attempts.keys
 
     # The same, with the attempt each ran or runs as (`{ id => attempts }`): a reclaim restores it.
     def held_attempts = @executor.held_attempts.merge(@outcomes.pending_attempts)

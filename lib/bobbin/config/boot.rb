@@ -102,9 +102,9 @@ module Bobbin
       path = ActiveRecord::DatabaseConfigurations::ConnectionUrlResolver.new(url).to_hash[:database].to_s
       return if path.empty? || path == ":memory:" || path.start_with?("file:")
 
-      unless File.directory?(File.dirname(File.expand_path(path)))
-        raise ConfigurationError, "the SQLite database #{path} is in a directory that does not exist " \
-                                  "(#{File.dirname(File.expand_path(path))}): create it or fix the path in #{where}"
+      directory = File.dirname(File.expand_path(path))
+      unless File.directory?(directory)
+        raise ConfigurationError, "the SQLite database #{path} is in a directory that does not exist (#{directory}): create it or fix the path in #{where}"
       end
       return if create || File.exist?(path)
 

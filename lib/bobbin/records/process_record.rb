@@ -40,6 +40,9 @@ module Bobbin
                                                                    .select { |record| record.silent?(now, fallback) }
     end
 
+    # The processes not silent (see silent): those that count as alive.
+    def self.live(now = self.now) = where.not(id: silent(now).map(&:id))
+
     # True when this process has been silent for longer than its own alive_threshold.
     def silent?(now, fallback = Bobbin.config.process_alive_threshold) = last_heartbeat_at < now - alive_threshold(fallback)
 

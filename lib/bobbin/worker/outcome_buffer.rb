@@ -14,7 +14,7 @@ module Bobbin
         @logger = logger
         @outage = OutageLog.new("bobbin worker #{process_id}: writing job outcomes", logger: logger)
         @pending = []
-        @pending_ids = {} # id => attempts
+        @pending_attempts = {} # id => the attempt it ran as
         @written = 0
         @lock = Mutex.new
         @flush_lock = Mutex.new
@@ -25,7 +25,7 @@ module Bobbin
       def <<(outcome)
         first = @lock.synchronize do
           @pending << outcome
-          @pending_ids[outcome.id] = outcome.attempts
+          @pending_attempts[outcome.id] = outcome.attempts
           @pending.size == 1 || @pending.size == @batch
         end
         @signal << :outcome if first
@@ -36,13 +36,13 @@ module Bobbin
 
       # Ids of jobs whose outcome is known but not yet written, including those a flush is writing now: until that
       # write commits, their rows still read `running`, and a release that left them out would put them back to ready.
-      def pending_ids = @lock.synchronize { @pending_ids.keys }
+      def pending_ids = @lock.synchronize { @pending_attempts.keys }
 
       # The same, with the attempt each ran as: `{ id => attempts }`.
-      def pending_attempts = @lock.synchronize { @pending_ids.dup }
+      def pending_attempts = @lock.synchronize { @pending_attempts.dup }
 
       # True while job `id`'s outcome is known but not yet written (also while a flush is writing it).
-      def pending?(id) = @lock.synchronize { @pending_ids.key?(id) }
+      def pending?(id) = @lock.synchronize { @pending_attempts.key?(id) }
 
       # Flushes until `stop`; on a database outage keeps the outcomes and tries again.
       def run
@@ -67,7 +67,7 @@ module Bobbin
 
           finish(outcomes)
           @outage.succeeded
-          @lock.synchronize { outcomes.each { |outcome| @pending_ids.delete(outcome.id) } } # unwritten until now, even while being written
+          @lock.synchronize { outcomes.each { |outcome| @pending_attempts.delete(outcome.id) } } # unwritten until now, even while being written
           @written += outcomes.size
           @on_written&.call
           promote(outcomes.filter_map(&:concurrency_key))
