@@ -16,15 +16,18 @@ module Bobbin
     # Deletes expired succeeded/discarded jobs, BATCH at a time, until none is left or `budget` seconds are spent.
     # On PostgreSQL each batch skips the rows another transaction holds (the sweep of another host, which runs its
     # own housekeeping on the same database), so two sweeps share the work instead of one waiting on the other.
+    # A batch reads its ids, then deletes them: PostgreSQL may run a DELETE … WHERE id IN (SELECT … LIMIT … SKIP
+    # LOCKED) as a nested loop that runs the subquery again for each row, skipping the rows it has just deleted, so
+    # one statement deleted every expired row past the batch (all the locks in one transaction, quadratic time).
     def sweep(retention: Bobbin.config.retention, budget: BUDGET)
       return Sweep.new(0, false) if retention.nil?
 
       expired = JobRecord.where(state: %w[succeeded discarded], finished_at: ...(Time.now.utc - retention))
-      batch = JobRecord.where(id: expired.limit(BATCH).lock("FOR UPDATE SKIP LOCKED").select(:id)) # SQLite drops the lock
+      batch = expired.limit(BATCH).lock("FOR UPDATE SKIP LOCKED") # SQLite drops the lock
       deadline = monotonic + budget
       deleted = 0
       loop do
-        count = batch.delete_all
+        count = JobRecord.transaction { JobRecord.where(id: batch.pluck(:id)).delete_all }
         deleted += count
         return Sweep.new(deleted, false) if count < BATCH
         return Sweep.new(deleted, true) if monotonic >= deadline

@@ -25,11 +25,25 @@ class RetentionTest < Bobbin::TestCase
 
   test "a sweep out of time stops after a batch and says it is behind; Maintenance then comes back within a second" do
     expired_jobs(2 * Bobbin::Retention::BATCH + 5)
-    assert_equal Bobbin::Retention::Sweep.new(Bobbin::Retention::BATCH, true), Bobbin::Retention.sweep(budget: 0)
+    assert_equal Bobbin::Retention::Sweep.new(Bobbin::Retention::BATCH, true), rescanning_plans { Bobbin::Retention.sweep(budget: 0) }
     assert_equal Bobbin::Maintenance::SOON, Bobbin::Maintenance.run("test", retention_budget: 0)
     assert_equal 5, Bobbin::JobRecord.count
     assert_equal Bobbin.config.heartbeat_interval, Bobbin::Maintenance.run("test")
     assert_equal 0, Bobbin::JobRecord.count
+  end
+
+  # PostgreSQL once ran a batch's DELETE as a nested loop over the table that ran its LIMIT subquery again for every
+  # row, and deleted all 2,005 rows in one statement; table statistics left stale by the previous test chose it.
+  # On PostgreSQL the block runs with every other plan priced out, so that plan is the one chosen.
+  def rescanning_plans
+    return yield unless postgres?
+
+    switches = %w[enable_hashjoin enable_mergejoin enable_material enable_hashagg enable_sort enable_indexscan enable_bitmapscan]
+    connection = Bobbin::JobRecord.connection
+    connection.execute(switches.map { |name| "SET #{name} = off" }.join("; "))
+    yield
+  ensure
+    connection&.execute(switches.map { |name| "RESET #{name}" }.join("; "))
   end
 
   test "on PostgreSQL a sweep steps over the rows another transaction holds instead of waiting for it" do
