@@ -47,10 +47,27 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
   end
 
   test "a retried job with a limit waits blocked for its retry and frees its slot meanwhile" do
-    id = LimitedJob.enqueue("r", 0)
-    Bobbin::JobRecord.where(id: id).update_all(state: "failed")
-    assert Bobbin.retry(id)
-    assert_equal "ready", Bobbin::JobRecord.find(id).state, "promoted at once: its key has room"
+    job_class = Class.new(FlakyJob) { bobbin_options retries: 2, backoff: 30, concurrency: { to: 1, key: ->(_key, _failures) { "r" } } }
+    Object.const_set(:RetryLimitedJob, job_class)
+    failing = RetryLimitedJob.enqueue("fails once", 1)
+    waiting = RetryLimitedJob.enqueue("waits", 0)
+    assert_equal %w[ready blocked], states("RetryLimitedJob/r")
+    drain(threads: 2)
+    assert_equal %w[blocked succeeded], states("RetryLimitedJob/r"), "the retry waits blocked; the other job took the slot"
+    assert_operator Bobbin::JobRecord.find(failing).run_at, :>, Time.now.utc + 20, "its retry is 30 s ahead"
+    assert_equal "scheduled", Bobbin::JobRecord.find(failing).shown_state
+    assert LedgerEntry.exists?(key: "waits")
+
+    Bobbin::JobRecord.where(id: waiting).update_all(state: "running", claimed_at: Time.now.utc)
+    Bobbin::JobRecord.where(id: failing).update_all(state: "failed")
+    assert Bobbin.retry(failing)
+    assert_equal "blocked", Bobbin::JobRecord.find(failing).state, "retried by an operator while its key is full: it waits"
+    Bobbin::JobRecord.where(id: waiting).update_all(state: "succeeded")
+    Bobbin::JobRecord.where(id: failing).update_all(state: "failed")
+    assert Bobbin.retry(failing)
+    assert_equal "ready", Bobbin::JobRecord.find(failing).state, "promoted at once: its key has room"
+  ensure
+    Object.send(:remove_const, :RetryLimitedJob)
   end
 
   test "an operator can discard a blocked job; discarding a holder lets the next one through at once" do
@@ -80,11 +97,13 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
 
   test "limits_concurrency on an Active Job class: the key is group/value, and the limit holds" do
     require_relative "../support/active_jobs"
+    ConcurrencyCounter.add_keys(%w[acct-1])
     3.times { |i| LimitedActiveJob.perform_later("acct-1", i) }
     assert_equal %w[ready blocked blocked], states("LimitedActiveJob/acct-1")
     assert_equal [ 1, 60.0 ], Bobbin::JobRecord.where(concurrency_key: "LimitedActiveJob/acct-1").pick(:concurrency_limit, :concurrency_duration)
     drain(threads: 3)
     assert_equal %w[succeeded] * 3, states("LimitedActiveJob/acct-1")
+    assert_equal [ 1 ], LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }.uniq, "one at a time"
   end
 
   test "limits_concurrency on a parent class: each subclass has slots of its own (as in Solid Queue); a group lambda is called" do
@@ -106,20 +125,31 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
   test "200 jobs over 5 keys with limit 2 never run more than 2 at once per key, across worker processes" do
     keys = %w[k1 k2 k3 k4 k5]
     ConcurrencyCounter.add_keys(keys)
-    Bobbin.enqueue_all(Array.new(200) { |i| [ LimitedJob, [ keys[i % 5], i ] ] })
     pids = Array.new(2) { spawn_bobbin("work", "--threads", "8", "--polling-interval", "0.05") }
     ensure_killed(pids) do
+      wait_for("both workers to start", timeout: 60) { Bobbin::ProcessRecord.where(kind: "worker").count == 2 }
+      Bobbin.enqueue_all(Array.new(200) { |i| [ LimitedJob, [ keys[i % 5], i ] ] })
       wait_for("200 limited jobs", timeout: 120) { Bobbin::JobRecord.where(state: "succeeded").count == 200 }
     end
     seen = LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }
     assert_equal 200, seen.size
     assert_equal 2, seen.max, "never more than 2 running per key (and the limit was reached: jobs did run side by side)"
-    assert_operator LedgerEntry.distinct.count(:pid), :>=, 1
+    assert_equal 2, LedgerEntry.distinct.count(:pid), "both processes ran jobs"
   end
 
-  test "a holder that hangs loses its slot after duration, and a killed holder's slot frees at once" do
+  test "a killed holder's slot frees at once, and a holder that hangs loses its slot after duration" do
     pid = spawn_bobbin("start", "--threads", "1", "--processes", "2", "--polling-interval", "0.05")
     ensure_killed(pid) do
+      killed = LongHolderJob.enqueue("killed", 120)
+      holder = wait_for("the holder to start", timeout: 60) { LedgerEntry.find_by(key: "killed started") }
+      claimed_at = Bobbin::JobRecord.find(killed).claimed_at
+      third = LongHolderJob.enqueue("third", 0)
+      assert_equal "blocked", Bobbin::JobRecord.find(third).state, "the next one waits while the holder runs"
+      Process.kill(:KILL, holder.pid)
+      wait_for("the killed holder's slot to free", timeout: 60) { LedgerEntry.exists?(key: "third finished") }
+      assert_operator Bobbin::JobRecord.find(third).started_at, :<, claimed_at + 600,
+                      "freed when the supervisor saw its worker die, not when the holder's duration ran out"
+
       HolderJob.enqueue("hung", 120)
       holder = wait_for("the holder to start", timeout: 60) { LedgerEntry.find_by(key: "hung started") }
       HolderJob.enqueue("waiter", 120)
@@ -127,10 +157,6 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
       Process.kill(:STOP, holder.pid)
       waiter = wait_for("the waiter to take the slot after the holder's 2 s", timeout: 60) { LedgerEntry.find_by(key: "waiter started") }
       assert_not_equal holder.pid, waiter.pid
-
-      HolderJob.enqueue("third", 0)
-      Process.kill(:KILL, waiter.pid)
-      wait_for("the killed holder's slot to free", timeout: 60) { LedgerEntry.exists?(key: "third finished") }
     end
   end
 

@@ -82,6 +82,8 @@ class ClaimTest < Bobbin::TestCase
     outcomes = [ outcome(ids[0], "succeeded", now, nil),
                  outcome(ids[1], "failed", now, nil, "RuntimeError", "boom", "a.rb:1"),
                  outcome(ids[2], "succeeded", now, nil) ]
+    assert_equal 0, @store.finish(@process_id + 1, outcomes), "another process's outcomes for them change nothing"
+    assert_equal [ "running" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
     assert_equal 3, @store.finish(@process_id, outcomes)
     assert_equal 0, @store.finish(@process_id, outcomes), "a second write of the same outcomes changes nothing"
     failed = Bobbin::JobRecord.find(ids[1])

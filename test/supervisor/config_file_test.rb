@@ -36,13 +36,19 @@ class ConfigFileTest < Bobbin::TestCase
   end
 
   test "the section comes from BOBBIN_ENV, then RAILS_ENV, then RACK_ENV, else development" do
+    names = %w[BOBBIN_ENV RAILS_ENV RACK_ENV]
+    saved = ENV.to_h.slice(*names)
+    names.each { |name| ENV.delete(name) }
+    assert_equal "development", Bobbin::ConfigFile.environment
     ENV["RACK_ENV"] = "rack"
     assert_equal "rack", Bobbin::ConfigFile.environment
+    ENV["RAILS_ENV"] = "rails"
+    assert_equal "rails", Bobbin::ConfigFile.environment
     ENV["BOBBIN_ENV"] = "bobbin"
     assert_equal "bobbin", Bobbin::ConfigFile.environment
   ensure
-    ENV.delete("RACK_ENV")
-    ENV.delete("BOBBIN_ENV")
+    names.each { |name| ENV.delete(name) }
+    ENV.update(saved)
   end
 
   test "both fibers and threads in one pool names the pool" do

@@ -333,6 +333,11 @@ class HolderJob
   end
 end
 
+# A HolderJob whose slot outlasts any test's wait unless something frees it.
+class LongHolderJob < HolderJob
+  bobbin_options concurrency: { to: 1, key: ->(_key, _seconds) { "long" }, duration: 600 }
+end
+
 # Records that it ran (recurring tests enqueue it every tick).
 class TickJob
   include Bobbin::Job

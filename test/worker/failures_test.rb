@@ -23,14 +23,32 @@ class FailuresTest < Bobbin::TestCase
   test "retries back off exponentially with jitter" do
     job_class = Class.new(FlakyJob) { bobbin_options backoff: 10 }
     Object.const_set(:SlowRetryJob, job_class)
-    id = SlowRetryJob.enqueue("k", 5)
-    drain(fibers: 2)
-    job = Bobbin::JobRecord.find(id)
-    assert_equal [ "ready", 1 ], [ job.state, job.attempts ]
-    assert_in_delta Time.now + 10, job.run_at, 3.5, "first retry after backoff × 2^0 ± 25%"
-    assert_equal 1, Bobbin.counts["scheduled"]
+    ids = Array.new(20) { |i| SlowRetryJob.enqueue("k#{i}", 5) }
+    delays = retry_delays(ids, attempt: 1)
+    assert_equal [ [ "ready", 1 ] ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state, :attempts)
+    assert_equal 20, Bobbin.counts["scheduled"]
+    assert delays.all? { |delay| delay.between?(7.5, 12.5) }, "first retry after backoff × 2^0 ± 25%: #{delays}"
+    assert_operator delays.max - delays.min, :>, 0.5, "jitter spreads retries that failed together: #{delays}"
+
+    Bobbin::JobRecord.where(id: ids).update_all(run_at: Time.now.utc)
+    delays = retry_delays(ids, attempt: 2)
+    assert delays.all? { |delay| delay.between?(15, 25) }, "second retry after backoff × 2^1 ± 25%: #{delays}"
   ensure
     Object.send(:remove_const, :SlowRetryJob)
+  end
+
+  # Drains `ids`, which fail their `attempt`, and returns the delays their retries were given, as logged (to 0.1 s),
+  # after checking that each is the one their run_at was set to.
+  def retry_delays(ids, attempt:)
+    started = Time.now.utc
+    log = bobbin_log { drain(fibers: 20) }
+    finished = Time.now.utc
+    delays = log.scan(/SlowRetryJob (\d+) failed attempt #{attempt}\/\d+ .*; retrying in ([\d.]+)s/).to_h { |id, delay| [ id.to_i, delay.to_f ] }
+    assert_equal ids.sort, delays.keys.sort
+    Bobbin::JobRecord.where(id: ids).pluck(:id, :run_at).each do |id, run_at|
+      assert_includes (started + delays[id] - 0.1)..(finished + delays[id] + 0.1), run_at, "job #{id} runs again after its delay"
+    end
+    delays.values
   end
 
   test "an unknown job class is retried (a deploy may be under way) with a clear message; the worker keeps running" do

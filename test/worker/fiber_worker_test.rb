@@ -19,7 +19,6 @@ class FiberWorkerTest < Bobbin::TestCase
       with_listener_connected { drain(fibers: 200) }
       assert_equal 200, LedgerEntry.count, "every job got a connection in turn; none timed out"
       assert_operator Recorder.max_in_flight, :>=, 150, "the jobs really overlapped"
-      assert_operator ActiveRecord::Base.connection_pool.connections.size, :<=, 3
       assert_operator SessionCountingJob.peak, :<=, 6, "server-side sessions seen from inside the jobs" if postgres?
     end
   end

@@ -53,6 +53,9 @@ class InstrumentationTest < Bobbin::TestCase
     end
     assert_equal [ [ [ failed ], 1, nil ] ], seen["discard"].map { |p| p.values_at(:ids, :count, :by) }
     assert_equal [ "ready", 0 ], Bobbin::JobRecord.where(id: failed).pick(:state, :attempts)
+    drain(fibers: 1)
+    assert_equal [ "failed", 4 ], Bobbin::JobRecord.where(id: failed).pick(:state, :attempts), "it ran its attempts again"
+    assert_equal 8, Recorder.calls.count("x")
   end
 
   test "around_perform hooks wrap every job in order, see the job, and an error in a hook fails that job" do
@@ -74,6 +77,8 @@ class InstrumentationTest < Bobbin::TestCase
     ids = Bobbin.enqueue_all(Array.new(2) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
     worker = Bobbin::Worker.new(fibers: 2, shutdown_timeout: 0, polling_interval: 0.05)
     seen = nil
+    ran_before_start = []
+    starts = ActiveSupport::Notifications.subscribe("perform_start.bobbin") { ran_before_start << LedgerEntry.exists?(key: "logged") }
     log = logged do
       seen = events do
         runner = Thread.new { worker.run }
@@ -111,6 +116,8 @@ class InstrumentationTest < Bobbin::TestCase
 
   test "perform_start comes before the job runs; the log subscriber writes Rails-style lines for Bobbin's events" do
     seen = nil
+    ran_before_start = []
+    starts = ActiveSupport::Notifications.subscribe("perform_start.bobbin") { ran_before_start << LedgerEntry.exists?(key: "logged") }
     log = logged do
       seen = events do
         LedgerJob.enqueue("logged")
@@ -121,6 +128,7 @@ class InstrumentationTest < Bobbin::TestCase
         Bobbin::Operator.discard(@discarded, by: "ann")
       end
     end
+    assert_equal [ false ], ran_before_start, "perform_start is published before the job's body runs"
     assert_equal seen["perform"].first.slice(:id, :class_name, :queue, :attempts), seen["perform_start"].first
     assert_match(/Bobbin Enqueued 1 job \(LedgerJob\) to default \([\d.]+ms\) ids: \d+/, log)
     assert_match(/Bobbin Performing LedgerJob \d+ from default \(attempt 1\)/, log)
@@ -128,6 +136,7 @@ class InstrumentationTest < Bobbin::TestCase
     assert_match(/Bobbin Enqueued recurring nightly tick 2026-11-24T03:00:00Z as job \d+/, log)
     assert_includes log, "Bobbin Discarded job #{@discarded} by ann"
   ensure
+    ActiveSupport::Notifications.unsubscribe(starts)
     Bobbin.config.recurring_tasks.clear
   end
 end
