@@ -44,14 +44,7 @@ end
 class LimitedActiveJob < ActiveJob::Base
   limits_concurrency to: 1, key: ->(account, _n) { account }, duration: 60
 
-  # Records how many jobs of its account ran at once (ConcurrencyCounter), as LimitedJob does.
-  def perform(account, number)
-    running = ConcurrencyCounter.enter(account)
-    LedgerEntry.create!(key: "#{account}/#{number} running=#{running}", pid: Process.pid)
-    sleep(0.02)
-  ensure
-    ConcurrencyCounter.leave(account) if running
-  end
+  def perform(account, number) = ConcurrencyCounter.record(account, number)
 end
 
 # The job of Rails' own Active Job integration suite, in spirit: writes what it ran with (locale, time zone, when)

@@ -280,13 +280,7 @@ class LimitedJob
   include Bobbin::Job
   bobbin_options retries: 0, concurrency: { to: 2, key: ->(key, _n) { key } }
 
-  def perform(key, number)
-    running = ConcurrencyCounter.enter(key)
-    LedgerEntry.create!(key: "#{key}/#{number} running=#{running}", pid: Process.pid)
-    sleep(0.02)
-  ensure
-    ConcurrencyCounter.leave(key) if running
-  end
+  def perform(key, number) = ConcurrencyCounter.record(key, number)
 end
 
 # Per-key running counts, kept in the database so every worker process shares them.
@@ -307,6 +301,15 @@ module ConcurrencyCounter
     ActiveRecord::Base.connection_pool.with_connection do |connection|
       keys.each { |key| connection.execute("INSERT INTO bobbin_test_counters (key, running) VALUES (#{connection.quote(key)}, 0)") }
     end
+  end
+
+  # Records in the ledger how many jobs of `key` run while this one does (20 ms), this one included.
+  def record(key, number)
+    running = enter(key)
+    LedgerEntry.create!(key: "#{key}/#{number} running=#{running}", pid: Process.pid)
+    sleep(0.02)
+  ensure
+    leave(key) if running
   end
 
   def enter(key) = change(key, "+")
