@@ -23,7 +23,10 @@ end
 class DiscardingActiveJob < ActiveJob::Base
   discard_on KeyError
 
-  def perform = raise(KeyError, "gone")
+  def perform
+    LedgerEntry.create!(key: "discarding ran", pid: Process.pid)
+    raise(KeyError, "gone")
+  end
 end
 
 class UnhandledActiveJob < ActiveJob::Base
@@ -105,6 +108,9 @@ class ActiveJobAdapterTest < Bobbin::TestCase
   test "discard_on drops the job without a failure" do
     DiscardingActiveJob.perform_later
     drain(fibers: 5)
+    assert LedgerEntry.exists?(key: "discarding ran")
+    assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.where(class_name: "DiscardingActiveJob").pluck(:state, :attempts),
+                 "Active Job discarded the error: the job ended, once, as done"
     assert_equal 0, Bobbin.counts["failed"]
   end
 

@@ -52,10 +52,12 @@ class CommandLineTest < Bobbin::TestCase
       config = ->(name, hash) { File.join(dir, name).tap { |path| File.write(path, hash.to_yaml) } }
       pool = config.call("pool.yml", { "heartbeat_interval" => 0.5, "workers" => [ { "queues" => [ "ticks" ], "threads" => 2 } ] })
       TickJob.enqueue("from the file's pool")
+      Bobbin::Client::Enqueuer.enqueue(SettingJob, [ "heartbeat_interval" ], queue: "ticks")
       status, out, err = run_bobbin("work", "--drain", "-c", pool, "-r", File.join(ROOT, "test/support/worker_boot.rb"))
       assert_equal 0, status.exitstatus, err
       assert_match(/started: threads-2, queues ticks/, out + err)
       assert_equal 1, LedgerEntry.where("key LIKE 'tick from the file''s pool%'").count
+      assert LedgerEntry.exists?(key: "heartbeat_interval=0.5"), "the file's settings are the worker's"
 
       bad = config.call("bad.yml", { "heartbeat_interval" => -1, "workers" => [ { "threads" => 1 } ] })
       assert_config_exit(run_bobbin("work", "--threads", "1", "--drain", "-c", bad), /heartbeat_interval/)

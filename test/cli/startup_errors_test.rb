@@ -54,6 +54,13 @@ class StartupErrorsTest < Bobbin::TestCase
     end
     status, _, err = run_bobbin("doctor", "--fibers", "2", env: { "IO_EVENT_SELECTOR" => "Nope" })
     assert_equal 1, status.exitstatus, err
+
+    status, _, err = run_bobbin("work", "--threads", "1", "--drain", env: { "IO_EVENT_SELECTOR" => "Nope" })
+    assert_equal 0, status.exitstatus, err
+    pid = spawn_bobbin("start", "--threads", "1", env: { "IO_EVENT_SELECTOR" => "Nope" })
+    ensure_killed(pid) do
+      wait_for("a thread pool's supervisor to start its worker", timeout: 60) { Bobbin::ProcessRecord.where(kind: "worker").exists? }
+    end
   end
 
   test "an empty DATABASE_URL" do

@@ -9,6 +9,15 @@ class DashboardAppTest < Bobbin::TestCase
 
   def get(app, path) = Rack::MockRequest.new(app).get(path)
 
+  # GETs `page` as a browser would, then POSTs to `action` with that page's session cookie and the CSRF token of the
+  # page's form for `token_of` (the action's own form by default), or `token`.
+  def post_form(app, page, action, token_of: action, token: nil)
+    page = get(app, page)
+    cookie = page.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
+    token ||= page.body[/<form method="post" action="#{Regexp.escape(token_of)}"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"/, 1]
+    Rack::MockRequest.new(app).post(action, "HTTP_COOKIE" => cookie, params: { "_csrf" => token })
+  end
+
   test "every page answers with a strict Content-Security-Policy and no caching" do
     response = get(Bobbin::Dashboard.new(environment: "development"), "/")
     assert_equal 200, response.status
@@ -19,12 +28,14 @@ class DashboardAppTest < Bobbin::TestCase
   end
 
   test "the auth hook decides, in any environment" do
-    seen = []
-    app = Bobbin::Dashboard.new(environment: "production", auth: ->(request) { seen << request.path_info; request.params["key"] == "s3cret" && "ann" })
-    assert_equal 403, get(app, "/queues").status
-    assert_match(/Access denied/, get(app, "/queues?key=wrong").body)
-    assert_equal 200, get(app, "/queues?key=s3cret").status
-    assert_includes seen, "/queues"
+    %w[production development test].each do |environment|
+      seen = []
+      app = Bobbin::Dashboard.new(environment: environment, auth: ->(request) { seen << request.path_info; request.params["key"] == "s3cret" && "ann" })
+      assert_equal 403, get(app, "/queues").status, environment
+      assert_match(/Access denied/, get(app, "/queues?key=wrong").body)
+      assert_equal 200, get(app, "/queues?key=s3cret").status
+      assert_includes seen, "/queues"
+    end
   end
 
   test "without an auth hook outside development and test every page is refused, saying how to add one; its stylesheet is not" do
@@ -49,6 +60,7 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(/no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine/, refused.body)
     assert_equal 403, from.("10.0.0.5", "HTTP_X_FORWARDED_FOR" => "127.0.0.1").status, "Rack would take 127.0.0.1 for the client"
     assert_equal 403, from.("127.0.0.1", "HTTP_X_FORWARDED_FOR" => "203.0.113.7").status, "a proxy on this machine"
+    assert_equal 403, from.("127.0.0.1", "HTTP_FORWARDED" => "for=203.0.113.7").status, "a proxy on this machine (RFC 7239)"
     ENV["RACK_ENV"] = "development"
     assert_equal 200, from.("10.0.0.5").status
     ENV["BOBBIN_ENV"] = "production"
@@ -68,8 +80,21 @@ class DashboardAppTest < Bobbin::TestCase
     end
     response = Rack::MockRequest.new(app).post("/jobs/#{id}/retry")
     assert_equal 403, response.status
-    assert_match(/read-only/, response.body)
+    assert_match(/This dashboard is read-only\./, response.body)
     assert_equal "failed", Bobbin::JobRecord.find(id).state
+  end
+
+  test "a POST needs the CSRF token of its own form: without one, forged, or another form's, it is refused and changes nothing" do
+    id = insert_jobs(1, **failed_attributes).first
+    app = Bobbin::Dashboard.new(environment: "development")
+    refused = Rack::MockRequest.new(app).post("/jobs/#{id}/retry")
+    assert_equal 403, refused.status
+    assert_match(/CSRF check failed/, refused.body)
+    assert_equal 403, post_form(app, "/jobs/#{id}", "/jobs/#{id}/retry", token: "forged").status
+    assert_equal 403, post_form(app, "/jobs/#{id}", "/jobs/#{id}/retry", token_of: "/jobs/#{id}/discard").status
+    assert_equal "failed", Bobbin::JobRecord.find(id).state
+    assert_includes 300..399, post_form(app, "/jobs/#{id}", "/jobs/#{id}/retry").status
+    assert_equal "ready", Bobbin::JobRecord.find(id).state
   end
 
   test "the processes page shows a fiber pool's loop lag, stalls and the recent stalls, escaped" do

@@ -18,7 +18,17 @@ class ZeitwerkTest < Bobbin::TestCase
     loader.inflector.inflect("cli" => "CLI", "postgresql" => "PostgreSQL", "sqlite" => "SQLite", "version" => "VERSION")
     %w[errors records config].each { |dir| loader.collapse("\#{lib}/bobbin/\#{dir}") }
     loader.setup
-    loader.eager_load(force: true)
+    # Zeitwerk checks that each file defines the constant its path names; a file may also open namespaces and nest
+    # constants in its own, but any other class or module it defines is one no path names.
+    expected = loader.all_expected_cpaths
+    stray = []
+    trace = TracePoint.new(:class) do |event|
+      own = expected[event.path] or next
+      name = event.self.name
+      stray << "\#{name} in \#{event.path.delete_prefix(lib)}" unless name == own || name.start_with?("\#{own}::") || expected.value?(name)
+    end
+    trace.enable { loader.eager_load(force: true) }
+    abort "defined where no path names them: \#{stray.join(', ')}" if stray.any?
     puts "eager loaded \#{Bobbin.constants.size} constants"
   RUBY
 

@@ -73,14 +73,23 @@ class MetricsTest < Bobbin::TestCase
     assert_equal 200, Rack::MockRequest.new(app).get("/").status
   end
 
-  test "bobbin metrics serves the exposition from its own process, and asks for a token off loopback" do
+  test "bobbin metrics serves the exposition from its own process behind its token, and asks for one off loopback" do
     insert_jobs(5, queue: "webhooks")
     port = closed_port
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "production" }
-    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "metrics", "--port", port.to_s,
+    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "metrics", "--port", port.to_s, "--auth-token", "scrape",
                         chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
     ensure_killed(pid) do
-      response = wait_for("bobbin metrics to listen", timeout: 60) { Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/metrics")) rescue nil }
+      scrape = lambda do |password|
+        request = Net::HTTP::Get.new("/metrics")
+        request.basic_auth("prometheus", password) if password
+        Net::HTTP.start("127.0.0.1", port) { |http| http.request(request) }
+      end
+      response = wait_for("bobbin metrics to listen", timeout: 60) { scrape.(nil) rescue nil }
+      assert_equal [ "401", 'Basic realm="bobbin"' ], [ response.code, response["www-authenticate"] ]
+      refute_match(/bobbin_/, response.body)
+      assert_equal "403", scrape.("wrong").code
+      response = scrape.("scrape")
       assert_equal "200", response.code
       assert_equal 5.0, samples(response.body)['bobbin_queue_jobs{queue="webhooks",state="ready"}']
     end

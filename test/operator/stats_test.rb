@@ -84,12 +84,13 @@ class OperatorStatsTest < Bobbin::TestCase
   test "processes show a live worker's pool, busy jobs, memory and connections from its heartbeat" do
     log = ENV["BOBBIN_TEST_LOG"] || File::NULL
     pids = []
+    config = start_config("fibers" => 7, "queues" => "slow") # heartbeats each 0.5 s
     ensure_killed(pids) do
-      pids << spawn_bobbin("work", "--fibers", "7", "--queues", "slow", log: log)
-      SleepJob.enqueue(2, "s").then { nil }
+      pids << spawn_bobbin("work", "-c", config.path, log: log)
+      SleepJob.enqueue(5, "s").then { nil }
       Bobbin::JobRecord.update_all(queue: "slow")
       view = wait_for("the worker to run the job and beat") do
-        Bobbin::Operator.processes.find { |process| process.running == 1 && process.metadata["rss_kb"] }
+        Bobbin::Operator.processes.find { |process| process.running == 1 && process.busy == 1 }
       end
       assert_equal [ "worker", "fibers", 7 ], [ view.kind, view.mode, view.capacity ], "an idle thread lane adds no capacity"
       assert_operator view.rss_kb, :>, 10_000
@@ -97,5 +98,7 @@ class OperatorStatsTest < Bobbin::TestCase
       assert_operator view.heartbeat_age, :<, Bobbin.config.process_alive_threshold
       refute view.stale?
     end
+  ensure
+    File.delete(config.path)
   end
 end

@@ -341,6 +341,13 @@ class LongHolderJob < HolderJob
   bobbin_options concurrency: { to: 1, key: ->(_key, _seconds) { "long" }, duration: 600 }
 end
 
+# Records a setting as the worker that runs it sees it.
+class SettingJob
+  include Bobbin::Job
+
+  def perform(name) = LedgerEntry.create!(key: "#{name}=#{Bobbin.config.public_send(name)}", pid: Process.pid)
+end
+
 # Records that it ran (recurring tests enqueue it every tick).
 class TickJob
   include Bobbin::Job
