@@ -84,7 +84,7 @@ class OperatorStatsTest < Bobbin::TestCase
   test "processes show a live worker's pool, busy jobs, memory and connections from its heartbeat" do
     log = ENV["BOBBIN_TEST_LOG"] || File::NULL
     pids = []
-    config = start_config("fibers" => 7, "queues" => "slow") # heartbeats each 0.5 s
+    config = start_config({ "fibers" => 7, "queues" => "slow" }) # heartbeats each 0.5 s
     ensure_killed(pids) do
       pids << spawn_bobbin("work", "-c", config.path, log: log)
       SleepJob.enqueue(5, "s").then { nil }

@@ -15,11 +15,12 @@ class ClaimTest < Bobbin::TestCase
     low = SleepJob.enqueue(0)
     high = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 1 ], priority: -5)
     older = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 2 ], run_at: Time.now - 60)
-    claimed = store.claim(@process_id, 2)
-    assert_equal [ high, older ].sort, claimed.map(&:id).sort
-    assert_equal [ "running" ], Bobbin::JobRecord.where(id: claimed.map(&:id)).distinct.pluck(:state)
-    assert_equal [ @process_id ], Bobbin::JobRecord.where(id: claimed.map(&:id)).distinct.pluck(:claimed_by)
-    assert_equal [ low ], store.claim(@process_id, 10).map(&:id)
+    tied = Bobbin.enqueue_all([ [ SleepJob, [ 3 ] ], [ SleepJob, [ 4 ] ] ])
+    assert_equal 1, Bobbin::JobRecord.where(id: tied).distinct.count(:run_at), "one run_at: only the id tells them apart"
+    claimed = Array.new(5) { store.claim(@process_id, 1).map(&:id) }.flatten
+    assert_equal [ high, older, low, *tied ], claimed
+    assert_equal [ "running" ], Bobbin::JobRecord.where(id: claimed).distinct.pluck(:state)
+    assert_equal [ @process_id ], Bobbin::JobRecord.where(id: claimed).distinct.pluck(:claimed_by)
     assert_empty store.claim(@process_id, 10)
   end
 

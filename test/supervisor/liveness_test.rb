@@ -151,7 +151,7 @@ class LivenessTest < Bobbin::TestCase
 
   test "a live worker whose row was pruned registers again and keeps its running jobs; a pruned supervisor registers again" do
     log = @log = "tmp/liveness-reregister-#{Process.pid}.log"
-    Bobbin.enqueue_all(Array.new(5) { |i| [ CrashSafeJob, [ 3, "job-#{i}" ] ] })
+    Bobbin.enqueue_all(Array.new(5) { |i| [ CrashSafeJob, [ 5, "job-#{i}" ] ] })
     pids = []
     ensure_killed(pids) do
       pids << start_supervisor(fibers: 5, processes: 1, log: log)
@@ -159,6 +159,9 @@ class LivenessTest < Bobbin::TestCase
       worker = Bobbin::ProcessRecord.find_by!(kind: "worker")
       worker.delete
       assert_equal 5, Bobbin::Recovery.recover(worker.id, "pruned by this test"), "its jobs went back to ready"
+      # Every fiber is busy, so no claim runs until a job ends (and one that ended is no longer running): only the
+      # heartbeat can take all 5 back.
+      wait_for("the worker's heartbeat to take its 5 jobs back") { Bobbin::JobRecord.where(state: "running", claimed_by: worker.id).count == 5 }
       supervisor = Bobbin::ProcessRecord.find_by!(kind: "supervisor")
       supervisor.delete
       wait_for("every job done", timeout: 30) { LedgerEntry.count == 5 }

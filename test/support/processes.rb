@@ -9,11 +9,12 @@ module TestProcesses
   # Required first by the Ruby processes the tests start (see the file).
   BOOT_CACHE = File.join(ROOT, "test/support/boot_cache.rb")
 
-  # A config file for `bobbin start -c`: the one pool `pool` (polling each 50 ms), heartbeats each 0.5 s. The caller
-  # deletes it.
-  def start_config(pool)
+  # A config file for `bobbin start -c`: the one pool `pool` (polling each 50 ms) and `settings` (heartbeats each
+  # 0.5 s unless they say otherwise). The caller deletes it.
+  def start_config(pool, **settings)
     Tempfile.create([ "bobbin", ".yml" ]).tap do |file|
-      file.write({ "heartbeat_interval" => 0.5, "workers" => [ pool.merge("polling_interval" => 0.05) ] }.to_yaml)
+      settings = { heartbeat_interval: 0.5 }.merge(settings).transform_keys(&:to_s)
+      file.write(settings.merge("workers" => [ pool.merge("polling_interval" => 0.05) ]).to_yaml)
       file.close
     end
   end

@@ -82,7 +82,9 @@ class FailuresTest < Bobbin::TestCase
     Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "NotAJob", arguments: "[]", queue: "default",
                                                                      priority: 0, run_at: nil, max_attempts: 1) ])
     drain(threads: 1)
-    assert_match(/NotAJob is not a job class/, Bobbin::JobRecord.last.last_error_message)
+    job = Bobbin::JobRecord.last
+    assert_equal [ "failed", "Bobbin::UnrunnableJob", 1 ], [ job.state, job.last_error_class, job.attempts ]
+    assert_match(/NotAJob is not a job class/, job.last_error_message)
   end
 
   test "a row with broken JSON arguments fails with a clear message; other jobs run" do

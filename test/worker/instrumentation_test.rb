@@ -77,8 +77,6 @@ class InstrumentationTest < Bobbin::TestCase
     ids = Bobbin.enqueue_all(Array.new(2) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
     worker = Bobbin::Worker.new(fibers: 2, shutdown_timeout: 0, polling_interval: 0.05)
     seen = nil
-    ran_before_start = []
-    starts = ActiveSupport::Notifications.subscribe("perform_start.bobbin") { ran_before_start << LedgerEntry.exists?(key: "logged") }
     log = logged do
       seen = events do
         runner = Thread.new { worker.run }
