@@ -59,8 +59,9 @@ class ActiveJobIntegrationTest < Bobbin::TestCase
   end
 
   test "supplies a provider_job_id for immediate and delayed jobs" do
-    assert IntegrationTestJob.perform_later(@id).provider_job_id
-    assert IntegrationTestJob.set(wait: 1.minute).perform_later("#{@id}-delayed").provider_job_id
+    [ IntegrationTestJob.perform_later(@id), IntegrationTestJob.set(wait: 1.minute).perform_later("#{@id}-delayed") ].each do |job|
+      assert_equal Bobbin::JobRecord.where(active_job_id: job.job_id).pick(:id), job.provider_job_id, "the id of the job's row"
+    end
   end
 
   test "keeps the current locale and time zone while running perform_later" do

@@ -59,19 +59,19 @@ class RecoveryTest < Bobbin::TestCase
     was = [ Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold ]
     Bobbin.config.set(heartbeat_interval: 40, process_alive_threshold: 120)
     patient = Bobbin::ProcessRecord.register(kind: "worker", name: "beats every 40 s")
-    Bobbin.config.set(heartbeat_interval: 10, process_alive_threshold: 60)
+    Bobbin.config.set(heartbeat_interval: 10, process_alive_threshold: 45) # not the built-in 60
     old = Bobbin::ProcessRecord.register(kind: "worker", name: "an older Bobbin").tap { |record| record.update_columns(metadata: "{}") }
-    assert_equal [ 120, 60 ], [ patient, old ].map { |record| record.reload.alive_threshold }
+    assert_equal [ 120, 45 ], [ patient, old ].map { |record| record.reload.alive_threshold }
     ids = Bobbin.enqueue_all([ [ SleepJob, [ 0, "patient" ] ], [ SleepJob, [ 0, "old" ] ] ])
     Bobbin::JobRecord.where(id: ids[0]).update_all(state: "running", claimed_by: patient.id, attempts: 1)
     Bobbin::JobRecord.where(id: ids[1]).update_all(state: "running", claimed_by: old.id, attempts: 1)
-    [ patient, old ].each { |record| record.update_columns(last_heartbeat_at: Time.now.utc - 90) }
+    [ patient, old ].each { |record| record.update_columns(last_heartbeat_at: Time.now.utc - 50) }
     refute Bobbin::ProcessRecord.find(patient.id).then { |record| Bobbin::Operator::ProcessView.new(record, 1, Time.now.utc).stale? }
-    assert_equal 1, Bobbin::Recovery.prune(threshold: 60), "90 s of silence is past 60 s, not past 120 s"
+    assert_equal 1, Bobbin::Recovery.prune(threshold: 45), "50 s of silence is past this process's 45 s, not past 120 s"
     assert_equal [ [ "running", patient.id ], [ "ready", old.id ] ], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state, :claimed_by)
     refute Bobbin::Operator.release(ids[0], by: "test"), "its process is alive by its own threshold"
     patient.update_columns(last_heartbeat_at: Time.now.utc - 130)
-    assert_equal 1, Bobbin::Recovery.prune(threshold: 60)
+    assert_equal 1, Bobbin::Recovery.prune(threshold: 45)
     assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
   ensure
     Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1])

@@ -212,7 +212,11 @@ class ForkingJob
   def perform(how, key)
     LedgerEntry.connection.select_value("SELECT 1") # the job's own pooled session, in use across the fork
     pid = how == "block" ? fork { 1 + 1 } : fork
-    return if pid.nil? # the child: back to whoever called perform
+    if pid.nil? # the child: back to whoever called perform
+      raise "the child's code failed" if how == "raising"
+
+      return
+    end
 
     LedgerEntry.create!(key: "#{key}:#{Fiber.blocking { Process.wait2(pid) }.last.exitstatus}", pid: Process.pid)
   end
@@ -264,6 +268,8 @@ class TransactionLoopJob
   include Bobbin::Job
   bobbin_options retries: 0
 
+  # Stopped midway, it takes half a second to unwind, then writes a last row saying whether its row was still held
+  # by this process: a job handed back before it stopped could start again elsewhere while it still wrote.
   def perform(key, pairs)
     pairs.times do |i|
       LedgerEntry.transaction do
@@ -271,6 +277,12 @@ class TransactionLoopJob
         LedgerEntry.create!(key: "#{key}/#{i}/#{Process.pid}/b", pid: Process.pid)
       end
     end
+  rescue Exception # rubocop:disable Lint/RescueException -- whatever stopped it, it unwinds, then lets it go on
+    sleep(0.5)
+    row = Bobbin::JobRecord.where("arguments LIKE ?", "%\"#{key}\"%").pick(:state, :claimed_by)
+    held = row[0] == "running" && Bobbin::ProcessRecord.where(id: row[1]).pick(:pid) == Process.pid
+    LedgerEntry.create!(key: "#{key}/unwound/#{Process.pid}/#{held ? 'held' : 'let go'}", pid: Process.pid)
+    raise
   end
 end
 

@@ -61,17 +61,18 @@ class MisbehavingJobsTest < Bobbin::TestCase
 
     test "a #{mode} job that forks gets its child's status; the child never touches the worker's own sessions" do
       log = @log = "tmp/forking-#{mode}-#{Process.pid}.log"
-      keys = Array.new(3) { |i| [ "block-#{i}", "bare-#{i}" ] }.flatten
+      keys = Array.new(3) { |i| [ "block-#{i}", "bare-#{i}" ] }.flatten + [ "raising-0" ]
       keys.each { |key| ForkingJob.enqueue(key[/\A[a-z]+/], key) }
       pids = []
       ensure_killed(pids) do
         pids << spawn_bobbin("work", "--#{mode}", "2", "--drain", "--polling-interval", "0.05", log: log)
         assert wait_exit(pids.first, timeout: 60)&.success?, "the worker drains everything and exits cleanly"
       end
-      assert_equal keys.map { |key| "#{key}:0" }.sort, LedgerEntry.pluck(:key).sort, "every child exited with status 0"
+      assert_equal keys.map { |key| "#{key}:#{key.start_with?('raising') ? 1 : 0}" }.sort, LedgerEntry.pluck(:key).sort,
+                   "every child exited with status 0, but the one whose code raised: 1"
       assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state)
       output = File.read(log)
-      assert_equal 3, output.scan(/a process forked by ForkingJob \d+ \(pid \d+\) returned into the worker; it exits/).size
+      assert_equal 4, output.scan(/a process forked by ForkingJob \d+ \(pid \d+\) returned into the worker; it exits/).size
       refute_match(/unavailable|notifications lost|closed the connection/, output, "no fork cost the worker a session")
     end
   end
