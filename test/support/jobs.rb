@@ -268,8 +268,8 @@ class TransactionLoopJob
   include Bobbin::Job
   bobbin_options retries: 0
 
-  # Stopped midway, it takes half a second to unwind, then writes a last row saying whether its row was still held
-  # by this process: a job handed back before it stopped could start again elsewhere while it still wrote.
+  # Stopped midway, it takes half a second to unwind, then records (a StartEntry) whether its row was still held by
+  # this process: a job handed back before it stopped could start again elsewhere while it still wrote.
   def perform(key, pairs)
     pairs.times do |i|
       LedgerEntry.transaction do
@@ -279,10 +279,18 @@ class TransactionLoopJob
     end
   rescue Exception # rubocop:disable Lint/RescueException -- whatever stopped it, it unwinds, then lets it go on
     sleep(0.5)
-    row = Bobbin::JobRecord.where("arguments LIKE ?", "%\"#{key}\"%").pick(:state, :claimed_by)
-    held = row[0] == "running" && Bobbin::ProcessRecord.where(id: row[1]).pick(:pid) == Process.pid
-    LedgerEntry.create!(key: "#{key}/unwound/#{Process.pid}/#{held ? 'held' : 'let go'}", pid: Process.pid)
+    unwound(key)
     raise
+  end
+
+  # On a session of its own: the job's is the one its stop interrupted mid-transaction, which the worker throws away.
+  def unwound(key)
+    session = LedgerEntry.connection_db_config.new_connection
+    state, claimed_by = session.select_rows("SELECT state, claimed_by FROM bobbin_jobs WHERE arguments LIKE #{session.quote("%\"#{key}\"%")}").first
+    held = state == "running" && session.select_value("SELECT pid FROM bobbin_processes WHERE id = #{Integer(claimed_by)}").to_i == Process.pid
+    session.execute("INSERT INTO bobbin_test_starts (key) VALUES (#{session.quote("#{key}/unwound/#{Process.pid}/#{held ? 'held' : 'let go'}")})")
+  ensure
+    session&.disconnect!
   end
 end
 
