@@ -22,7 +22,7 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     5.times { |i| LimitedJob.enqueue("a", i) }
     drain(threads: 5)
     assert_equal %w[succeeded] * 5, states("LimitedJob/a")
-    assert_operator LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }.max, :<=, 2
+    assert_operator ConcurrencyCounter.seen.max, :<=, 2
   end
 
   # Letting a job through takes its key's lock; inside the app's transaction that lock (PostgreSQL's advisory lock
@@ -103,7 +103,7 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal [ 1, 60.0 ], Bobbin::JobRecord.where(concurrency_key: "LimitedActiveJob/acct-1").pick(:concurrency_limit, :concurrency_duration)
     drain(threads: 3)
     assert_equal %w[succeeded] * 3, states("LimitedActiveJob/acct-1")
-    assert_equal [ 1 ], LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }.uniq, "one at a time"
+    assert_equal [ 1 ], ConcurrencyCounter.seen.uniq, "one at a time"
   end
 
   test "limits_concurrency on a parent class: each subclass has slots of its own (as in Solid Queue); a group lambda is called" do
@@ -131,7 +131,7 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
       Bobbin.enqueue_all(Array.new(200) { |i| [ LimitedJob, [ keys[i % 5], i ] ] })
       wait_for("200 limited jobs", timeout: 120) { Bobbin::JobRecord.where(state: "succeeded").count == 200 }
     end
-    seen = LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }
+    seen = ConcurrencyCounter.seen
     assert_equal 200, seen.size
     assert_equal 2, seen.max, "never more than 2 running per key (and the limit was reached: jobs did run side by side)"
     assert_equal 2, LedgerEntry.distinct.count(:pid), "both processes ran jobs"

@@ -9,10 +9,9 @@ class LivenessTest < Bobbin::TestCase
   PRUNED = /stopped heartbeating|no longer registered/
 
   def start_supervisor(fibers:, processes:, log:, heartbeat: [ 0.5, 2 ], settings: {})
-    @config = Tempfile.create([ "bobbin", ".yml" ]).tap { |file| (@configs ||= []) << file }
-    @config.write({ "heartbeat_interval" => heartbeat[0], "process_alive_threshold" => heartbeat[1], **settings,
-                    "workers" => [ { "fibers" => fibers, "processes" => processes, "polling_interval" => 0.05 } ] }.to_yaml)
-    @config.close
+    @config = start_config({ "fibers" => fibers, "processes" => processes },
+                           heartbeat_interval: heartbeat[0], process_alive_threshold: heartbeat[1], **settings)
+    (@configs ||= []) << @config
     spawn_bobbin("start", "-c", @config.path, log: log)
   end
 
@@ -88,7 +87,7 @@ class LivenessTest < Bobbin::TestCase
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 6, "long" ] ] ])
     pids = []
     ensure_killed(pids) do
-      pids << start_supervisor(fibers: 2, processes: 1, log: log, settings: { "shutdown_timeout" => 20 })
+      pids << start_supervisor(fibers: 2, processes: 1, log: log, settings: { shutdown_timeout: 20 })
       wait_for("the job running") { StartEntry.count == 1 }
       supervisor = Bobbin::ProcessRecord.find_by!(kind: "supervisor")
       Process.kill(:TERM, pids.first)

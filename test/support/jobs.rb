@@ -332,6 +332,9 @@ module ConcurrencyCounter
     leave(key) if running
   end
 
+  # The running counts the jobs recorded, one a job.
+  def seen = LedgerEntry.pluck(:key).map { |key| key[/running=(\d+)/, 1].to_i }
+
   def enter(key) = change(key, "+")
 
   def leave(key) = change(key, "-")
