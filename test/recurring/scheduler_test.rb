@@ -35,13 +35,21 @@ class RecurringSchedulerTest < Bobbin::TestCase
 
   test "a task that cannot be enqueued is logged with its key and skipped; the tasks after it still tick" do
     now = Time.now.floor
-    log = bobbin_log do
-      scheduler = Bobbin::Recurring::Scheduler.new([ unserializable, every_second ])
-      scheduler.pass(now) && scheduler.pass(now + 3)
+    unloadable = Bobbin::Recurring::Task.parse("unloadable", { schedule: "every second", class: "UnloadableTickJob" }, "t")
+    log = Dir.mktmpdir do |dir|
+      File.write(File.join(dir, "unloadable_tick_job.rb"), "require 'bobbin_no_such_gem'\n") # its file requires a missing gem
+      Object.autoload(:UnloadableTickJob, File.join(dir, "unloadable_tick_job.rb"))
+      bobbin_log do
+        scheduler = Bobbin::Recurring::Scheduler.new([ unserializable, unloadable, every_second ])
+        scheduler.pass(now) && scheduler.pass(now + 3)
+      end
     end
     assert_equal [ now + 1, now + 2, now + 3 ], ticks.map(&:first)
     assert_match(/bobbin recurring: task bad_args: ActiveJob::SerializationError/, log)
-    assert_equal 0, Bobbin::RecurringRun.where(task_key: "bad_args").count
+    assert_match(/bobbin recurring: recurring task unloadable: job class UnloadableTickJob could not be loaded \(LoadError: cannot load such file -- bobbin_no_such_gem\)/, log)
+    assert_equal 0, Bobbin::RecurringRun.where(task_key: %w[bad_args unloadable]).count
+  ensure
+    Object.send(:remove_const, :UnloadableTickJob) if Object.const_defined?(:UnloadableTickJob, false)
   end
 
   # The clock that runs the recurring tasks also lets blocked jobs through once their key has room (here a holder

@@ -97,6 +97,8 @@ module Bobbin
           Object.const_get(class_name)
         rescue NameError => error
           raise ConfigurationError, "recurring task #{key}: unknown job class #{class_name} (#{error.message.lines.first.strip})"
+        rescue ScriptError => error # its file requires a missing gem, or does not parse
+          raise ConfigurationError, "recurring task #{key}: job class #{class_name} could not be loaded (#{error.class}: #{error.message.lines.first.strip})"
         end
 
         def overrides = { queue: queue, priority: priority }.compact

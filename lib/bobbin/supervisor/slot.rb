@@ -117,8 +117,14 @@ module Bobbin
           worker.start
           exit!(0)
         rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks
-          Bobbin.logger.error("bobbin worker #{::Process.pid} crashed: #{error.class}: #{error.message}")
+          Bobbin.logger.error("bobbin worker #{::Process.pid} crashed: #{crash(error)}")
           exit!(1)
+        end
+
+        # A worker's crash for the log: the error, and where it was raised unless Bobbin raised it on purpose (a
+        # configuration it refuses says all there is to say).
+        def crash(error)
+          [ "#{error.class}: #{error.message}", *(error.backtrace&.first(15) unless error.is_a?(Bobbin::Error)) ].join("\n    ")
         end
 
         def run_thread(supervisor)
@@ -127,7 +133,7 @@ module Bobbin
           @worker.run
           :stopped
         rescue StandardError => error
-          Bobbin.logger.error("bobbin worker thread crashed: #{error.class}: #{error.message}")
+          Bobbin.logger.error("bobbin worker thread crashed: #{crash(error)}")
           :crashed
         end
 

@@ -144,6 +144,8 @@ module Bobbin
         rescue NameError => error
           hint = AppExecutor.rails? ? "is it defined in this app (app/jobs)?" : "load it in the worker with --require FILE"
           raise UnknownJobClass, "unknown job class #{name} (#{error.message.lines.first.strip}); #{hint}"
+        rescue ScriptError => error # its file (autoloaded) requires a missing gem, or does not parse: a deploy may fix it
+          raise UnknownJobClass, "job class #{name} could not be loaded (#{error.class}: #{error.message.lines.first.strip})"
         end
 
         def runnable?(job_class)
