@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "app_executor/reload_gate"
+
 module Bobbin
   # Runs job code the way the host app expects: inside the Rails app's reloader when there is one (executor
   # hooks: connection and query-cache hygiene, CurrentAttributes reset; code reloading in development).
@@ -11,6 +13,9 @@ module Bobbin
 
     # Yields inside the app's reloader (Rails) or just yields (plain Ruby).
     def wrap(&block) = rails? ? ::Rails.application.reloader.wrap(&block) : yield
+
+    # Runs a job (the block) after any reload of the app's code it waits for (development; see ReloadGate).
+    def between_reloads(&) = reloading? ? ReloadGate.current.pass(&) : yield
 
     # The first perform hook of a Rails app's workers: the job runs inside the app's reloader.
     def wrap_job(_job, &) = wrap(&)

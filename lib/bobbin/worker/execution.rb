@@ -65,10 +65,12 @@ module Bobbin
           job_class = nil
           left_open = false
           begin
-            if job.active_job_id
-              perform_active_job(job)
-            else
-              around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
+            AppExecutor.between_reloads do
+              if job.active_job_id
+                perform_active_job(job)
+              else
+                around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
+              end
             end
           ensure
             left_open = roll_back_left_open(job)
