@@ -77,8 +77,11 @@ class MetricsTest < Bobbin::TestCase
     insert_jobs(5, queue: "webhooks")
     port = closed_port
     env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "production" }
-    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "metrics", "--port", port.to_s, "--auth-token", "scrape",
-                        chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
+    quiet = "tmp/log-elsewhere-#{Process.pid}.rb" # as a Rails app's logger does
+    File.write(quiet, "Bobbin.config.logger = Logger.new(File::NULL)\n")
+    output = "tmp/metrics-output-#{Process.pid}.log"
+    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "metrics", "-r", quiet, "--port", port.to_s, "--auth-token", "scrape",
+                        chdir: ROOT, out: output, err: File::NULL, pgroup: true)
     ensure_killed(pid) do
       scrape = lambda do |password|
         request = Net::HTTP::Get.new("/metrics")
@@ -92,10 +95,13 @@ class MetricsTest < Bobbin::TestCase
       response = scrape.("scrape")
       assert_equal "200", response.code
       assert_equal 5.0, samples(response.body)['bobbin_queue_jobs{queue="webhooks",state="ready"}']
+      assert_includes File.read(output), "bobbin metrics on http://127.0.0.1:#{port}/ (Ctrl-C stops it)", "said in the terminal, its log being elsewhere"
     end
 
     status, _, err = run_bobbin("metrics", "--host", "0.0.0.0", "--port", closed_port.to_s)
     assert_equal 78, status.exitstatus, err
     assert_match(/bobbin metrics on 0\.0\.0\.0 is reachable from other machines: give it --auth-token TOKEN/, err)
+  ensure
+    FileUtils.rm_f([ quiet, output ].compact)
   end
 end

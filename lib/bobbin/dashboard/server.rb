@@ -27,7 +27,13 @@ module Bobbin
         rescue LoadError
           raise ConfigurationError, "bobbin #{@name} needs the rackup gem (and a server such as puma) in the bundle"
         end
-        Bobbin.logger.info("bobbin #{@name} on http://#{@host}:#{@port}/")
+        serving = "bobbin #{@name} on http://#{@host}:#{@port}/"
+        Bobbin.logger.info(serving)
+        # A Rails app's logger writes to its log file: whoever started it in a terminal is told where it serves.
+        unless ActiveSupport::Logger.logger_outputs_to?(Bobbin.logger, $stdout, $stderr)
+          $stdout.puts("#{serving} (Ctrl-C stops it)")
+          $stdout.flush
+        end
         app = challenge(@app)
         Rackup::Handler.default.run(app, Host: @host, Port: @port, Silent: true)
       end
