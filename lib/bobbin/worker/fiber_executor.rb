@@ -109,7 +109,7 @@ module Bobbin
 
         def current_runner = Async::Task.current
 
-        # Raises Async::Stop inside the job's fiber at its current wait.
+        # Raises Async::Cancel (Async::Stop) inside the job's fiber at its current wait.
         def interrupt(task) = task.stop
     end
   end
