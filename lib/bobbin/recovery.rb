@@ -21,10 +21,11 @@ module Bobbin
 
     module_function
 
-    # Recovers every process silent for longer than its own alive threshold (`threshold` seconds for a row that
-    # does not say), and running jobs whose process row is gone; returns how many jobs it recovered.
+    # Recovers every process of this host's pid space whose pid is gone, every process silent for longer than its own
+    # alive threshold (`threshold` seconds for a row that does not say), and running jobs whose process row is gone;
+    # returns how many jobs it recovered.
     def prune(threshold: Bobbin.config.process_alive_threshold)
-      stale = prune_stale(threshold)
+      stale = prune_gone + prune_stale(threshold)
       orphans = JobRecord.where(state: "running").where.not(claimed_by: ProcessRecord.select(:id)).distinct.pluck(:claimed_by)
       stale + orphans.sum { |id| recover(id, "its process #{id} is no longer registered") }
     end
@@ -100,6 +101,16 @@ module Bobbin
 
         claimed = ProcessRecord.stale(threshold, now).where(id: process.id).delete_all == 1
         claimed ? recover(process.id, "process #{process.pid} on #{process.hostname} stopped heartbeating") : 0
+      end
+    end
+
+    # Processes of this host whose pid is gone (ProcessRecord.gone): a host's whole Bobbin killed at once (kill -9 of
+    # the process group, an OOM kill of the container, a crash of the service) has its jobs back as soon as a process
+    # of it starts again, not a heartbeat threshold later. Silences need no trust here: the pid says.
+    def prune_gone
+      ProcessRecord.gone.sum do |process|
+        claimed = ProcessRecord.where(id: process.id).delete_all == 1
+        claimed ? recover(process.id, "process #{process.pid} on #{process.hostname} is gone (no such process)") : 0
       end
     end
 

@@ -62,6 +62,29 @@ class LivenessTest < Bobbin::TestCase
     assert_equal 1, LedgerEntry.count
   end
 
+  test "a host's Bobbin killed whole with -9 has its jobs back as it starts again, not a silence threshold later" do
+    log = @log = "tmp/liveness-killed-whole-#{Process.pid}.log"
+    killed_log = "tmp/liveness-killed-#{Process.pid}.log"
+    Bobbin.enqueue_all([ [ CrashSafeJob, [ 1, "survivor" ] ] ])
+    pids = []
+    worker = nil
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 5, processes: 1, log: killed_log, heartbeat: [ 0.5, 600 ]) # silence would take 10 minutes
+      wait_for("the job running") { StartEntry.count == 1 }
+      worker = Bobbin::ProcessRecord.find_by!(kind: "worker").pid
+      Process.kill(:KILL, -pids.first) # its process group: the supervisor and its worker at once
+      Process.wait(pids.first)
+      wait_for("the worker gone") { !alive?(worker) }
+      pids << start_supervisor(fibers: 5, processes: 1, log: log, heartbeat: [ 0.5, 600 ])
+      wait_for("the job run again", timeout: 60) { LedgerEntry.exists?(key: "survivor") }
+      stop(pids.last)
+    end
+    assert_match(/process #{worker} on .* is gone \(no such process\); 1 jobs returned to ready/, File.read(log))
+    assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.pluck(:state, :crashes), "run again once, the crash counted"
+  ensure
+    FileUtils.rm_f(killed_log) if passed?
+  end
+
   # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
   test "a supervisor with a 2 s threshold prunes no live worker of one that beats every 3 s (threshold 10 s)" do
     log = @log = "tmp/liveness-thresholds-#{Process.pid}.log"

@@ -77,6 +77,28 @@ class RecoveryTest < Bobbin::TestCase
     Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1])
   end
 
+  # A host's whole Bobbin killed at once (kill -9 of its process group, an OOM kill of its container) leaves rows that
+  # beat a moment ago: the next process of that host to keep house sees their pids gone and recovers them at once.
+  test "a process of this host's pid space whose pid is gone is recovered at once, however recent its heartbeat" do
+    dead = Process.spawn("true").tap { |pid| Process.wait(pid) }
+    living = Process.spawn("sleep", "30")
+    rows = { dead: dead, living: living, elsewhere: dead, older: dead }.to_h do |name, pid|
+      process, ids = dead_process_with_jobs(attempts: 1, jobs: 1)
+      process.update_columns(pid: pid, last_heartbeat_at: Bobbin::ProcessRecord.now)
+      [ name, [ process, ids.first ] ]
+    end
+    assert_equal Bobbin::ProcessRecord.pid_space, rows[:dead].first.reload.pid_space, "its row says where its pid means something"
+    rows[:elsewhere].first.update_columns(metadata: JSON.generate(alive_threshold: 60, pid_space: "another-boot/pid:[1]")) # another container
+    rows[:older].first.update_columns(metadata: JSON.generate(alive_threshold: 60)) # a Bobbin before pid spaces
+    log = bobbin_log { assert_equal 1, Bobbin::Recovery.prune(threshold: 600) }
+    assert_match(/process #{dead} on #{Regexp.escape(Socket.gethostname)} is gone \(no such process\); 1 jobs returned to ready/, log)
+    states = rows.transform_values { |(_, id)| Bobbin::JobRecord.find(id).state }
+    assert_equal({ dead: "ready", living: "running", elsewhere: "running", older: "running" }, states)
+    assert_equal [ rows[:living], rows[:elsewhere], rows[:older] ].map { |(process, _)| process.id }.sort, Bobbin::ProcessRecord.order(:id).pluck(:id)
+  ensure
+    Process.kill(:KILL, living) && Process.wait(living) if living
+  end
+
   test "running jobs whose process row is gone are recovered too" do
     process, ids = dead_process_with_jobs(attempts: 1)
     process.delete

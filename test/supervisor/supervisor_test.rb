@@ -5,13 +5,6 @@ require "test_helper"
 class SupervisorTest < Bobbin::TestCase
   def worker_pids = Bobbin::ProcessRecord.where(kind: "worker").pluck(:pid)
 
-  def alive?(pid)
-    Process.kill(0, pid)
-    true
-  rescue Errno::ESRCH
-    false
-  end
-
   test "kill -9 a fiber worker with 200 jobs in flight: every job completes, only those in flight run twice" do
     Bobbin.enqueue_all(Array.new(300) { |i| [ CrashSafeJob, [ 1.5, "job-#{i}" ] ] })
     pids = []

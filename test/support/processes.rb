@@ -19,6 +19,14 @@ module TestProcesses
     end
   end
 
+  # True while process `pid` exists (a zombie too).
+  def alive?(pid)
+    Process.kill(0, pid)
+    true
+  rescue Errno::ESRCH
+    false
+  end
+
   # Spawns `exe/bobbin ARGS` against the test database, loading the test jobs; returns its pid.
   # `prefix` runs it through another command (e.g. `ip netns exec NAME`).
   def spawn_bobbin(*args, log: File::NULL, env: {}, prefix: [])

@@ -29,8 +29,33 @@ module Bobbin
     end
 
     # A process row's metadata as written at registration and each heartbeat: with this process's own
-    # process_alive_threshold, by which every other process judges its silence.
-    def self.metadata_json(metadata) = JSON.generate(metadata.merge(alive_threshold: Bobbin.config.process_alive_threshold))
+    # process_alive_threshold, by which every other process judges its silence, and its pid space.
+    def self.metadata_json(metadata)
+      JSON.generate(metadata.merge(alive_threshold: Bobbin.config.process_alive_threshold, pid_space: pid_space).compact)
+    end
+
+    # Where this process's pid means something (Linux): this boot, this pid namespace. Two processes of one pid space
+    # can tell whether the other still runs by its pid. A pid space outlives none of its processes: one named again
+    # by a later namespace (the number reused) is gone, with every process that was in it. nil where /proc does not say.
+    def self.pid_space
+      return @pid_space if @pid_space_of == ::Process.pid # a forked child may be in a namespace of its own
+
+      @pid_space_of = ::Process.pid
+      @pid_space = begin
+        "#{File.read('/proc/sys/kernel/random/boot_id').strip}/#{File.readlink('/proc/self/ns/pid')}"
+      rescue SystemCallError
+        nil
+      end
+    end
+
+    # Processes of this host's pid space (see pid_space) whose pid no longer runs: dead, however recent their last
+    # heartbeat. (A pid run again by another program counts as alive: its silence will tell.)
+    def self.gone(space = pid_space)
+      return [] unless space
+
+      where(hostname: Socket.gethostname).where.not(pid: ::Process.pid).select(:id, :pid, :hostname, :metadata)
+                                        .select { |record| record.pid_space == space && !record.running? }
+    end
 
     # The processes silent for longer than their own alive_threshold (`fallback` for rows that do not say: a Bobbin
     # before it wrote one). Only rows silent for this process's heartbeat_interval are read (live ones beat within
@@ -43,6 +68,21 @@ module Bobbin
     # The processes not silent (see silent): those that count as alive.
     def self.live(now = self.now) = where.not(id: silent(now).map(&:id))
 
+    # The pid space the process ran in (see ProcessRecord.pid_space), as its row says.
+    def pid_space = own_metadata["pid_space"]
+
+    # True while this row's pid names a process (in this process's pid space).
+    def running?
+      return true unless pid.to_i.positive? # 0 and below name process groups: nothing to judge by
+
+      ::Process.kill(0, pid)
+      true
+    rescue Errno::ESRCH
+      false
+    rescue Errno::EPERM # another user's
+      true
+    end
+
     # True when this process has been silent for longer than its own alive_threshold.
     def silent?(now, fallback = Bobbin.config.process_alive_threshold) = last_heartbeat_at < now - alive_threshold(fallback)
 
@@ -51,10 +91,17 @@ module Bobbin
     # settings, and judged by another's shorter threshold a live process that beats less often would be pruned and
     # its jobs run again elsewhere.
     def alive_threshold(fallback = Bobbin.config.process_alive_threshold)
-      own = JSON.parse(metadata.to_s)["alive_threshold"] if metadata.to_s.start_with?("{")
+      own = own_metadata["alive_threshold"]
       own.is_a?(Numeric) && own.positive? ? own : fallback
-    rescue JSON::ParserError
-      fallback
     end
+
+    private
+      # The row's metadata as a Hash ({} when it holds none, or not JSON).
+      def own_metadata
+        parsed = JSON.parse(metadata.to_s) if metadata.to_s.start_with?("{")
+        parsed.is_a?(Hash) ? parsed : {}
+      rescue JSON::ParserError
+        {}
+      end
   end
 end
