@@ -52,10 +52,12 @@ class FailuresTest < Bobbin::TestCase
   end
 
   # A fiber pool looks a claimed job's class up before it runs it (does it ask for a thread?); a class whose file does
-  # not load (a `require` of a gem not installed, a syntax error, a file deleted in development) must not stop it.
+  # not load (a `require` of a gem not installed, a syntax error, a file deleted in development, a class body that
+  # raises) must not stop it.
   test "a job class whose file fails to load is retried with the load error; the worker keeps running" do
     Dir.mktmpdir do |dir|
-      { "MissingGemJob" => "require 'bobbin_no_such_gem'\n", "BrokenSyntaxJob" => "class BrokenSyntaxJob\n  def perform(\nend\n" }.each do |name, source|
+      { "MissingGemJob" => "require 'bobbin_no_such_gem'\n", "BrokenSyntaxJob" => "class BrokenSyntaxJob\n  def perform(\nend\n",
+        "UnsetEnvJob" => "class UnsetEnvJob\n  include Bobbin::Job\n  KEY = ENV.fetch('BOBBIN_NO_SUCH_VARIABLE')\nend\n" }.each do |name, source|
         File.write(File.join(dir, "#{name}.rb"), source)
         Object.autoload(name.to_sym, File.join(dir, "#{name}.rb"))
         Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: name, arguments: "[]", queue: "default",
@@ -63,14 +65,15 @@ class FailuresTest < Bobbin::TestCase
       end
       LedgerJob.enqueue("after")
       drain(fibers: 5)
-      jobs = Bobbin::JobRecord.where(class_name: %w[MissingGemJob BrokenSyntaxJob]).order(:class_name).to_a
-      assert_equal [ [ "ready", "Bobbin::UnknownJobClass", 1 ] ] * 2, jobs.map { |job| [ job.state, job.last_error_class, job.attempts ] }
+      jobs = Bobbin::JobRecord.where(class_name: %w[MissingGemJob BrokenSyntaxJob UnsetEnvJob]).order(:class_name).to_a
+      assert_equal [ [ "ready", "Bobbin::UnknownJobClass", 1 ] ] * 2 + [ [ "ready", "KeyError", 1 ] ],
+                   jobs.map { |job| [ job.state, job.last_error_class, job.attempts ] }
       assert_match(/job class BrokenSyntaxJob could not be loaded \(SyntaxError: /, jobs[0].last_error_message)
       assert_match(/job class MissingGemJob could not be loaded \(LoadError: cannot load such file -- bobbin_no_such_gem\)/, jobs[1].last_error_message)
       assert LedgerEntry.exists?(key: "after")
     end
   ensure
-    %i[MissingGemJob BrokenSyntaxJob].each { |name| Object.send(:remove_const, name) if Object.const_defined?(name, false) }
+    %i[MissingGemJob BrokenSyntaxJob UnsetEnvJob].each { |name| Object.send(:remove_const, name) if Object.const_defined?(name, false) }
   end
 
   test "an unknown job class is retried (a deploy may be under way) with a clear message; the worker keeps running" do

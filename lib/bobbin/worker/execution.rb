@@ -24,12 +24,13 @@ module Bobbin
         @pid = ::Process.pid
       end
 
-      # True when `job`'s class asks to run on a thread (RunsOn), so a fiber pool hands it to its thread lane. An
-      # unknown class answers false: it fails as a fiber like anywhere else.
+      # True when `job`'s class asks to run on a thread (RunsOn), so a fiber pool hands it to its thread lane. A class
+      # that cannot be looked up (unknown, or its file raised as it loaded: `ENV.fetch` of a variable not set) answers
+      # false: the job fails as a fiber like anywhere else, with that error, and the claim loop goes on.
       def thread_job?(job)
         @thread_jobs.fetch(job.class_name) { @thread_jobs[job.class_name] = RunsOn.thread?(lookup(job.class_name)) }
-      rescue UnrunnableJob, UnknownJobClass
-        false # not cached: a class added later (development) is looked up again
+      rescue StandardError
+        false # not cached: a class added or mended later (development) is looked up again
       end
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.
