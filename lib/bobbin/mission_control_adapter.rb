@@ -66,10 +66,13 @@ module Bobbin
     def retry_all_jobs(relation) = Operator.retry_all(filter_of(relation), by: ACTOR)
     def discard_all_jobs(relation) = Operator.discard_all(filter_of(relation), by: ACTOR)
 
-    # "Run now" for a scheduled job: due at once.
+    # "Run now", on a scheduled job (due at once) or a blocked one (let through past its concurrency limit, as Solid
+    # Queue's adapter does): ready, and never later in line than it was.
     def dispatch_job(job, relation)
+      now = Time.now.utc
       JobRecord.where(id: job_row!(job.job_id, relation).id, state: %w[ready blocked])
-               .update_all(run_at: Time.now.utc, operation: "dispatched", operated_by: ACTOR, operated_at: Time.now.utc)
+               .update_all([ "state = 'ready', run_at = CASE WHEN run_at > ? THEN ? ELSE run_at END, operation = 'dispatched', " \
+                             "operated_by = ?, operated_at = ?", now, now, ACTOR, now ])
       Wakeups.announce(nil)
     end
 
@@ -132,7 +135,7 @@ module Bobbin
           end
           job.scheduled_at = row.run_at
           job.finished_at = row.finished_at
-          job.started_at = row.started_at
+          job.started_at = row.started_at if row.state == "running" # Mission Control says "Running for" whenever it is set
           job.worker_id = row.claimed_by
           job.blocked_by = row.concurrency_key
           if row.state == "failed"

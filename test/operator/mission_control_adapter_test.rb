@@ -22,4 +22,18 @@ class MissionControlAdapterTest < Bobbin::TestCase
     assert_equal "running", Bobbin::JobRecord.where(id: running).pick(:state)
     assert_raises(ActiveJob::Errors::JobNotFoundError) { adapter.retry_job(Job.new("bobbin-0"), :failed_relation) }
   end
+
+  # Mission Control shows "Run now" on its Scheduled and Blocked pages. A blocked job's run_at set to now sent it behind
+  # the jobs of its key that queued after it, while the page said it was dispatched.
+  test "Run now makes a scheduled job due now and lets a blocked one through past its limit, never later in line" do
+    waited = Time.now.utc.floor - 60
+    scheduled = insert_jobs(1, run_at: Time.now.utc + 3600).first
+    blocked, behind = insert_jobs(2, state: "blocked", run_at: ->(i) { waited + i }, concurrency_key: "acct", concurrency_limit: 1,
+                                     concurrency_duration: 180)
+    [ scheduled, blocked ].each { |id| adapter.dispatch_job(Job.new("bobbin-#{id}"), :relation) }
+    rows = Bobbin::JobRecord.where(id: [ scheduled, blocked, behind ]).order(:id).pluck(:state, :run_at, :operation)
+    assert_equal [ [ "ready", "dispatched" ], [ "ready", "dispatched" ], [ "blocked", nil ] ], rows.map { |state, _, operation| [ state, operation ] }
+    assert_operator rows[0][1], :<=, Time.now.utc, "the scheduled job is due"
+    assert_equal [ waited, waited + 1 ], [ rows[1][1], rows[2][1] ], "the blocked job keeps its place, ahead of the one behind it"
+  end
 end

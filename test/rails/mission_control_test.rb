@@ -120,6 +120,20 @@ class MissionControlTest < BrowserTestCase
       assert_equal "ok", File.read(app.path("tmp/mc-retried"))
       output = app.run!("bin/rails", "runner", 'j = Bobbin::JobRecord.find_by(class_name: "FlakyJob"); puts "state=#{j.state} by=#{j.operated_by}"')
       assert_match(/state=succeeded by=mission_control/, output)
+
+      # A recurring task's page lists its runs whatever their state: a finished one is not "Running for" (Mission
+      # Control says so of any job that has a start time).
+      app.run!("bin/rails", "runner", <<~RUBY)
+        now = Time.now.utc
+        Bobbin::RecurringTask.create!(key: "mc_hourly", schedule: "every hour", class_name: "FlakyJob", created_at: now, updated_at: now)
+        Bobbin::RecurringRun.create!(task_key: "mc_hourly", run_at: now, job_id: Bobbin::JobRecord.find_by(class_name: "FlakyJob").id, created_at: now)
+      RUBY
+      visit "/jobs" # the recurring tasks live under the application's path: follow Mission Control's own links
+      click_link "Recurring tasks"
+      click_link "mc_hourly"
+      assert_text "FlakyJob"
+      assert_text "Finished"
+      assert_no_text "Running for"
     end
   end
 
