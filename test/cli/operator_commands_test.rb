@@ -23,6 +23,15 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal [ 0, "no jobs\n" ], run_bobbin("jobs", "--class", "Nope").then { |s, o, _| [ s.exitstatus, o ] }
   end
 
+  test "jobs shows every class name whole, and the crashes that took attempts past the maximum" do
+    insert_jobs(1, class_name: "Billing::Reports::QuarterlyReconciliationJob", state: "running", claimed_by: 1, attempts: 3, crashes: 2)
+    status, out, err = run_bobbin("jobs", "--state", "running")
+    assert_equal 0, status.exitstatus, err
+    header, line = out.lines
+    assert_match(/\d+\s+running\s+default\s+Billing::Reports::QuarterlyReconciliationJob\s+3\/1 \(2 crashes\)\s+\d{4}-/, line)
+    assert_equal header.index("ATTEMPTS"), line.index("3/1"), "the columns line up"
+  end
+
   test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
     failed = insert_jobs(1, **failed_attributes).first
     running = insert_jobs(1, state: "running", claimed_by: 1).first

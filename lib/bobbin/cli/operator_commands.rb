@@ -86,15 +86,24 @@ module Bobbin
           page = Operator.jobs(filter, cursor: options[:cursor], limit: options.fetch(:limit, 50))
           return puts("no jobs").then { 0 } if page.jobs.empty?
 
-          puts(format("%-10s %-10s %-16s %-28s %-8s %-20s %s", "ID", "STATE", "QUEUE", "CLASS", "ATTEMPTS", "AT", "ERROR"))
-          page.jobs.each do |job|
-            at = job.finished_at || job.started_at || job.run_at
-            error = job.state == "failed" ? "#{job.last_error_class}: #{job.last_error_message}".lines.first.to_s.strip[0, 60] : ""
-            puts(format("%-10d %-10s %-16s %-28s %-8s %-20s %s", job.id, job.shown_state, job.queue[0, 16], job.class_name[0, 28],
-                        "#{job.attempts}/#{job.max_attempts}", at&.utc&.strftime("%Y-%m-%d %H:%M:%S"), error))
-          end
+          table([ %w[ID STATE QUEUE CLASS ATTEMPTS AT ERROR] ] + page.jobs.map { |job| job_cells(job) })
           puts("more: --after #{page.next_cursor}") if page.next_cursor
           0
+        end
+
+        # A job's line: its attempts with the crashes it was in flight at (recovery gives those back, so attempts may
+        # pass the maximum), and the first line of a failure's error.
+        def job_cells(job)
+          at = job.finished_at || job.started_at || job.run_at
+          error = job.state == "failed" ? "#{job.last_error_class}: #{job.last_error_message}".lines.first.to_s.strip[0, 60] : ""
+          attempts = "#{job.attempts}/#{job.max_attempts}#{" (#{job.crashes} crashes)" if job.crashes.to_i.positive?}"
+          [ job.id.to_s, job.shown_state, job.queue, job.class_name, attempts, at&.utc&.strftime("%Y-%m-%d %H:%M:%S").to_s, error ]
+        end
+
+        # Prints rows as columns as wide as their longest cell (the last one as it is).
+        def table(rows)
+          widths = rows.transpose.map { |cells| cells.map(&:size).max }
+          rows.each { |cells| puts(cells.each_with_index.map { |cell, i| i == cells.size - 1 ? cell : cell.ljust(widths[i]) }.join(" ").rstrip) }
         end
 
         # retry/discard: the ids given, or (--failed/--all) every job the filters select. Exit 1 when an id given

@@ -10,7 +10,7 @@ module Bobbin
       ORDERS = { "ready" => [ :run_at, :asc ], "scheduled" => [ :run_at, :asc ], "blocked" => [ :run_at, :asc ],
                  "succeeded" => [ :finished_at, :desc ], "failed" => [ :finished_at, :desc ], "discarded" => [ :finished_at, :desc ] }.freeze
       # Columns a list shows; the arguments' text and backtrace stay for the job page.
-      LIST_COLUMNS = %i[id queue class_name state priority run_at attempts max_attempts claimed_by enqueued_at started_at finished_at
+      LIST_COLUMNS = %i[id queue class_name state priority run_at attempts max_attempts crashes claimed_by enqueued_at started_at finished_at
                         last_error_class last_error_message active_job_id].freeze
 
       attr_reader :jobs, :next_cursor, :filter
