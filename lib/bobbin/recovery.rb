@@ -44,8 +44,9 @@ module Bobbin
       end
     end
 
-    # Returns the jobs `process_id` was running to ready (or failed); records why on each job. They keep their
-    # run_at, so they go back ahead of the jobs that queued while they ran, as a shutdown's hand-back puts them.
+    # Returns the jobs `process_id` was running to ready (or failed); records why on each job. They go behind the
+    # jobs queued meanwhile (run_at now): put first in line, the jobs in flight at one crash were the ones in flight at
+    # the next, and two kills in a row made a whole batch of innocent jobs suspects that ran one at a time (the chaos test).
     def recover(process_id, reason)
       running = JobRecord.where(state: "running", claimed_by: process_id)
       blamed = blamed_ids(running)
@@ -66,7 +67,7 @@ module Bobbin
     def charge(blamed, error)
       failed = blamed.where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
                      .update_all(error.merge(state: "failed", finished_at: Time.now.utc))
-      [ failed, blamed.update_all(error.merge(state: Arel.sql(Store::WAITING), started_at: nil)) ]
+      [ failed, blamed.update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil)) ]
     end
 
     # The jobs a crash counts against: the only one in flight, else the suspect in flight.
@@ -78,7 +79,7 @@ module Bobbin
     # Jobs that were in flight beside the crash get their attempt back; without a suspect to blame, their crash
     # counts go up (at SUSPECT they run one at a time).
     def spare(relation, error, suspects:)
-      changes = error.merge(state: Arel.sql(Store::WAITING), started_at: nil,
+      changes = error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil,
                             attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"))
       changes.delete(:crashes) unless suspects
       relation.update_all(changes)

@@ -106,22 +106,6 @@ class RecoveryTest < Bobbin::TestCase
     assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
   end
 
-  test "recovered jobs go back ahead of the jobs queued while they ran, as after a release" do
-    _, ids = dead_process_with_jobs(attempts: 1, jobs: 2)
-    Bobbin::JobRecord.where(id: ids).update_all(run_at: Time.now.utc - 60)
-    later = Bobbin.enqueue_all(Array.new(2) { |i| [ SleepJob, [ 0, "later#{i}" ] ] })
-    Bobbin::Recovery.prune(threshold: 60)
-    claimer = Bobbin::ProcessRecord.register(kind: "worker", name: "claimer").id
-    store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))
-    assert_equal ids, store.claim(claimer, 2).map(&:id).sort, "the recovered jobs are claimed first"
-    Bobbin::JobRecord.where(id: ids).update_all(state: "running", claimed_by: nil)
-    assert Bobbin::Operator.release(ids.first, by: "test")
-    assert_equal [ ids.first ], store.claim(claimer, 1).map(&:id), "a released job too"
-    assert_equal [ "ready" ], Bobbin::JobRecord.where(id: later).distinct.pluck(:state)
-  ensure
-    store&.close
-  end
-
   test "recovered jobs run again" do
     dead_process_with_jobs(attempts: 1)
     Bobbin::Recovery.prune(threshold: 60)

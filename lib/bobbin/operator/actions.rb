@@ -36,7 +36,7 @@ module Bobbin
         live = ProcessRecord.live.select(:id)
         running = JobRecord.where(id: id, state: "running")
         released = running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
-                          .update_all(state: Arel.sql(Store::WAITING), claimed_at: nil, started_at: nil,
+                          .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_at: nil, started_at: nil,
                                       attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"), **stamp("released", by)) == 1
         let_through([ id ]) if released
         woken(released)
