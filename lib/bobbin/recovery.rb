@@ -39,9 +39,7 @@ module Bobbin
     # Not by pid and hostname: containers with host networking share the host's name, and each numbers its
     # processes from 1, so another host's live worker can have the same pid and hostname.
     def process_exited(pid, status, supervisor_id:)
-      ProcessRecord.where(pid: pid, supervisor_id: supervisor_id).pluck(:id).sum do |id|
-        ProcessRecord.where(id: id).delete_all == 1 ? recover(id, "process #{pid} exited (#{status})") : 0
-      end
+      ProcessRecord.where(pid: pid, supervisor_id: supervisor_id).pluck(:id).sum { |id| take_over(ProcessRecord, id, "process #{pid} exited (#{status})") }
     end
 
     # Returns the jobs `process_id` was running to ready (or failed); records why on each job. They go behind the
@@ -100,8 +98,7 @@ module Bobbin
         threshold = process.alive_threshold(fallback)
         next 0 unless trusted_silence?(threshold)
 
-        claimed = ProcessRecord.stale(threshold, now).where(id: process.id).delete_all == 1
-        claimed ? recover(process.id, "process #{process.pid} on #{process.hostname} stopped heartbeating") : 0
+        take_over(ProcessRecord.stale(threshold, now), process.id, "process #{process.pid} on #{process.hostname} stopped heartbeating")
       end
     end
 
@@ -109,11 +106,12 @@ module Bobbin
     # the process group, an OOM kill of the container, a crash of the service) has its jobs back as soon as a process
     # of it starts again, not a heartbeat threshold later. Silences need no trust here: the pid says.
     def prune_gone
-      ProcessRecord.gone.sum do |process|
-        claimed = ProcessRecord.where(id: process.id).delete_all == 1
-        claimed ? recover(process.id, "process #{process.pid} on #{process.hostname} is gone (no such process)") : 0
-      end
+      ProcessRecord.gone.sum { |process| take_over(ProcessRecord, process.id, "process #{process.pid} on #{process.hostname} is gone (no such process)") }
     end
+
+    # Recovers process `id`'s jobs if its row is still among `rows` (as this caller judged it) to delete: of the
+    # processes that judge one dead at once, the one whose delete takes the row recovers it. Returns how many jobs.
+    def take_over(rows, id, reason) = rows.where(id: id).delete_all == 1 ? recover(id, reason) : 0
 
     def trusted_silence?(threshold) = @reachable_since.nil? || monotonic - @reachable_since >= threshold
 
