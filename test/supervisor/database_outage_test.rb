@@ -134,6 +134,29 @@ class DatabaseOutageTest < Bobbin::TestCase
     File.unlink(config.path) if config && File.exist?(config.path)
   end
 
+  test "a worker that dies while PostgreSQL is down is started again until it is back: a warning per try, no crash trace" do
+    cluster = cluster!
+    log = log_file("restart-in-outage")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "5", "--polling-interval", "0.1", log: log)
+      worker = wait_for("the worker to register") { Bobbin::ProcessRecord.where(kind: "worker").pick(:pid) }
+      assert pg_ctlcluster(*cluster, "stop", "-m", "fast"), "PostgreSQL stopped"
+      Process.kill(:KILL, worker)
+      wait_for("the worker started again to find the database down", timeout: 30, seen: -> { File.read(log) }) do
+        File.read(log).match?(/bobbin worker \d+ stopped: the database is unavailable \(.+\); the supervisor starts it again/)
+      end
+      assert pg_ctlcluster(*cluster, "start"), "PostgreSQL started again"
+      query { Bobbin.enqueue_all([ [ OutageSafeJob, [ "after" ] ] ]) }
+      wait_for("the job to run on a worker started once the database was back", timeout: 60) { query { Bobbin.counts["succeeded"] } == 1 }
+      output = File.read(log)
+      assert_no_match(/crashed/, output)
+      assert_no_match(/\.rb:\d+:in /, output, "no backtrace")
+    end
+  ensure
+    pg_ctlcluster(*cluster, "start") if cluster
+  end
+
   # A failover can leave a worker's address answered by a read-only server (the old primary, now a replica) for a
   # while. Played here by a role of the worker's own whose new sessions are read-only, then writable again.
   test "PostgreSQL turns read-only under a running worker: it logs an outage, keeps running, and runs jobs once writable" do

@@ -45,6 +45,31 @@ class SupervisorTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "every process deregistered"
   end
 
+  test "a worker that crashes as it boots logs the error with where it was raised, and the supervisor starts it again" do
+    boot = Tempfile.create([ "crash_once", ".rb" ])
+    armed = "#{boot.path}.armed"
+    File.write(armed, "")
+    boot.write(<<~RUBY)
+      ActiveSupport::Notifications.subscribe("start_process.bobbin") do |*, payload|
+        next unless payload[:kind] == "worker" && File.exist?(#{armed.inspect})
+
+        File.delete(#{armed.inspect})
+        raise "boom as the worker boots"
+      end
+    RUBY
+    boot.close
+    log = "tmp/crash-trace-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "5", "--polling-interval", "0.05", "-r", boot.path, log: log)
+      Bobbin.enqueue_all([ [ LedgerJob, [ "after-the-crash" ] ] ])
+      wait_for("the job to run on the worker started again", timeout: 30) { Bobbin.counts["succeeded"] == 1 }
+    end
+    assert_match(/bobbin worker \d+ crashed: RuntimeError: boom as the worker boots\n\s+#{Regexp.escape(boot.path)}:\d+:in /, File.read(log))
+  ensure
+    [ boot&.path, armed, log ].compact.each { |path| FileUtils.rm_f(path) }
+  end
+
   test "workers of a supervisor killed with -9 stop on their own within seconds" do
     pids = []
     children = []

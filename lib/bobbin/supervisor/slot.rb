@@ -117,14 +117,21 @@ module Bobbin
           worker.start
           exit!(0)
         rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks
-          Bobbin.logger.error("bobbin worker #{::Process.pid} crashed: #{crash(error)}")
+          log_crash("bobbin worker #{::Process.pid}", error)
           exit!(1)
         end
 
-        # A worker's crash for the log: the error, and where it was raised unless Bobbin raised it on purpose (a
-        # configuration it refuses says all there is to say).
-        def crash(error)
-          [ "#{error.class}: #{error.message}", *(error.backtrace&.first(15) unless error.is_a?(Bobbin::Error)) ].join("\n    ")
+        # Logs a worker's end by an error. A database that is down as the worker boots (it was restarted during an
+        # outage) is one warning line, not a crash: the slot starts it again, with a growing delay, until it is back.
+        # Otherwise the error, and where it was raised unless Bobbin raised it on purpose (a configuration it refuses
+        # says all there is to say).
+        def log_crash(who, error)
+          if error.is_a?(Store::Unavailable) || Store.outage?(error)
+            return Bobbin.logger.warn("#{who} stopped: the database is unavailable (#{Store.reason(error)}); the supervisor starts it again")
+          end
+
+          lines = [ "#{error.class}: #{error.message}", *(error.backtrace&.first(15) unless error.is_a?(Bobbin::Error)) ]
+          Bobbin.logger.error("#{who} crashed: #{lines.join("\n    ")}")
         end
 
         def run_thread(supervisor)
@@ -133,7 +140,7 @@ module Bobbin
           @worker.run
           :stopped
         rescue StandardError => error
-          Bobbin.logger.error("bobbin worker thread crashed: #{crash(error)}")
+          log_crash("bobbin worker thread", error)
           :crashed
         end
 
