@@ -41,6 +41,7 @@ class InstallGeneratorTest < Bobbin::TestCase
     output = generate("--database", "primary")
     assert_equal 1, files("db/migrate/*.rb").size, "nothing new"
     assert_match(/identical\s+Bobbin's schema \(version #{VERSION}, db\/migrate\)/, output)
+    assert_match(/bin\/rails db:prepare\s+where the database is new \(Bobbin's files are at schema version #{VERSION}: nothing to upgrade\)/, output)
   end
 
   test "primary database: an install from before versions gets one upgrade migration that runs Schema.up; again, nothing new" do

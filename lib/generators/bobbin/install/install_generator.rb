@@ -139,6 +139,9 @@ module Bobbin
         end
 
         def next_schema_step
+          if installed.version == Schema::VERSION
+            return "bin/rails db:prepare            where the database is new (Bobbin's files are at schema version #{Schema::VERSION}: nothing to upgrade)"
+          end
           return "bin/rails db:prepare            create the database and Bobbin's tables" unless installed.outdated?
           if installed.version.zero?
             return "bin/rails db:migrate            create Bobbin's tables beside those of db/#{database}_schema.rb (or bin/rails bobbin:migrate)"
