@@ -97,6 +97,19 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal "ready", Bobbin::JobRecord.find(id).state
   end
 
+  test "pause and resume a queue whose name a URL escapes: the queue itself, not its escaped name" do
+    app = Bobbin::Dashboard.new(environment: "development")
+    [ "llm chat", "llm:high/β%" ].each do |name|
+      insert_jobs(1, queue: name)
+      action = "/queues/#{ERB::Util.url_encode(name)}"
+      response = post_form(app, "/queues", "#{action}/pause")
+      assert_equal [ name ], Bobbin::QueuePause.pluck(:queue)
+      assert_includes CGI.unescape(response.headers["location"]), "Paused #{name}."
+      post_form(app, "/queues", "#{action}/resume")
+      assert_empty Bobbin::QueuePause.all, "resumed #{name}"
+    end
+  end
+
   test "the processes page shows a fiber pool's loop lag, stalls and the recent stalls, escaped" do
     stall = { id: 42, class_name: "<b>Job</b>", duration_ms: 312.4, location: "app/jobs/x.rb:7", at: "2026-11-24T22:00:00Z" }
     Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 5, busy: 1, recent_stalls: [ stall ] })

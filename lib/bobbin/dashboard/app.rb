@@ -78,8 +78,10 @@ module Bobbin
           end
         end
 
-        r.post("queues", String, %w[pause resume]) do |queue, operation|
+        r.post("queues", String, %w[pause resume]) do |escaped, operation|
           writable!
+          queue = Rack::Utils.unescape_path(escaped).force_encoding(Encoding::UTF_8) # the segment as the form's URL escaped it
+          raise ArgumentError, "a queue's name must be valid UTF-8" unless queue.valid_encoding?
           Operator.public_send(operation, queue)
           r.redirect(path("/queues?#{query(notice: "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}.")}"))
         end

@@ -61,7 +61,9 @@ module RailsSuite
     shim
   end
 
-  def env(gemfile) = { "BUNDLE_GEMFILE" => gemfile, "BUNDLE_PATH" => File.join(ROOT, "vendor/bundle") }
+  # The suite's dummy app keeps its own SQLite database: a DATABASE_URL the user set for Bobbin's PostgreSQL suite
+  # would override its database.yml (and its bundle has no pg).
+  def env(gemfile) = { "BUNDLE_GEMFILE" => gemfile, "BUNDLE_PATH" => File.join(ROOT, "vendor/bundle"), "DATABASE_URL" => nil }
 
   def sh(env, *command, chdir: ROOT, quiet: false)
     Bundler.with_unbundled_env { system(env, *command, chdir: chdir, **(quiet ? { out: File::NULL, err: File::NULL } : {})) }
