@@ -357,7 +357,9 @@ module Bobbin
       end
 
       # Jobs that ignore their interrupt cannot be returned to ready while they run. A process of its own exits
-      # now, and they are recovered once it is gone; an embedded worker leaves them claimed and says so.
+      # now, its row left in place as a killed worker's is: its supervisor recovers them as it sees the exit (else
+      # the host's next process, its pid being gone, or another host once the row is silent). An embedded worker
+      # leaves them claimed and says so.
       def abandon(stuck)
         @stuck = stuck
         Bobbin.logger.error("bobbin worker #{@process_id}: jobs #{stuck.join(', ')} did not stop within #{STOP_GRACE}s " \
@@ -378,7 +380,7 @@ module Bobbin
         Worker.mark_stopping(self, false)
         Wakeups.unsubscribe(self)
         @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
-        deregister if @process_id
+        deregister if @process_id && !(@owns_process && @stuck.any?)
         [ (@claimer unless stuck_loop), @writer ].compact.each(&:close)
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")

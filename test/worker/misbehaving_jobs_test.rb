@@ -166,6 +166,24 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_match(/jobs #{id} did not stop/, File.read(log))
   end
 
+  test "bobbin start: a job that ignores its interrupt is back in the queue as its worker exits, not only at the next start" do
+    id = StubbornJob.enqueue("stubborn-supervised")
+    LedgerJob.enqueue("beside")
+    log = @log = "tmp/stubborn-supervised-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "2", "--shutdown-timeout", "0.5", "--polling-interval", "0.05", log: log)
+      wait_for("the stubborn job to start") { StartEntry.exists?(key: "stubborn-supervised") && LedgerEntry.exists?(key: "beside") }
+      Process.kill(:TERM, pids.first)
+      status = wait_exit(pids.first, timeout: 0.5 + Bobbin::Supervisor::KILL_GRACE + 20)
+      assert status&.success?, "the supervisor exits cleanly:\n#{File.read(log)}"
+    end
+    assert_equal [ "ready", 1, "Bobbin::ProcessDied" ], Bobbin::JobRecord.find(id).then { |job| [ job.state, job.crashes, job.last_error_class ] },
+                 "its supervisor returned it as the worker exited:\n#{File.read(log)}"
+    assert_match(/exited \(pid \d+ exit #{Bobbin::Worker::EXIT_STUCK}\)/, Bobbin::JobRecord.find(id).last_error_message)
+    assert_equal 0, Bobbin::ProcessRecord.count, "no row left behind"
+  end
+
   test "bobbin start --mode async: a fiber job that ignores its interrupt does not keep the process from exiting" do
     id = StubbornJob.enqueue("stubborn-async")
     log = @log = "tmp/stubborn-async-#{Process.pid}.log"
