@@ -73,6 +73,28 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_match(/BlockingCallJob #{id} held the event loop \d+ms/, done, "and once more when it lets go, with the duration")
   end
 
+  test "a job busy in Ruby (holding the GVL) is named while it is stuck too, and its whole time counted" do
+    id = BusyRubyJob.enqueue(2_000, "busy-long")
+    log = bobbin_log { drain(fibers: 2) }
+
+    so_far, done = log.lines.grep(/held the event loop/)
+    assert_match(/BusyRubyJob #{id} has held the event loop for \d+\.\ds so far at \S*test\/support\/jobs\.rb:\d+/, so_far)
+    held = done[/BusyRubyJob #{id} held the event loop (\d+)ms/, 1].to_i
+    assert_operator so_far[/for (\S+)s so far/, 1].to_f * 1000, :<, held - 500, "logged while it held the loop:\n#{log}"
+    assert_operator held, :>=, 1_900, "the whole stall, its CPU time being 2 s:\n#{log}"
+  end
+
+  test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later" do
+    BusyRubyJob.enqueue(3_000, "busy-row")
+    SleepJob.enqueue(6, "keeps the worker on after the stall")
+    lag = -> { Bobbin::ProcessRecord.where(kind: "worker").pick(:loop_lag_ms) }
+    worker = Thread.new { drain(fibers: 2) }
+    wait_for("the row to show the loop held (heartbeat_interval #{Bobbin.config.heartbeat_interval}s)", timeout: 10) { lag.call.to_f >= 500 }
+    wait_for("the row to show the loop turning again", timeout: 10, seen: lag) { lag.call.to_f < 100 }
+    worker.join
+    assert_equal %w[succeeded succeeded], Bobbin::JobRecord.pluck(:state)
+  end
+
   test "a job busy in Ruby for 300 ms is named" do
     id = BusyRubyJob.enqueue(300, "busy")
     Bobbin.enqueue_all(Array.new(10) { |i| [ SleepJob, [ 0.05, "sleep-#{i}" ] ] })

@@ -5,7 +5,7 @@ module Bobbin
     # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (the elected
     # worker among those without a supervisor) runs the host's Maintenance, also at boot and within a second while
     # it is behind. Every second: stops the worker if its supervisor is gone or its stop is overdue, and writes the
-    # stalls its jobs caused to their rows. Runs on a thread of its own, so a job that blocks the event loop cannot
+    # stalls its jobs caused to their rows, and beats while a job holds the event loop. Runs on a thread of its own, so a job that blocks the event loop cannot
     # make its live process look dead.
     class Heartbeat
       TICK = 1.0
@@ -31,7 +31,7 @@ module Bobbin
             orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
             @worker.exit_if_stop_overdue
             @worker.stall_log&.flush(@store)
-            if signal == :beat || monotonic - last >= @interval
+            if signal == :beat || monotonic - last >= @interval || stall_to_show?
               last = monotonic
               beat
             end
@@ -76,6 +76,14 @@ module Bobbin
         rescue Store::Unavailable => error
           Recovery.unreachable! # every process's beats failed too: silences are not trusted for a while
           @outage.failed(error)
+        end
+
+        # True while a job holds the event loop past the stall threshold, and once more after it let go: the process
+        # row (the dashboard's processes page) shows the loop's lag each second of a stall, and its end, not up to a
+        # heartbeat_interval late.
+        def stall_to_show?
+          stalled = @worker.detector&.stalled? || false
+          (stalled || @stalled).tap { @stalled = stalled }
         end
 
         # The elected worker keeps house: the heartbeat's services now, the Clock's on their own timing. Returns when

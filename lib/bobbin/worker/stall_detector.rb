@@ -55,6 +55,9 @@ module Bobbin
         reset
       end
 
+      # True while a job is known to hold the loop past the threshold (read from other threads: one boolean).
+      def stalled? = @confirmed == true
+
       # Loop lag now and the longest seen (ms), stalls so far and the recent ones, for the process row.
       def health
         lag = @beat ? [ @lag, monotonic - @beat - @interval ].max : 0.0
@@ -183,8 +186,8 @@ module Bobbin
         end
 
         # Milliseconds since `before` (a `clocks` reading) that were no job's doing: GC; the loop thread waiting for a
-        # CPU on a busy machine; and the other threads of this process on a CPU (a thread running Ruby holds the GVL the
-        # loop needs: a thread-pool lane job, Bobbin's outcome writer on SQLite). Linux's schedstat gives the last two.
+        # CPU on a busy machine (Linux's schedstat); and the other threads of this process on a CPU (a thread running
+        # Ruby holds the GVL the loop needs: a thread-pool lane job, Bobbin's outcome writer on SQLite).
         def excused_since(before)
           now = clocks
           others = now[:others].sum { |tid, ms| ms - before[:others].fetch(tid, 0) }
@@ -193,14 +196,24 @@ module Bobbin
 
         def clocks
           others = (Thread.list - [ @loop_thread, Thread.current ]).filter_map(&:native_thread_id)
-          { gc: GC.stat(:time), queued: schedstat(@loop_thread.native_thread_id)[1], others: others.to_h { |tid| [ tid, schedstat(tid)[0] ] } }
+          { gc: GC.stat(:time), queued: queued(@loop_thread.native_thread_id), others: others.to_h { |tid| [ tid, cpu_time(tid) ] } }
         end
 
-        # A thread's time on a CPU and waiting for one, in ms ([0, 0] where Linux does not say).
-        def schedstat(tid)
-          File.read("/proc/self/task/#{tid}/schedstat").split.first(2).map { |ns| ns.to_i / 1_000_000.0 }
+        # A thread's time waiting for a CPU, in ms (0 where Linux does not say). One file: each read lets go of the
+        # GVL, and a job busy in Ruby on the loop takes it back for its whole time slice (100 ms).
+        def queued(tid)
+          File.read("/proc/self/task/#{tid}/schedstat").split[1].to_i / 1_000_000.0
         rescue SystemCallError
-          [ 0, 0 ]
+          0
+        end
+
+        # A thread's time on a CPU, in ms, from its CPU-time clock (the id Linux's pthread_getcpuclockid gives): a
+        # clock_gettime keeps the GVL. Read from /proc, a look with a dozen threads took seconds while a job busy in
+        # Ruby held the loop (see `queued`), and the stall it was looking at went unnamed until it ended.
+        def cpu_time(tid)
+          ::Process.clock_gettime((~tid << 3) | 6, :float_millisecond)
+        rescue SystemCallError
+          0
         end
 
         def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
