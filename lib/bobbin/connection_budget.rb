@@ -14,11 +14,39 @@ module Bobbin
     module_function
 
     # Every connection a deployment of `pools` opens at most, across its processes: each worker's own, its jobs'
-    # (in async mode the pools share one process and one Active Record pool), and the supervisor's.
+    # (in async mode the pools share one process and one Active Record pool), Bobbin's database's pool when it is
+    # a database of its own, and the supervisor's.
     def total(pools, mode)
       own = pools.sum { |pool| pool.processes * OWN_CONNECTIONS }
-      jobs = pools.sum { |pool| pool.processes * job_connections(pool.mode, pool.size) }
-      own + listeners(pools, mode) + (mode == :async ? [ jobs, per_process(pools, mode) ].min : jobs) + SUPERVISOR_CONNECTIONS
+      own + listeners(pools, mode) + jobs_at_most(pools, mode) + queue_database_at_most(pools, mode) + SUPERVISOR_CONNECTIONS
+    end
+
+    # Active Record connections the jobs of `pools` may hold at once, across their processes.
+    def jobs_at_most(pools, mode)
+      if mode == :async # one process, one Active Record pool
+        [ pools.sum { |pool| pool.processes * pool.size }, [ ActiveRecord::Base.connection_pool.size, per_process(pools, mode) ].max ].min
+      else
+        pools.sum { |pool| pool.processes * job_connections_at_most(pool.mode, pool.size) }
+      end
+    end
+
+    # Active Record pool connections a pool's jobs may hold at once in one process. Fibers, like threads, lease one
+    # per query and give it back after it, so the most is the pool's concurrency or the Active Record pool's size,
+    # whichever is smaller: a fiber pool needs only its DB concurrency (`job_connections`), and holds no more when
+    # database.yml's `pool:` says so, but a larger pool lets its fibers open as many.
+    def job_connections_at_most(mode, size, pool_size = ActiveRecord::Base.connection_pool.size)
+      [ size, [ pool_size, job_connections(mode, size) ].max ].min
+    end
+
+    # With Bobbin's tables in a database of their own (connects_to), the Active Record connections jobs may open to
+    # it (an enqueue from a job leases one), across the processes; 0 when they share the app's pool.
+    def queue_database_at_most(pools, mode)
+      queue = Record.connection_pool
+      return 0 if queue.equal?(ActiveRecord::Base.connection_pool)
+
+      return [ pools.sum { |pool| pool.processes * pool.size }, queue.size ].min if mode == :async
+
+      pools.sum { |pool| pool.processes * [ pool.size, queue.size ].min }
     end
 
     # Listening connections: one per worker process (all pools share one in async mode), on PostgreSQL.

@@ -52,10 +52,13 @@ module Bobbin
       def report_pools
         @out.puts("Pools (#{@mode} mode):")
         @pools.each_with_index do |pool, index|
-          @out.puts(format("  workers[%d] %-40s jobs' DB connections %d + Bobbin's own %d per process%s", index, pool.to_s,
+          @out.puts(format("  workers[%d] %-40s jobs' DB connections %d at most (%d needed) + Bobbin's own %d per process%s", index,
+                           pool.to_s, ConnectionBudget.job_connections_at_most(pool.mode, pool.size),
                            ConnectionBudget.job_connections(pool.mode, pool.size), ConnectionBudget::OWN_CONNECTIONS,
                            ConnectionBudget.listeners([ pool ], :async).positive? ? " + 1 listening" : ""))
         end
+        queue = ConnectionBudget.queue_database_at_most(@pools, @mode)
+        @out.puts("  Bobbin's database (connects_to): #{queue} Active Record connections at most (enqueues from jobs)") if queue.positive?
         @out.puts("  total: #{processes} worker processes, #{@pools.sum { |p| p.size * p.processes }} concurrent jobs, " \
                   "#{total_connections} database connections at most (including the supervisor's)")
       end
@@ -64,6 +67,11 @@ module Bobbin
         needed = per_process_pool
         size = ActiveRecord::Base.connection_pool.size
         @out.puts("Active Record pool: #{size} configured, #{needed} needed per process")
+        fibers = @pools.select { |pool| pool.mode == :fibers }.map { |pool| ConnectionBudget.job_connections(:fibers, pool.size) }.max
+        if fibers && size > fibers
+          @out.puts("  fiber pools' jobs may open all #{size} though they need #{fibers}: a smaller pool: for the workers " \
+                    "(database.yml, or RAILS_MAX_THREADS in Rails' default) holds them to it")
+        end
         @problems << "the Active Record pool is #{size} but a worker process needs #{needed}: set pool: #{needed} in database.yml " \
                      "(or ?pool=#{needed} in DATABASE_URL)" if size < needed
       end

@@ -37,11 +37,23 @@ class DoctorTest < Bobbin::TestCase
   test "a configuration that fits passes, and the report shows per-pool and total needs" do
     status, report = doctor([ { "queues" => [ "chat" ], "fibers" => 100, "processes" => 2 }, { "threads" => 5 } ])
     assert_equal 0, status, report
-    assert_match(/workers\[0\] fibers: 100 × 2 processes.*jobs' DB connections 3 \+ Bobbin's own 2/, report)
-    assert_match(/total: 3 worker processes, 205 concurrent jobs, #{postgres? ? 21 : 18} database connections/, report,
-                 "3 + 2 per fiber process, 5 + 2 for the thread one, 1 for the supervisor (and a listener per process on PostgreSQL)")
-    assert_match(/Active Record pool: 25 configured, 5 needed per process/, report)
+    assert_match(/workers\[0\] fibers: 100 × 2 processes.*jobs' DB connections 25 at most \(3 needed\) \+ Bobbin's own 2/, report)
+    assert_match(/workers\[1\] threads: 5 × 1 process.*jobs' DB connections 5 at most \(5 needed\) \+ Bobbin's own 2/, report)
+    assert_match(/total: 3 worker processes, 205 concurrent jobs, #{postgres? ? 65 : 62} database connections/, report,
+                 "25 + 2 per fiber process (its fibers may lease all the Active Record pool's 25), 5 + 2 for the thread one, " \
+                 "1 for the supervisor (and a listener per process on PostgreSQL)")
+    assert_match(/Active Record pool: 25 configured, 5 needed per process\n  fiber pools' jobs may open all 25 though they need 3/, report)
     assert_match(/OK: this configuration fits/, report)
+  end
+
+  test "with Bobbin's tables in a database of their own, the jobs' connections to it count too" do
+    Bobbin::Record.establish_connection(TestDatabase.url_with_pool(4)) # as config.bobbin.connects_to does
+    _, report = doctor([ { "fibers" => 100, "processes" => 2 } ])
+    assert_match(/Bobbin's database \(connects_to\): 8 Active Record connections at most \(enqueues from jobs\)/, report, "4 per process")
+    assert_match(/total: 2 worker processes, 200 concurrent jobs, #{postgres? ? 65 : 63} database connections/, report,
+                 "(25 + 4 + 2) per process, and a listener on PostgreSQL, + 1 for the supervisor")
+  ensure
+    Bobbin::Record.remove_connection
   end
 
   test "a loaded gem that blocks fiber pools is named with its alternative, and the fiber settings are listed" do
