@@ -18,7 +18,7 @@ module Bobbin
     # the post). Hosts with a supervisor leave it to the supervisor.
     def elected?(process_id)
       alive = ProcessRecord.live.where(kind: "worker", supervisor_id: nil, hostname: Socket.gethostname)
-      alive.minimum(:id) == process_id
+      alive.where.not(id: ProcessRecord.gone.map(&:id)).minimum(:id) == process_id # a killed worker's row beats no more
     end
 
     # Runs every service once; returns the seconds until the next run: heartbeat_interval, or SOON when retention

@@ -85,6 +85,24 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f(killed_log) if passed?
   end
 
+  test "a lone bobbin work killed with -9 has its jobs back as the next one starts, not a silence threshold later" do
+    log = @log = "tmp/liveness-lone-#{Process.pid}.log"
+    Bobbin.enqueue_all([ [ CrashSafeJob, [ 1, "lone-survivor" ] ] ])
+    @config = start_config({ "fibers" => 5 }, heartbeat_interval: 0.5, process_alive_threshold: 600) # silence: 10 minutes
+    (@configs ||= []) << @config
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "-c", @config.path)
+      wait_for("the job running") { StartEntry.count == 1 }
+      Process.kill(:KILL, pids.first)
+      Process.wait(pids.first)
+      pids << spawn_bobbin("work", "-c", @config.path, log: log)
+      wait_for("the job run again", timeout: 30, seen: -> { File.read(log) }) { LedgerEntry.exists?(key: "lone-survivor") }
+      stop(pids.last)
+    end
+    assert_match(/is gone \(no such process\); 1 jobs returned to ready/, File.read(log))
+  end
+
   # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
   test "a supervisor with a 2 s threshold prunes no live worker of one that beats every 3 s (threshold 10 s)" do
     log = @log = "tmp/liveness-thresholds-#{Process.pid}.log"
