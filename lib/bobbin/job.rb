@@ -50,13 +50,22 @@ module Bobbin
       def perform_now(*args) = new.perform(*Client::Arguments.load(Client::Arguments.dump(name, args)))
 
       private
-        # A bad queue, priority or retries is refused where it is declared, as the enqueue would refuse it (nil: the default).
+        # A bad queue, priority, retries or backoff is refused where it is declared, as the enqueue would refuse it (nil:
+        # the default). A backoff the worker could not compute a delay from would fail as the first retry came.
         def check_bobbin_options(options)
           Client::Fields.queue(options[:queue], name) unless options[:queue].nil?
           Client::Fields.priority(options[:priority], name) unless options[:priority].nil?
           Client::Fields.max_attempts(Client::Fields.attempts(options[:retries]), name) if options.key?(:retries)
+          check_backoff(options[:backoff]) if options.key?(:backoff)
         rescue EnqueueError => error
           raise ConfigurationError, error.message
+        end
+
+        def check_backoff(backoff)
+          return if backoff.is_a?(Numeric) && backoff.real? && backoff.finite? && backoff >= 0
+
+          raise ConfigurationError, "#{name}: backoff must be a finite number of seconds ≥ 0 (the first retry's delay, " \
+                                    "doubled at each one after), got #{backoff.inspect}"
         end
 
         def inherited_bobbin_options

@@ -291,11 +291,17 @@ module Bobbin
         wait(1.0)
       end
 
-      # Runs `job` and hands its outcome to the writer. A job that ends its own thread (Thread.exit, Thread#kill: no
+      # Runs `job` and hands its outcome to the writer (a failure, should working it out raise). A job that ends its own thread (Thread.exit, Thread#kill: no
       # exception, only `ensure` blocks run) fails or retries as if it had raised, instead of staying claimed with no
       # outcome; a thread the executor killed (a job that ignored its interrupt at shutdown) is released instead.
       def perform(job)
-        outcome = @execution.call(job)
+        outcome = begin
+          @execution.call(job)
+        rescue StandardError => error # Bobbin's own handling of the job's end failed; the executor's interrupt passes
+          raise if @executor.interrupted?(job.id)
+
+          @execution.unhandled(job, error)
+        end
         @outcomes << outcome
       ensure
         @outcomes << @execution.killed(job) if outcome.nil? && Thread.current.status == "aborting" && !@executor.interrupted?(job.id)

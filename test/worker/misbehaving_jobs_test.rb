@@ -77,6 +77,29 @@ class MisbehavingJobsTest < Bobbin::TestCase
     end
   end
 
+  %w[fibers threads].each do |mode|
+    test "an app's subscriber to retry.bobbin that raises fails that job, and a #{mode} pool of one goes on" do
+      subscriber = ActiveSupport::Notifications.subscribe("retry.bobbin") { raise "the app's subscriber broke" }
+      id = FlakyJob.enqueue("flaky-#{mode}", 1)
+      LedgerJob.enqueue("after-#{mode}")
+      log = bobbin_log { drain_within(mode.to_sym => 1) }
+      assert_equal [ "failed", "RuntimeError" ], state_of(id)
+      assert_equal "the app's subscriber broke", Bobbin::JobRecord.find(id).last_error_message
+      assert LedgerEntry.exists?(key: "after-#{mode}"), "the job after it ran on the same single slot"
+      assert_match(/could not record how FlakyJob #{id} ended \(RuntimeError: the app's subscriber broke\); recording it as failed/, log)
+    ensure
+      ActiveSupport::Notifications.unsubscribe(subscriber)
+    end
+  end
+
+  test "a backoff a delay cannot be worked out from is refused where it is declared" do
+    [ "fast", nil, -5, Float::INFINITY ].each do |backoff|
+      error = assert_raises(Bobbin::ConfigurationError) { Class.new(FlakyJob) { bobbin_options backoff: backoff } }
+      assert_match(/backoff must be a finite number of seconds ≥ 0 .*got #{Regexp.escape(backoff.inspect)}/, error.message)
+    end
+    assert_equal 0.5, Class.new(FlakyJob) { bobbin_options backoff: 0.5 }.bobbin_options[:backoff]
+  end
+
   test "a thread-lane job that ends its thread fails alone; the lane keeps its thread" do
     ids = %w[thread_exit thread_kill thread_exit].map { |how| LaneExitJob.enqueue(how) }
     LedgerJob.enqueue("after")

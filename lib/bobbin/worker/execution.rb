@@ -38,6 +38,14 @@ module Bobbin
         perform(job).tap { |result| leave_forked(job, result) unless ::Process.pid == @pid }
       end
 
+      # The outcome of `job` when working it out raised (an app's subscriber to `retry.bobbin` or `fail.bobbin` that
+      # raises): the job is recorded failed with that error, so it is not left running with no outcome, and its slot
+      # goes on to the next job.
+      def unhandled(job, error)
+        @logger.error("bobbin: could not record how #{job.class_name} #{job.id} ended (#{describe(error)}); recording it as failed")
+        error_outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
+      end
+
       # The outcome of `job`, which ended its own thread (Thread.exit, Thread#kill) while it ran: a failure like any other.
       def killed(job)
         error = ThreadKilled.new("#{job.class_name} #{job.id} ended its own thread (Thread.exit or Thread#kill)")
