@@ -341,13 +341,14 @@ module Bobbin
         abandon(@stuck) if @stuck.any?
       end
 
-      # Writes the outcomes still held and returns the unfinished jobs to ready. With the database gone, the worker
-      # stops all the same and says what becomes of its jobs: they stay claimed by this process, and recovery
-      # returns them to ready once its last heartbeat is process_alive_threshold old (those whose outcome was
-      # not written run again).
+      # Writes the outcomes still held and returns the unfinished jobs to ready. With the database gone, it tries
+      # again until shutdown_timeout after the stop began (a job that finished must not run again for want of a few
+      # seconds' patience), then stops all the same and says what becomes of its jobs: they stay claimed by this
+      # process, and recovery returns them to ready once its last heartbeat is process_alive_threshold old (those
+      # whose outcome was not written run again).
       def release_unfinished
-        unwritten = @outcomes.flush ? 0 : @outcomes.pending_ids.size
-        unwritten_jobs = "#{unwritten} finished #{unwritten == 1 ? 'job' : 'jobs'} whose outcome could not be written"
+        unwritten = flush_outcomes((@stopping_at || monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
+        unwritten_jobs = "#{count(unwritten, 'finished job')} whose outcome could not be written"
         released = @claimer.release_all(keep: unreleasable)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready" \
                            "#{"; #{unwritten_jobs} stay claimed until recovery returns them to ready" if unwritten.positive?}")
@@ -355,6 +356,24 @@ module Bobbin
         Bobbin.logger.error("bobbin worker #{@process_id} stopped with the database unavailable (#{error.message}): its unfinished jobs" \
                             "#{" and #{unwritten_jobs}" if unwritten.positive?} " \
                             "stay claimed until recovery returns them to ready, process_alive_threshold after its last heartbeat")
+      end
+
+      def count(number, noun) = "#{number} #{noun}#{'s' unless number == 1}"
+
+      # Writes the held outcomes, trying again while the database is unavailable until `deadline`; true once written.
+      def flush_outcomes(deadline)
+        delay = 0.1
+        until @outcomes.flush
+          return false if monotonic + delay > deadline
+
+          if delay == 0.1
+            Bobbin.logger.warn("bobbin worker #{@process_id} stopping: waiting up to #{(deadline - monotonic).round}s (shutdown_timeout) " \
+                               "for the database, to write the outcomes of #{count(@outcomes.pending_ids.size, 'finished job')}")
+          end
+          sleep(delay)
+          delay = [ delay * 2, 1.0 ].min
+        end
+        true
       end
 
       def wait_until_idle(seconds)

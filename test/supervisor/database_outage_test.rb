@@ -88,7 +88,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     config.write({ "heartbeat_interval" => 0.5, "process_alive_threshold" => 2, "workers" => [ { "fibers" => 5 } ] }.to_yaml)
     config.close
     ensure_killed(pids) do
-      pids << spawn_bobbin("work", "--fibers", "5", log: log)
+      pids << spawn_bobbin("work", "--fibers", "5", "--shutdown-timeout", "5", log: log)
       Bobbin.enqueue_all([ [ SleepJob, [ 3 ] ] ])
       wait_for("the job to start") { Bobbin.counts["running"] == 1 }
       assert pg_ctlcluster(*cluster, "stop", "-m", "fast"), "PostgreSQL stopped"
@@ -105,6 +105,28 @@ class DatabaseOutageTest < Bobbin::TestCase
   ensure
     pg_ctlcluster(*cluster, "start") if cluster # a failure above may have left it down (a running one stays as it is)
     File.unlink(config.path) if config && File.exist?(config.path)
+  end
+
+  test "a worker stopped while PostgreSQL is down writes a finished job's outcome once it is back within shutdown_timeout" do
+    cluster = cluster!
+    log = log_file("stop-in-short-outage")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "5", "--shutdown-timeout", "30", log: log)
+      Bobbin.enqueue_all([ [ SleepJob, [ 2 ] ] ])
+      wait_for("the job to start") { Bobbin.counts["running"] == 1 }
+      assert pg_ctlcluster(*cluster, "stop", "-m", "fast"), "PostgreSQL stopped"
+      Process.kill(:TERM, pids.first)
+      wait_for("the worker to wait for the database", seen: -> { File.read(log) }) do
+        File.read(log).match?(/stopping: waiting up to \d+s \(shutdown_timeout\) for the database, to write the outcomes of 1 finished job/)
+      end
+      assert pg_ctlcluster(*cluster, "start"), "PostgreSQL started again"
+      assert wait_exit(pids.first, timeout: 60)&.success?, "the worker exited cleanly:\n#{File.read(log)}"
+    end
+    assert_equal [ "succeeded", 0 ], query { Bobbin::JobRecord.sole.then { |job| [ job.state, job.crashes ] } }, "written, not left to recovery"
+    assert_match(/bobbin worker \d+ stopped; 0 unfinished jobs returned to ready\n/, File.read(log))
+  ensure
+    pg_ctlcluster(*cluster, "start") if cluster
   end
 
   test "a supervisor stopped while PostgreSQL is down exits cleanly and says who recovers its workers' jobs" do
