@@ -40,7 +40,7 @@ module Bobbin
       when "start" then start_supervisor(argv)
       when "doctor" then doctor(argv)
       when "pause", "resume" then toggle(command, argv)
-      when "migrate" then boot(database_command(command, argv).first, tables: false).then { Bobbin.migrate! }.then { 0 }
+      when "migrate" then boot(database_command(command, argv).first, tables: false).then { migrate }.then { 0 }
       when "counts" then boot(database_command(command, argv).first).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
       when "recurring" then boot(database_command(command, argv).first).then { list_recurring }.then { 0 }
       when "jobs", "retry", "discard", "queues", "processes" then OperatorCommands.new(self).run(command, argv)
@@ -130,6 +130,18 @@ module Bobbin
           puts(changed ? "resumed #{queue}" : "was not paused: #{queue}")
         end
         0
+      end
+
+      # `bobbin migrate`: brings Bobbin's tables to this version and says what it did.
+      def migrate
+        before = Record.connection_pool.with_connection { |connection| Schema.version(connection) }
+        Bobbin.migrate!
+        done = case before
+        when 0 then "created Bobbin's tables (schema version #{Schema::VERSION})"
+        when Schema::VERSION then "Bobbin's tables are at schema version #{Schema::VERSION} already"
+        else "upgraded Bobbin's tables from schema version #{before} to #{Schema::VERSION}"
+        end
+        puts(done)
       end
 
       def list_recurring

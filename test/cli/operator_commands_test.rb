@@ -21,6 +21,9 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal 0, status.exitstatus
     assert_equal [ failed.min.to_s ], out.lines.drop(1).map { |line| line.split.first }
     assert_equal [ 0, "no jobs\n" ], run_bobbin("jobs", "--class", "Nope").then { |s, o, _| [ s.exitstatus, o ] }
+    status, out, err = run_bobbin("jobs", "--limit", "0")
+    assert_equal [ 64, "" ], [ status.exitstatus, out ], "a usage error, not 'no jobs' while there are"
+    assert_match(/--limit 0: a page has 1 row or more/, err)
   end
 
   test "jobs shows every class name whole, and the crashes that took attempts past the maximum" do

@@ -185,8 +185,22 @@ class StartupErrorsTest < Bobbin::TestCase
                            /Bobbin's tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\): run `bobbin migrate`/)
       end
       File.delete(path)
-      assert_equal 0, run_bobbin("migrate", env: { "DATABASE_URL" => url })[0].exitstatus
+      status, output = run_bobbin("migrate", env: { "DATABASE_URL" => url })
+      assert_equal [ 0, "created Bobbin's tables (schema version #{Bobbin::Schema::VERSION})\n" ], [ status.exitstatus, output ]
+      status, output = run_bobbin("migrate", env: { "DATABASE_URL" => url })
+      assert_equal [ 0, "Bobbin's tables are at schema version #{Bobbin::Schema::VERSION} already\n" ], [ status.exitstatus, output ]
       assert_equal 0, run_bobbin("counts", env: { "DATABASE_URL" => url })[0].exitstatus
+    end
+  end
+
+  test "a -r file that does not parse, or raises as it loads, is one line naming the file and the line" do
+    with_tmpdir do |dir|
+      File.write(File.join(dir, "unparsed.rb"), "class Foo\n  def x(\nend\n")
+      File.write(File.join(dir, "raising.rb"), "# jobs\nX = ENV.fetch(\"BOBBIN_TEST_NOT_SET\")\n")
+      assert_config_exit(run_bobbin("work", "--threads", "1", "-r", File.join(dir, "unparsed.rb")),
+                         %r{-r \S+/unparsed\.rb: \S+/unparsed\.rb:3: unexpected 'end'.* \(SyntaxError\)})
+      assert_config_exit(run_bobbin("start", "--threads", "1", "-r", File.join(dir, "raising")),
+                         %r{-r \S+/raising raised as it loaded: KeyError: key not found: "BOBBIN_TEST_NOT_SET" \(\S+/raising\.rb:2\)})
     end
   end
 
@@ -200,6 +214,8 @@ class StartupErrorsTest < Bobbin::TestCase
       assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => sqlite_url(path) }),
                          /tables are at schema version 1 but this Bobbin needs \d+: run `bobbin migrate`/)
       assert_equal 0, db.get_first_value("SELECT count(*) FROM bobbin_processes"), "no supervisor or worker registered"
+      status, output = run_bobbin("migrate", env: { "DATABASE_URL" => sqlite_url(path) })
+      assert_equal [ 0, "upgraded Bobbin's tables from schema version 1 to #{Bobbin::Schema::VERSION}\n" ], [ status.exitstatus, output ]
     ensure
       db&.close
     end

@@ -25,6 +25,8 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(/frame-ancestors 'none'/, response.headers["content-security-policy"])
     assert_equal "no-store", response.headers["cache-control"]
     assert_equal "nosniff", response.headers["x-content-type-options"]
+    head = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development")).request("HEAD", "/")
+    assert_equal [ 200, "" ], [ head.status, head.body ], "HEAD answers as GET, without the body (uptime checks)"
   end
 
   test "the auth hook decides, in any environment" do

@@ -72,7 +72,11 @@ module Bobbin
             o.on("--finished-before TIME", "ISO 8601") { |v| filter[:finished_before] = v }
             o.on("--finished-after TIME", "ISO 8601") { |v| filter[:finished_after] = v }
             if command == "jobs"
-              o.on("--limit N", Integer, "rows per page (default 50)") { |v| options[:limit] = v }
+              o.on("--limit N", Integer, "rows per page (default 50)") do |v|
+                raise OptionParser::InvalidArgument, "--limit #{v}: a page has 1 row or more" unless v.positive?
+
+                options[:limit] = v
+              end
               o.on("--after CURSOR", "the page after CURSOR (printed under a full page)") { |v| options[:cursor] = v }
             else
               o.on("--failed", "every failed job the filters select") { filter[:state] ||= "failed"; options[:all] = true }

@@ -121,6 +121,26 @@ module Bobbin
       require path
     rescue LoadError => error
       raise ConfigurationError, "-r #{file}: #{error.message.lines.first.strip} (LoadError); is the gem in your Gemfile?"
+    rescue SyntaxError => error
+      raise ConfigurationError, "-r #{file}: #{syntax_problem(error)} (SyntaxError)"
+    rescue ConfigurationError, ActiveRecord::ActiveRecordError, *driver_errors # said already, or by database_step
+      raise
+    rescue StandardError => error
+      raise ConfigurationError, "-r #{file} raised as it loaded: #{error.class}: #{error.message.lines.first&.strip} " \
+                                "(#{raised_at(error, path)})"
+    end
+
+    # A syntax error in one line: where, and the parser's first complaint (Prism's message shows the code around it).
+    def syntax_problem(error)
+      where = error.message.lines.first.to_s[/\A(.*?:\d+):/, 1]
+      complaint = error.message[/^\s*\|\s*\^~*\s+(.+)$/, 1] || error.message.lines.first.to_s.split(": ", 2).last
+      [ where, complaint.to_s.strip ].compact.join(": ")
+    end
+
+    # The line of `path` (else the first line) the error was raised from, as file:line.
+    def raised_at(error, path)
+      frames = Array(error.backtrace)
+      (frames.find { |frame| frame.start_with?("#{path.delete_suffix('.rb')}.rb:") } || frames.first).to_s.sub(/:in .*\z/, "")
     end
 
     # Checked here, before a supervisor forks, so workers are not restarted forever against a database they refuse.

@@ -33,6 +33,7 @@ module Bobbin
       end
       plugin :default_headers, "X-Content-Type-Options" => "nosniff", "Referrer-Policy" => "same-origin", "Cache-Control" => "no-store"
       plugin :halt
+      plugin :head # HEAD answers as GET does, without the body (uptime checks)
       include Helpers
 
       route do |r|
