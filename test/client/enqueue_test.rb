@@ -48,6 +48,23 @@ class EnqueueTest < Bobbin::TestCase
     assert_equal 3, Bobbin::JobRecord.where(id: [ first, *ids ]).count
   end
 
+  test "PostgreSQL: an enqueue on a session the server ended raises Active Record's connection error, and the next one goes through" do
+    skip_unless_postgres
+    sessions_killed!
+    ActiveRecord::Base.connection_handler.clear_all_connections!(:all) # none an earlier test marked unrestorable (raw_connection)
+    FlakyJob.enqueue("before", 0)
+    pid = Bobbin::Record.connection_pool.with_connection { |connection| connection.select_value("SELECT pg_backend_pid()") } # not raw_connection: it
+    # marks the connection as one Active Record cannot restore by reconnecting, and so never checks it again
+    admin = PG.connect(TestDatabase.url)
+    admin.exec_params("SELECT pg_terminate_backend($1)", [ pid ])
+    wait_for("the session gone") { admin.exec_params("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", [ pid ]).getvalue(0, 0) == "0" }
+    admin.close
+    error = assert_raises(ActiveRecord::ActiveRecordError) { FlakyJob.enqueue("on the ended session", 0) }
+    assert Bobbin::Store.outage?(error), "a lost connection, as callers tell one: #{error.class}: #{error.message}"
+    refute_match(/pipeline mode/, error.message, "the error that ended the session, not libpq's complaint at leaving pipeline mode")
+    assert FlakyJob.enqueue("after", 0)
+  end
+
   test "unknown bobbin_options are a configuration error naming them" do
     error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job; bobbin_options(retry: 3) } }
     assert_match(/unknown bobbin_options retry/, error.message)

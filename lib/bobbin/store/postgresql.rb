@@ -204,13 +204,30 @@ module Bobbin
             raw.pipeline_sync
             inserted = segment(raw)
             segment(raw)&.clear
+          rescue PG::Error => error
+            raise lost(raw, error)
           ensure
-            raw.exit_pipeline_mode
+            leave_pipeline(raw, $!)
           end
           ids = inserted.check.column_values(0).map(&:to_i) # a failed one stays readable: Active Record's error reads it
           inserted.clear
           ids
         end
+      end
+
+      # A pipeline's result read from a session the server ended raises a plain PG::Error; as the ConnectionBad it is,
+      # Active Record reports a lost connection (ConnectionFailed: the job may or may not be stored), not a bad statement.
+      def self.lost(raw, error)
+        raw.status == PG::CONNECTION_BAD && !error.is_a?(PG::ConnectionBad) ? PG::ConnectionBad.new(error.message) : error
+      end
+
+      # Leaves pipeline mode. On a session that ended mid-pipeline libpq refuses ("cannot exit pipeline mode while busy",
+      # a plain PG::Error that Active Record would report as a bad statement): `failure`, the error that ended it, is
+      # the one to raise, so the caller sees a lost connection.
+      def self.leave_pipeline(raw, failure)
+        raw.exit_pipeline_mode
+      rescue PG::Error
+        raise unless failure
       end
 
       # One job and its NOTIFY in one statement that commits without waiting for the WAL flush (durable_enqueue false);
