@@ -99,6 +99,14 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal "ready", Bobbin::JobRecord.find(id).state
   end
 
+  test "a release the operator layer refuses says why: the job's process is alive" do
+    live = Bobbin::ProcessRecord.register(kind: "worker", name: "live")
+    id = insert_jobs(1, state: "running", claimed_by: live.id, attempts: 1).first
+    response = post_form(Bobbin::Dashboard.new(environment: "development"), "/jobs/#{id}", "/jobs/#{id}/release")
+    assert_includes CGI.unescape(response.headers["location"]), "Not released: its process is alive by its heartbeat"
+    assert_equal "running", Bobbin::JobRecord.find(id).state
+  end
+
   test "pause and resume a queue whose name a URL escapes: the queue itself, not its escaped name" do
     app = Bobbin::Dashboard.new(environment: "development")
     [ "llm chat", "llm:high/β%" ].each do |name|

@@ -70,11 +70,15 @@ class OperatorActionsTest < Bobbin::TestCase
     on_live = insert_jobs(1, state: "running", claimed_by: live.id, attempts: 1).first
     on_dead = insert_jobs(1, state: "running", claimed_by: dead.id, attempts: 1).first
     orphan = insert_jobs(1, state: "running", claimed_by: 999_999, attempts: 1).first
+    killed = Bobbin::ProcessRecord.register(kind: "worker", name: "killed") # beat just now, but its pid is gone (kill -9)
+    killed.update_columns(pid: Process.spawn("true").tap { |pid| Process.wait(pid) })
+    on_killed = insert_jobs(1, state: "running", claimed_by: killed.id, attempts: 1).first
 
     refute Bobbin::Operator.release(on_live, by: "ops"), "its worker is alive: releasing it would run it twice"
     assert Bobbin::Operator.release(on_dead, by: "ops")
     assert Bobbin::Operator.release(orphan, by: "ops")
-    assert_equal [ "running", "ready", "ready" ], [ on_live, on_dead, orphan ].map { |id| Bobbin::JobRecord.find(id).state }
+    assert Bobbin::Operator.release(on_killed, by: "ops"), "a worker of this host whose pid is gone"
+    assert_equal [ "running", "ready", "ready", "ready" ], [ on_live, on_dead, orphan, on_killed ].map { |id| Bobbin::JobRecord.find(id).state }
     assert_equal [ 0, dead.id, "released" ], Bobbin::JobRecord.find(on_dead).then { |j| [ j.attempts, j.claimed_by, j.operation ] }
     refute Bobbin::Operator.release(on_dead, by: "ops"), "no longer running"
   end

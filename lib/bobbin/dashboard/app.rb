@@ -7,6 +7,11 @@ module Bobbin
     # escaped and only helpers' own markup goes out raw via `<%== %>`), and the Content-Security-Policy header.
     class App < Roda
       DONE = { "retry" => "Retried", "discard" => "Discarded", "release" => "Released" }.freeze
+      # Why an action did not apply.
+      REFUSED = Hash.new("the job is in a state that does not allow it").merge(
+        "release" => "its process is alive by its heartbeat (a job is released only once its process is gone; " \
+                     "a dead process's jobs go back by themselves within process_alive_threshold)"
+      ).freeze
       ASSETS = { "app.css" => "text/css", "app.js" => "text/javascript" }.freeze
 
       # A subclass bound to `dashboard` (auth, read-only) with its own session secret.
@@ -75,7 +80,7 @@ module Bobbin
           r.post(Integer, %w[retry discard release]) do |id, operation|
             writable!
             done = Operator.public_send(operation, id, by: operator)
-            r.redirect(path("/jobs/#{id}?#{query(notice: done ? "#{DONE[operation]}." : "Not #{DONE[operation].downcase}: the job is in a state that does not allow it.")}"))
+            r.redirect(path("/jobs/#{id}?#{query(notice: done ? "#{DONE[operation]}." : "Not #{DONE[operation].downcase}: #{REFUSED[operation]}.")}"))
           end
         end
 
