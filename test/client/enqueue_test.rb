@@ -65,6 +65,26 @@ class EnqueueTest < Bobbin::TestCase
     assert FlakyJob.enqueue("after", 0)
   end
 
+  test "an enqueue to a database without Bobbin's tables says to migrate, not the database's own complaint" do
+    schema = "bobbin_enqueue_empty_#{Process.pid}"
+    Dir.mktmpdir("bobbin-empty") do |dir|
+      if postgres?
+        ActiveRecord::Base.connection.execute("CREATE SCHEMA #{schema}")
+        Bobbin::Record.establish_connection(TestDatabase.url_with_pool + "&schema_search_path=#{schema}")
+      else
+        Bobbin::Record.establish_connection(adapter: "sqlite3", database: File.join(dir, "empty.sqlite3"))
+      end
+      error = assert_raises(Bobbin::ConfigurationError) { FlakyJob.enqueue("nowhere", 0) }
+      assert_match(/\ABobbin's tables are missing in this database: call Bobbin.migrate! once after Bobbin.connect/, error.message)
+      assert_raises(Bobbin::ConfigurationError) { Bobbin.enqueue_all([ [ FlakyJob, [ "nowhere", 0 ] ] ] * 2) }
+    ensure
+      Bobbin::Record.remove_connection
+    end
+    assert FlakyJob.enqueue("back on the test database", 0)
+  ensure
+    ActiveRecord::Base.connection.execute("DROP SCHEMA IF EXISTS #{schema}") if postgres?
+  end
+
   test "unknown bobbin_options are a configuration error naming them" do
     error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job; bobbin_options(retry: 3) } }
     assert_match(/unknown bobbin_options retry/, error.message)

@@ -66,6 +66,11 @@ module Bobbin
                                              class_names: rows.map { |row| row[:class_name] }.uniq) do |payload|
           payload[:ids] = Store.insert(rows)
         end
+      rescue ActiveRecord::StatementInvalid => error
+        raise unless error.message.match?(/relation "bobbin_jobs" does not exist|no such table: bobbin_jobs/)
+
+        raise ConfigurationError, "Bobbin's tables are missing in this database: call Bobbin.migrate! once after Bobbin.connect, " \
+                                  "or #{Schema::INSTALL}"
       end
 
       # One `[JobClass, args, options]` of enqueue_all, with its position in any error.
