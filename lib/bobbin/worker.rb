@@ -347,7 +347,7 @@ module Bobbin
       # process, and recovery returns them to ready once its last heartbeat is process_alive_threshold old (those
       # whose outcome was not written run again).
       def release_unfinished
-        unwritten = flush_outcomes((@stopping_at || monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
+        unwritten = flush_outcomes_until((@stopping_at || monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
         unwritten_jobs = "#{count(unwritten, 'finished job')} whose outcome could not be written"
         released = @claimer.release_all(keep: unreleasable)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready" \
@@ -361,7 +361,7 @@ module Bobbin
       def count(number, noun) = "#{number} #{noun}#{'s' unless number == 1}"
 
       # Writes the held outcomes, trying again while the database is unavailable until `deadline`; true once written.
-      def flush_outcomes(deadline)
+      def flush_outcomes_until(deadline)
         delay = 0.1
         until @outcomes.flush
           return false if monotonic + delay > deadline
