@@ -60,6 +60,22 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     SolidQueueDiscardingJob.concurrency_on_conflict = :discard
   end
 
+  test "Solid Queue's limit and duration are checked as Bobbin's own: a limit of 0 or a duration ≤ 0 is refused at perform_later" do
+    SolidQueueDiscardingJob.concurrency_on_conflict = :block
+    { [ 0, 180 ] => /concurrency to: must be a whole number ≥ 1, got 0/, [ 1, -5 ] => /concurrency duration: must be a number of seconds > 0, got -5.0/,
+      [ 1, "soon" ] => /concurrency duration: must be a number of seconds, got "soon"/ }.each do |(limit, duration), message|
+      SolidQueueDiscardingJob.concurrency_limit = limit
+      SolidQueueDiscardingJob.concurrency_duration = duration
+      error = assert_raises(Bobbin::ConfigurationError) { SolidQueueDiscardingJob.perform_later("acct") }
+      assert_match(/\ASolidQueueDiscardingJob: #{message}/, error.message)
+    end
+    assert_equal 0, Bobbin::JobRecord.count
+  ensure
+    SolidQueueDiscardingJob.concurrency_limit = 1
+    SolidQueueDiscardingJob.concurrency_duration = 180
+    SolidQueueDiscardingJob.concurrency_on_conflict = :discard
+  end
+
   test "arguments nested deeper than JSON allows are a SerializationError at perform_later, and nothing is stored" do
     deep = 150.times.reduce([]) { |inner, _| [ inner ] }
     error = assert_raises(Bobbin::SerializationError) { LedgerActiveJob.perform_later(deep) }

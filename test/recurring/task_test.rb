@@ -14,6 +14,12 @@ class RecurringTaskTest < Bobbin::TestCase
   test "bad tasks are refused naming the file, task and key" do
     error = assert_raises(Bobbin::ConfigurationError) { task(schedule: "whenever") }
     assert_match(/recurring.yml: test.t.schedule: "whenever" is not a schedule fugit understands/, error.message)
+    [ nil, "", "  " ].each do |blank| # fugit reads "" as every minute
+      error = assert_raises(Bobbin::ConfigurationError) { task(schedule: blank) }
+      assert_match(/recurring.yml: test.t.schedule: missing/, error.message)
+    end
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Recurring::Task.parse("t", { class: "TickJob" }, "recurring.yml: test.t") }
+    assert_match(/recurring.yml: test.t.schedule: missing/, error.message)
     error = assert_raises(Bobbin::ConfigurationError) { task(command: "x") }
     assert_match(/exactly one of class: .* or command:/, error.message)
     error = assert_raises(Bobbin::ConfigurationError) { task(every: 2) }

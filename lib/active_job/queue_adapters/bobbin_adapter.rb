@@ -51,11 +51,12 @@ module ActiveJob
           return unless limit
 
           refuse_discard_on_conflict(job.class)
+          # Solid Queue's values are checked as Bobbin's own limits_concurrency checks them where declared: a limit of 0
+          # would block every job for good.
+          limit = Bobbin::Concurrency::Limit.to!(limit, job.class.name)
+          duration = Bobbin::Concurrency::Limit.duration!(job.class.concurrency_duration || Bobbin::Concurrency::Limit::DEFAULT_DURATION, job.class.name)
 
-          Bobbin::Client::Enqueuer.concurrency_columns(job.class.name) do
-            duration = job.class.concurrency_duration || Bobbin::Concurrency::Limit::DEFAULT_DURATION
-            Bobbin::Concurrency::Limit.columns(job.concurrency_key, limit, duration)
-          end
+          Bobbin::Client::Enqueuer.concurrency_columns(job.class.name) { Bobbin::Concurrency::Limit.columns(job.concurrency_key, limit, duration) }
         end
 
         # Solid Queue's `on_conflict: :discard` drops a job whose key has no free slot; Bobbin would let it wait

@@ -31,7 +31,7 @@ module Bobbin
       end
 
       def initialize(key:, job_name:, to: 1, duration: DEFAULT_DURATION, group: nil, on_conflict: :block)
-        raise ConfigurationError, "#{job_name}: concurrency to: must be a whole number ≥ 1, got #{to.inspect}" unless to.is_a?(Integer) && to >= 1
+        self.class.to!(to, job_name)
         unless key.respond_to?(:call) || key.is_a?(String) || key.is_a?(Symbol)
           raise ConfigurationError, "#{job_name}: concurrency key: must be a lambda (or a String or Symbol), got #{key.inspect}"
         end
@@ -42,7 +42,7 @@ module Bobbin
 
         @to = to
         @key = key
-        @duration = Setting.seconds(duration.to_f, "#{job_name}: concurrency duration", above: 0)
+        @duration = self.class.duration!(duration, job_name)
         @group = group
       end
 
@@ -54,6 +54,22 @@ module Bobbin
 
       # The job row's concurrency columns for a job whose key is `key`.
       def columns(key) = self.class.columns(key, @to, @duration)
+
+      # `to`, a whole number ≥ 1; raises ConfigurationError naming `job_name` otherwise (also for Solid Queue's limit).
+      def self.to!(to, job_name)
+        return to if to.is_a?(Integer) && to >= 1
+
+        raise ConfigurationError, "#{job_name}: concurrency to: must be a whole number ≥ 1, got #{to.inspect}"
+      end
+
+      # `duration` in seconds, > 0; raises ConfigurationError naming `job_name` otherwise (also for Solid Queue's).
+      def self.duration!(duration, job_name)
+        unless duration.respond_to?(:to_f) && !duration.is_a?(String)
+          raise ConfigurationError, "#{job_name}: concurrency duration: must be a number of seconds, got #{duration.inspect}"
+        end
+
+        Setting.seconds(duration.to_f, "#{job_name}: concurrency duration", above: 0)
+      end
 
       # The row columns for `key`, `limit` and `duration` (also used for Solid Queue's limits_concurrency).
       def self.columns(key, limit, duration)

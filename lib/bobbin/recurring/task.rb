@@ -25,6 +25,9 @@ module Bobbin
       # schedule that names no zone gets UTC: fugit would read it in the process's zone (TZ, Rails' Time.zone, the
       # system's), and schedulers on hosts in different zones would each store their own ticks.
       def self.cron(schedule, where)
+        # fugit reads a blank string as "* * * * *": a task that forgot its schedule would run every minute.
+        raise ConfigurationError, "#{where}.schedule: missing (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")" if schedule.to_s.strip.empty?
+
         require "fugit"
         cron = Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
                                                                                 "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
