@@ -291,9 +291,10 @@ module Bobbin
         wait(1.0)
       end
 
-      # Runs `job` and hands its outcome to the writer (a failure, should working it out raise). A job that ends its own thread (Thread.exit, Thread#kill: no
-      # exception, only `ensure` blocks run) fails or retries as if it had raised, instead of staying claimed with no
-      # outcome; a thread the executor killed (a job that ignored its interrupt at shutdown) is released instead.
+      # Runs `job` and hands its outcome to the writer (a failure, should working it out raise). A job that ends its
+      # own thread (Thread.exit, Thread#kill: no exception, only `ensure` blocks run) fails or retries as if it had
+      # raised, instead of staying claimed with no outcome; a thread the executor killed (a job that ignored its
+      # interrupt at shutdown) is released instead.
       def perform(job)
         outcome = begin
           @execution.call(job)

@@ -5,8 +5,8 @@ module Bobbin
     # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (the elected
     # worker among those without a supervisor) runs the host's Maintenance, also at boot and within a second while
     # it is behind. Every second: stops the worker if its supervisor is gone or its stop is overdue, and writes the
-    # stalls its jobs caused to their rows, and beats while a job holds the event loop. Runs on a thread of its own, so a job that blocks the event loop cannot
-    # make its live process look dead.
+    # stalls its jobs caused to their rows, and beats while a job holds the event loop. Runs on a thread of its own,
+    # so a job that blocks the event loop cannot make its live process look dead.
     class Heartbeat
       TICK = 1.0
 
