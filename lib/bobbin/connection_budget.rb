@@ -24,7 +24,7 @@ module Bobbin
     # Active Record connections the jobs of `pools` may hold at once, across their processes.
     def jobs_at_most(pools, mode)
       if mode == :async # one process, one Active Record pool
-        [ pools.sum { |pool| pool.processes * pool.size }, [ ActiveRecord::Base.connection_pool.size, per_process(pools, mode) ].max ].min
+        [ concurrency(pools), [ ActiveRecord::Base.connection_pool.size, per_process(pools, mode) ].max ].min
       else
         pools.sum { |pool| pool.processes * job_connections_at_most(pool.mode, pool.size) }
       end
@@ -44,10 +44,13 @@ module Bobbin
       queue = Record.connection_pool
       return 0 if queue.equal?(ActiveRecord::Base.connection_pool)
 
-      return [ pools.sum { |pool| pool.processes * pool.size }, queue.size ].min if mode == :async
+      return [ concurrency(pools), queue.size ].min if mode == :async
 
       pools.sum { |pool| pool.processes * [ pool.size, queue.size ].min }
     end
+
+    # Jobs that run at once across `pools`' processes.
+    def concurrency(pools) = pools.sum { |pool| pool.processes * pool.size }
 
     # Listening connections: one per worker process (all pools share one in async mode), on PostgreSQL.
     def listeners(pools, mode)

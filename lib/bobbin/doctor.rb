@@ -59,7 +59,7 @@ module Bobbin
         end
         queue = ConnectionBudget.queue_database_at_most(@pools, @mode)
         @out.puts("  Bobbin's database (connects_to): #{queue} Active Record connections at most (enqueues from jobs)") if queue.positive?
-        @out.puts("  total: #{processes} worker processes, #{@pools.sum { |p| p.size * p.processes }} concurrent jobs, " \
+        @out.puts("  total: #{processes} worker processes, #{ConnectionBudget.concurrency(@pools)} concurrent jobs, " \
                   "#{total_connections} database connections at most (including the supervisor's)")
       end
 

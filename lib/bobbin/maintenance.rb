@@ -14,11 +14,11 @@ module Bobbin
     module_function
 
     # True when worker `process_id` (running without a supervisor) is the one that keeps house on its host: the
-    # oldest such worker there that is alive (beat within its process_alive_threshold, so a dead one never holds
+    # oldest such worker there that is alive (ProcessRecord.live: a dead one, silent or its pid gone, never holds
     # the post). Hosts with a supervisor leave it to the supervisor.
     def elected?(process_id)
       alive = ProcessRecord.live.where(kind: "worker", supervisor_id: nil, hostname: Socket.gethostname)
-      alive.where.not(id: ProcessRecord.gone.map(&:id)).minimum(:id) == process_id # a killed worker's row beats no more
+      alive.minimum(:id) == process_id
     end
 
     # Runs every service once; returns the seconds until the next run: heartbeat_interval, or SOON when retention

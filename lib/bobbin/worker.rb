@@ -349,7 +349,7 @@ module Bobbin
       # whose outcome was not written run again).
       def release_unfinished
         unwritten = flush_outcomes_until((@stopping_at || monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
-        unwritten_jobs = "#{count(unwritten, 'finished job')} whose outcome could not be written"
+        unwritten_jobs = "#{unwritten} #{'finished job'.pluralize(unwritten)} whose outcome could not be written"
         released = @claimer.release_all(keep: unreleasable)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready" \
                            "#{"; #{unwritten_jobs} stay claimed until recovery returns them to ready" if unwritten.positive?}")
@@ -359,8 +359,6 @@ module Bobbin
                             "stay claimed until recovery returns them to ready, process_alive_threshold after its last heartbeat")
       end
 
-      def count(number, noun) = "#{number} #{noun}#{'s' unless number == 1}"
-
       # Writes the held outcomes, trying again while the database is unavailable until `deadline`; true once written.
       def flush_outcomes_until(deadline)
         delay = 0.1
@@ -368,8 +366,9 @@ module Bobbin
           return false if monotonic + delay > deadline
 
           if delay == 0.1
+            held = @outcomes.pending_ids.size
             Bobbin.logger.warn("bobbin worker #{@process_id} stopping: waiting up to #{(deadline - monotonic).round}s (shutdown_timeout) " \
-                               "for the database, to write the outcomes of #{count(@outcomes.pending_ids.size, 'finished job')}")
+                               "for the database, to write the outcomes of #{held} #{'finished job'.pluralize(held)}")
           end
           sleep(delay)
           delay = [ delay * 2, 1.0 ].min

@@ -71,7 +71,7 @@ class OperatorActionsTest < Bobbin::TestCase
     on_dead = insert_jobs(1, state: "running", claimed_by: dead.id, attempts: 1).first
     orphan = insert_jobs(1, state: "running", claimed_by: 999_999, attempts: 1).first
     killed = Bobbin::ProcessRecord.register(kind: "worker", name: "killed") # beat just now, but its pid is gone (kill -9)
-    killed.update_columns(pid: Process.spawn("true").tap { |pid| Process.wait(pid) })
+    killed.update_columns(pid: dead_pid)
     on_killed = insert_jobs(1, state: "running", claimed_by: killed.id, attempts: 1).first
 
     refute Bobbin::Operator.release(on_live, by: "ops"), "its worker is alive: releasing it would run it twice"

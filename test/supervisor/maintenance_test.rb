@@ -44,8 +44,7 @@ class MaintenanceTest < Bobbin::TestCase
     assert Bobbin::Maintenance.elected?(first.id), "the oldest here: another host's older worker keeps its own host's house"
     refute Bobbin::Maintenance.elected?(second.id)
     refute Bobbin::Maintenance.elected?(supervised.id)
-    dead = Process.spawn("true").tap { |pid| Process.wait(pid) }
-    first.update_columns(pid: dead)
+    first.update_columns(pid: dead_pid)
     assert Bobbin::Maintenance.elected?(second.id), "one whose pid is gone (killed) holds no post, however recent its beat"
     first.update_columns(pid: Process.pid, last_heartbeat_at: Time.now.utc - 3600)
     assert Bobbin::Maintenance.elected?(second.id), "a silent one holds no post: the next one takes over"

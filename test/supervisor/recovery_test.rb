@@ -80,7 +80,7 @@ class RecoveryTest < Bobbin::TestCase
   # A host's whole Bobbin killed at once (kill -9 of its process group, an OOM kill of its container) leaves rows that
   # beat a moment ago: the next process of that host to keep house sees their pids gone and recovers them at once.
   test "a process of this host's pid space whose pid is gone is recovered at once, however recent its heartbeat" do
-    dead = Process.spawn("true").tap { |pid| Process.wait(pid) }
+    dead = dead_pid
     living = Process.spawn("sleep", "30")
     rows = { dead: dead, living: living, elsewhere: dead, older: dead }.to_h do |name, pid|
       process, ids = dead_process_with_jobs(attempts: 1, jobs: 1)

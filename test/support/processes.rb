@@ -19,6 +19,9 @@ module TestProcesses
     end
   end
 
+  # A pid that ran and is gone (reaped): a killed process's, as a row may still name it.
+  def dead_pid = Process.spawn("true").tap { |pid| Process.wait(pid) }
+
   # True while process `pid` exists (a zombie too).
   def alive?(pid)
     Process.kill(0, pid)

@@ -33,7 +33,7 @@ module Bobbin
       # running (false): releasing it would run it twice. As after a recovery, the row keeps its claimed_by: a worker
       # that was only silent (a stalled host, a long pause) takes it back at its next beat unless another claimed it.
       def release(id, by:)
-        live = ProcessRecord.live.where.not(id: ProcessRecord.gone.map(&:id)).select(:id) # gone: a pid of this host that runs no more
+        live = ProcessRecord.live.select(:id)
         running = JobRecord.where(id: id, state: "running")
         released = running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
                           .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_at: nil, started_at: nil,

@@ -65,8 +65,9 @@ module Bobbin
                                                                    .select { |record| record.silent?(now, fallback) }
     end
 
-    # The processes not silent (see silent): those that count as alive.
-    def self.live(now = self.now) = where.not(id: silent(now).map(&:id))
+    # The processes that count as alive: neither silent (see silent) nor, on this host, gone (see gone: a worker
+    # killed with -9 a moment ago still has a recent heartbeat).
+    def self.live(now = self.now) = where.not(id: silent(now).map(&:id) + gone.map(&:id))
 
     # The pid space the process ran in (see ProcessRecord.pid_space), as its row says.
     def pid_space = own_metadata["pid_space"]
