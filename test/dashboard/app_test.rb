@@ -107,6 +107,15 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal "running", Bobbin::JobRecord.find(id).state
   end
 
+  test "the navigation leads to the jobs waiting on a concurrency limit, and marks that page as the one shown" do
+    blocked = insert_jobs(1, state: "blocked", concurrency_key: "account-7", concurrency_limit: 1, class_name: "LimitedJob").first
+    insert_jobs(1, class_name: "ReadyJob")
+    body = get(Bobbin::Dashboard.new(environment: "development"), "/jobs?state=blocked").body
+    assert_match(%r{<a href="/jobs\?state=blocked" aria-current="page">Blocked</a>}, body)
+    assert_match(%r{href="/jobs/#{blocked}"}, body)
+    refute_match(/ReadyJob/, body)
+  end
+
   test "pause and resume a queue whose name a URL escapes: the queue itself, not its escaped name" do
     app = Bobbin::Dashboard.new(environment: "development")
     [ "llm chat", "llm:high/β%" ].each do |name|

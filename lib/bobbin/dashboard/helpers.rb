@@ -8,7 +8,7 @@ module Bobbin
     # View helpers. Those returning markup escape every value they put in it (ERB::Util.h).
     module Helpers
       NAV = [ [ "Overview", "/" ], [ "Queues", "/queues" ], [ "Ready", "/jobs?state=ready" ], [ "Scheduled", "/jobs?state=scheduled" ],
-              [ "Running", "/jobs?state=running" ], [ "Failed", "/jobs?state=failed" ], [ "Finished", "/jobs?state=succeeded" ],
+              [ "Blocked", "/jobs?state=blocked" ], [ "Running", "/jobs?state=running" ], [ "Failed", "/jobs?state=failed" ], [ "Finished", "/jobs?state=succeeded" ],
               [ "All jobs", "/jobs" ], [ "Processes", "/processes" ], [ "Recurring", "/recurring" ] ].freeze
 
       def h(value) = ERB::Util.html_escape(value.to_s)
