@@ -113,6 +113,7 @@ class DashboardAppTest < Bobbin::TestCase
     body = get(Bobbin::Dashboard.new(environment: "development"), "/jobs?state=blocked").body
     assert_match(%r{<a href="/jobs\?state=blocked" aria-current="page">Blocked</a>}, body)
     assert_match(%r{href="/jobs/#{blocked}"}, body)
+    assert_match(/waiting on account-7 \(limit 1\)/, body, "what it waits on")
     refute_match(/ReadyJob/, body)
   end
 

@@ -11,7 +11,7 @@ module Bobbin
                  "succeeded" => [ :finished_at, :desc ], "failed" => [ :finished_at, :desc ], "discarded" => [ :finished_at, :desc ] }.freeze
       # Columns a list shows; the arguments' text and backtrace stay for the job page.
       LIST_COLUMNS = %i[id queue class_name state priority run_at attempts max_attempts crashes claimed_by enqueued_at started_at finished_at
-                        last_error_class last_error_message active_job_id].freeze
+                        last_error_class last_error_message active_job_id concurrency_key concurrency_limit].freeze
 
       attr_reader :jobs, :next_cursor, :filter
 
