@@ -479,3 +479,21 @@ class SpinJob
     loop { nil }
   end
 end
+
+# Records what it finds in fiber storage and fiber-locals as it starts, then leaves its own key in both.
+class LeftoverJob
+  include Bobbin::Job
+
+  class << self
+    attr_reader :found
+
+    def reset = @found = Queue.new
+  end
+  reset
+
+  def perform(key)
+    self.class.found << [ key, Fiber[:leftover], Thread.current[:leftover] ]
+    Fiber[:leftover] = key
+    Thread.current[:leftover] = key
+  end
+end

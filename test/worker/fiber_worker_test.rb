@@ -31,6 +31,18 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_equal [ "failed", "NotImplementedError", "not yet" ], [ failed.state, failed.last_error_class, failed.last_error_message ]
   end
 
+  test "each job starts without what the job before it in the same fiber left in Fiber[] or Thread.current[]" do
+    LeftoverJob.reset
+    Fiber[:leftover] = "the worker's own"
+    Bobbin.enqueue_all(Array.new(30) { |i| [ LeftoverJob, [ "job-#{i}" ] ] })
+    drain(fibers: 3)
+    found = Array.new(LeftoverJob.found.size) { LeftoverJob.found.pop }
+    assert_equal 30, found.size
+    assert_equal [ [ "the worker's own", nil ] ], found.map { |_, storage, local| [ storage, local ] }.uniq, "inherited storage, no locals"
+  ensure
+    Fiber[:leftover] = nil
+  end
+
   test "jobs that never wait still let the loop turn between them, so the claim loop need not wait for the line to empty" do
     executor = Bobbin::Worker::FiberExecutor.new(1, on_done: -> { })
     order = []

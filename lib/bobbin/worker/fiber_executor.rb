@@ -101,10 +101,21 @@ module Bobbin
         # keep the loop from turning until the line is empty: the claim loop could send its next claim only then, and
         # every claim's round trip left the pool idle. Between two jobs the fiber lets the loop turn once.
         def work_loop
+          storage = Fiber.current.storage
           while (item = @queue.pop)
             run_one(*item)
+            start_clean(storage)
             Fiber.scheduler.yield unless @queue.empty?
           end
+        end
+
+        # One fiber runs job after job, so what a job left in fiber storage (`Fiber[]`: a request id, a trace context)
+        # or in fiber-locals (`Thread.current[]`) would be the next job's. Each job starts as in a fiber of its own
+        # instead, as an Async task per job would: the slot's storage as it began, no fiber-locals.
+        def start_clean(storage)
+          locals = Thread.current
+          locals.keys.each { |key| locals[key] = nil }
+          Fiber.current.storage.each_key { |key| Fiber[key] = storage[key] }
         end
 
         def current_runner = Async::Task.current
