@@ -103,14 +103,15 @@ module Bobbin
     # clearing it (later reads see them); announced after the commit.
     def self.write(connection, rows)
       sql = for_adapter(connection.adapter_name)
-      notice = Wakeups::Notice.new(rows.map { |row| row[:queue] }.uniq, due_at(rows))
-      return write_announcing(connection, sql, rows, notice) if sql == PostgreSQL && Bobbin.config.notifications && sql.pipelined?(connection) &&
-                                                                rows.none? { |row| row[:concurrency_key] }
+      notices = notices(rows)
+      if notices.one? && sql == PostgreSQL && Bobbin.config.notifications && sql.pipelined?(connection) && rows.none? { |row| row[:concurrency_key] }
+        return write_announcing(connection, sql, rows, notices.first)
+      end
 
       insert = -> { connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) } }
       ids = sql == SQLite ? Wakeups.inserting(&insert) : insert.call
       connection.clear_query_cache
-      Wakeups.announce(notice.queues, at: notice.at, connection: connection)
+      notices.each { |notice| Wakeups.announce(notice.queues, at: notice.at, connection: connection) }
       ids
     end
 
@@ -127,13 +128,16 @@ module Bobbin
       @group_commit = Client::GroupCommit.new { |rows| Record.with_connection { |connection| write(connection, rows) } }
     end
 
-    # When new rows first become due, in epoch seconds: nil when one of them is due now.
-    def self.due_at(rows)
-      return nil if rows.any? { |row| row[:run_at].nil? }
-
-      now = timestamp(Time.now)
-      first = rows.map { |row| row[:run_at] || now }.min
-      first > now ? epoch(first) : nil
+    # What new rows announce: the queues of those due now; the queues of those due later, with the earliest of their
+    # due times (epoch seconds). Rows of both kinds (an enqueue_all, or callers sharing a group commit) are two
+    # notices, or a worker told only "now" would find the later ones at its next poll.
+    def self.notices(rows)
+      now = nil
+      later, due = rows.partition { |row| row[:run_at] && row[:run_at] > (now ||= timestamp(Time.now)) }
+      notices = []
+      notices << Wakeups::Notice.new(due.map { |row| row[:queue] }.uniq, nil) if due.any?
+      notices << Wakeups::Notice.new(later.map { |row| row[:queue] }.uniq, epoch(later.map { |row| row[:run_at] }.min)) if later.any?
+      notices
     end
 
     # A `timestamp` string as epoch seconds.

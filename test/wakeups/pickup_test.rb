@@ -34,6 +34,18 @@ class PickupTest < Bobbin::TestCase
     end
   end
 
+  test "one enqueue of jobs due now and a job due in 2 s: both run at their time on a worker polling every 60 s" do
+    with_idle_worker do
+      ids = Bobbin.enqueue_all([ [ SleepJob, [ 0, "now" ], { queue: "mixed" } ], [ SleepJob, [ 0, "later" ], { queue: "mixed", run_at: Time.now + 2 } ] ])
+      assert_equal [ [ [ "mixed" ], false ], [ [ "mixed" ], true ] ], assert_heard(2).map { |notice| [ notice.queues, !notice.at.nil? ] },
+                   "one announcement for the job due now, one saying when the other is due"
+      run_soon("now")
+      run_soon("later")
+      job = Bobbin::JobRecord.find(ids.last)
+      assert_operator job.started_at, :>=, job.run_at, "started at or after its run_at"
+    end
+  end
+
   test "a job scheduled before the worker started is found at boot and runs at its time" do
     SleepJob.enqueue_in(3, 0, "booked")
     with_idle_worker { run_soon("booked") }
