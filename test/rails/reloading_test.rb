@@ -58,6 +58,24 @@ class RailsReloadingTest < Bobbin::TestCase
     end
   end
 
+  test "development: a runs_on: :thread class added while a fiber pool runs runs its first jobs on the thread lane, not on the loop" do
+    development_worker("--fibers", "5") do |app|
+      warm = enqueue_active_job("LedgerJob", "warm-up")
+      wait_for("the worker to boot and run a job", timeout: 60) { Bobbin::JobRecord.find(warm).state == "succeeded" } # the new file comes after
+      File.write(File.join(app, "app/jobs/lane_late_job.rb"), <<~RUBY)
+        class LaneLateJob
+          include Bobbin::Job
+          bobbin_options queue: "rails_app", runs_on: :thread
+
+          def perform(key) = LedgerEntry.create!(key: "\#{key}-\#{Fiber.scheduler ? 'loop' : 'lane'}", pid: Process.pid)
+        end
+      RUBY
+      ids = Array.new(3) { |i| enqueue_late("new-#{i}", class_name: "LaneLateJob") }
+      wait_for("the new class's jobs to end", timeout: 60) { Bobbin::JobRecord.where(id: ids, state: %w[succeeded failed]).count == 3 }
+      assert_equal %w[new-0-lane new-1-lane new-2-lane], LedgerEntry.where("key LIKE 'new-%'").order(:key).pluck(:key)
+    end
+  end
+
   # Rails' reload lock tells the code it lets run from the reload apart by thread, and a fiber pool's jobs share one:
   # a job starting after a change would unload the app's code while the others ran or loaded it.
   test "development: after a code change, jobs that run at once in a fiber pool each run the new code, none fails" do

@@ -26,11 +26,16 @@ module Bobbin
 
       # True when `job`'s class asks to run on a thread (RunsOn), so a fiber pool hands it to its thread lane. A class
       # that cannot be looked up (unknown, or its file raised as it loaded: `ENV.fetch` of a variable not set) answers
-      # false: the job fails as a fiber like anywhere else, with that error, and the claim loop goes on.
+      # false: the job fails as a fiber like anywhere else, with that error, and the claim loop goes on. Where the app
+      # reloads its code (development) nothing is cached, and such a class answers true: a class added since the last
+      # reload is found only once the job has reloaded the code, and on the lane a `runs_on: :thread` one does not
+      # block the loop (one that does not ask for it runs there too, this once).
       def thread_job?(job)
-        @thread_jobs.fetch(job.class_name) { @thread_jobs[job.class_name] = RunsOn.thread?(lookup(job.class_name)) }
+        return @thread_jobs[job.class_name] if @thread_jobs.key?(job.class_name)
+
+        RunsOn.thread?(lookup(job.class_name)).tap { |lane| @thread_jobs[job.class_name] = lane unless AppExecutor.reloading? }
       rescue StandardError
-        false # not cached: a class added or mended later (development) is looked up again
+        AppExecutor.reloading?
       end
 
       # Performs `job` (a Store::ClaimedJob) and returns its Store::Outcome.
