@@ -85,8 +85,17 @@ module Bobbin
         @out.puts("PostgreSQL: max_connections #{max} (#{reserved} reserved for superusers), #{in_use} in use now")
         return if total_connections <= available
 
-        @problems << "Bobbin needs #{total_connections} connections but PostgreSQL allows #{available}: raise " \
-                     "max_connections, lower threads/processes, or use fiber pools"
+        @problems << "Bobbin needs #{total_connections} connections but PostgreSQL allows #{available}: #{connection_remedies.join(', or ')}"
+      end
+
+      # What would bring the connections within the server's limit, for these pools.
+      def connection_remedies
+        fibers = @pools.select { |pool| pool.mode == :fibers }.map { |pool| ConnectionBudget.job_connections(:fibers, pool.size) }.max
+        remedies = [ "raise max_connections" ]
+        remedies << "fewer threads (or fiber pools)" if @pools.any? { |pool| pool.mode == :threads }
+        remedies << "a smaller Active Record pool for the workers (pool: #{fibers}: fibers wait their turn)" if fibers && ActiveRecord::Base.connection_pool.size > fibers
+        remedies << "fewer processes" if processes > 1
+        remedies
       end
 
       def report_fibers

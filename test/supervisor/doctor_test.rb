@@ -79,7 +79,13 @@ class DoctorTest < Bobbin::TestCase
     status, report = doctor([ { "threads" => 20, "processes" => 6 } ])
     assert_equal 1, status
     assert_match(/PostgreSQL: max_connections \d+/, report)
-    assert_match(/Bobbin needs 139 connections but PostgreSQL allows \d+/, report, "6 × (20 + 2 + 1 listening) + 1")
+    assert_match(/Bobbin needs 139 connections but PostgreSQL allows \d+: raise max_connections, or fewer threads \(or fiber pools\), or fewer processes$/,
+                 report, "6 × (20 + 2 + 1 listening) + 1")
+
+    status, report = doctor([ { "fibers" => 200, "processes" => 6 } ])
+    assert_equal 1, status
+    assert_match(/PostgreSQL allows \d+: raise max_connections, or a smaller Active Record pool for the workers \(pool: 3: fibers wait their turn\), or fewer processes$/,
+                 report, "fiber pools: the remedy is the pool of 25 they may fill, not fiber pools")
   end
 
   test "fiber pools without fiber isolation fail the check" do
