@@ -497,3 +497,16 @@ class LeftoverJob
     Thread.current[:leftover] = key
   end
 end
+
+# Holds a connection across a wait, as a transaction around an HTTP call does.
+class TransactionSleepJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key, seconds)
+    LedgerEntry.transaction do
+      LedgerEntry.create!(key: key, pid: Process.pid)
+      sleep(seconds)
+    end
+  end
+end

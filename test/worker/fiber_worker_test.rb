@@ -23,6 +23,18 @@ class FiberWorkerTest < Bobbin::TestCase
     end
   end
 
+  test "jobs that hold connections across a wait and leave others waiting past checkout_timeout: those fail, and the log says why once" do
+    ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(3, name: TestDatabase.application_name) + "&checkout_timeout=0.2")
+    Bobbin.enqueue_all(Array.new(8) { |i| [ TransactionSleepJob, [ "held-#{i}", 0.6 ] ] })
+    log = bobbin_log { drain(fibers: 8) }
+    states = Bobbin::JobRecord.group(:state, :last_error_class).count
+    assert_equal 8, states.values.sum
+    assert_operator states[[ "failed", "ActiveRecord::ConnectionTimeoutError" ]].to_i, :>=, 1, states.inspect
+    assert_equal 1, log.scan(/a job waited past checkout_timeout for a database connection \(Active Record pool of 3\)\. .*a transaction/).size, log
+  ensure
+    ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+  end
+
   test "an exception in one fiber fails that job only; the others and the loop carry on" do
     Bobbin.enqueue_all([ [ NotImplementedJob, [] ] ] + Array.new(20) { |i| [ SleepJob, [ 0.01, "ok-#{i}" ] ] })
     drain(fibers: 10)

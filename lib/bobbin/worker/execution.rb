@@ -208,9 +208,23 @@ module Bobbin
         # The error as the job's row keeps it: whatever its message holds (NULs, bytes that are not UTF-8, a
         # message method that raises), the outcome is written and the worker goes on.
         def error_outcome(job, state, error, finished_at: nil, run_at: nil)
+          explain_connection_wait(error)
           backtrace = Array(error.backtrace).first(BACKTRACE_LINES).join("\n")
           Store::Outcome.new(job.id, state, finished_at, run_at, error_class(error), message(error),
                              Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue, job.attempts)
+        end
+
+        # Jobs of a fiber pool that waited past checkout_timeout for a connection most often wait behind jobs that hold
+        # one across I/O (a transaction around an API call): says so once per process, beside the jobs' own lines.
+        def explain_connection_wait(error)
+          return if @explained || !Fiber.scheduler || !(defined?(ActiveRecord::ConnectionTimeoutError) && error.is_a?(ActiveRecord::ConnectionTimeoutError))
+
+          @explained = true
+          size = error.connection_pool&.size if error.respond_to?(:connection_pool)
+          @logger.warn("bobbin: a job waited past checkout_timeout for a database connection#{" (Active Record pool of #{size})" if size}. " \
+                       "Fibers share the pool query by query, but a transaction, or ActiveRecord::Base.connection, holds its " \
+                       "connection until it ends: keep I/O (HTTP calls, sleeps) outside transactions, or give the workers a " \
+                       "pool of a connection per job that holds one")
         end
 
         # An anonymous class (Class.new(StandardError)) has no name; its inspect still tells what it is.
