@@ -51,6 +51,12 @@ class FiberWorkerTest < Bobbin::TestCase
     found = Array.new(LeftoverJob.found.size) { LeftoverJob.found.pop }
     assert_equal 30, found.size
     assert_equal [ [ "the worker's own", nil ] ], found.map { |_, storage, local| [ storage, local ] }.uniq, "inherited storage, no locals"
+
+    Bobbin.enqueue_all(Array.new(30) { |i| [ LeftoverJob, [ "fresh-#{i}" ] ] })
+    Fiber.new(storage: nil) { drain_within(60, fibers: 3) }.resume # fibers with no storage until a job gives them some
+    found = Array.new(LeftoverJob.found.size) { LeftoverJob.found.pop }
+    assert_equal [ [ nil, nil ] ], found.map { |_, storage, local| [ storage, local ] }.uniq
+    assert_equal 60, Bobbin.counts["succeeded"]
   ensure
     Fiber[:leftover] = nil
   end

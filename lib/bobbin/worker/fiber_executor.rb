@@ -115,7 +115,7 @@ module Bobbin
         def start_clean(storage)
           locals = Thread.current
           locals.keys.each { |key| locals[key] = nil }
-          Fiber.current.storage.each_key { |key| Fiber[key] = storage[key] }
+          Fiber.current.storage&.each_key { |key| Fiber[key] = storage&.[](key) } # nil until a fiber's first Fiber[]=
         end
 
         def current_runner = Async::Task.current
