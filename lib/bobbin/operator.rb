@@ -25,7 +25,7 @@ module Bobbin
     def release(id, by: "operator") = Actions.release(id, by: by)
     def retry_all(filter, by: "operator") = Actions.retry_all(filter, by: by)
     def discard_all(filter, by: "operator") = Actions.discard_all(filter, by: by)
-    def delete_finished(before:, states: Actions::FINISHED) = Actions.delete_finished(before: before, states: states)
+    def delete_finished(before:, states: Actions::DONE_WITH) = Actions.delete_finished(before: before, states: states)
 
     def pause(queue) = QueuePause.pause(queue)
     def resume(queue) = QueuePause.resume(queue)

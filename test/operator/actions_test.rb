@@ -126,13 +126,16 @@ class OperatorActionsTest < Bobbin::TestCase
     other&.disconnect!
   end
 
-  test "delete finished jobs older than a time, only finished ones" do
+  test "delete finished jobs older than a time, only finished ones; failed ones only when asked, as retention keeps them" do
     old = Time.now.utc - 86_400
-    gone = insert_jobs(3, state: "succeeded", finished_at: old) + insert_jobs(2, **failed_attributes(old))
+    gone = insert_jobs(3, state: "succeeded", finished_at: old) + insert_jobs(1, state: "discarded", finished_at: old)
+    failed = insert_jobs(2, **failed_attributes(old))
     kept = insert_jobs(2, state: "succeeded", finished_at: Time.now.utc) + insert_jobs(1)
-    assert_equal 5, Bobbin::Operator.delete_finished(before: Time.now.utc - 3600)
-    assert_equal kept.sort, Bobbin::JobRecord.pluck(:id).sort
+    assert_equal 4, Bobbin::Operator.delete_finished(before: Time.now.utc - 3600)
+    assert_equal (kept + failed).sort, Bobbin::JobRecord.pluck(:id).sort
     refute Bobbin::JobRecord.where(id: gone).exists?
+    assert_equal 2, Bobbin::Operator.delete_finished(before: Time.now.utc - 3600, states: %w[failed])
+    assert_equal kept.sort, Bobbin::JobRecord.pluck(:id).sort
     assert_raises(ArgumentError) { Bobbin::Operator.delete_finished(before: Time.now.utc, states: %w[running]) }
   end
 

@@ -10,6 +10,8 @@ module Bobbin
       RETRYABLE = %w[failed discarded].freeze
       DISCARDABLE = %w[failed ready blocked].freeze
       FINISHED = %w[succeeded failed discarded].freeze
+      # What delete_finished deletes unless told: what retention deletes. Failed jobs stay until retried or discarded.
+      DONE_WITH = %w[succeeded discarded].freeze
       BATCH = 1_000
       # Seconds a batch keeps trying while SQLite stays locked (see patiently).
       PATIENCE = 120
@@ -44,7 +46,7 @@ module Bobbin
 
       # Deletes finished jobs (`states`, default all finished) that finished before `before`, in batches; returns
       # how many.
-      def delete_finished(before:, states: FINISHED)
+      def delete_finished(before:, states: DONE_WITH)
         states = Array(states).map(&:to_s)
         raise ArgumentError, "only finished jobs can be deleted (#{FINISHED.join(', ')}), not #{(states - FINISHED).join(', ')}" if (states - FINISHED).any?
         # A nil bound would be an open range, every finished job; anything but a time would be cast to nil.
