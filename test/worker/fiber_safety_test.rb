@@ -84,6 +84,15 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_operator held, :>=, 1_900, "the whole stall, its CPU time being 2 s:\n#{log}"
   end
 
+  test "a job busy allocating is blamed for the whole time it held the loop, the collections its garbage set off included" do
+    gc = GC.stat(:time)
+    id = BusyRubyJob.enqueue(2_000, "busy-allocating", true)
+    log = bobbin_log { drain(fibers: 2) }
+    held = log[/BusyRubyJob #{id} held the event loop (\d+)ms/, 1].to_i
+    assert_operator GC.stat(:time) - gc, :>, 100, "the job set off collections"
+    assert_operator held, :>=, 1_900, "the whole stall, its CPU time (collections included) being 2 s:\n#{log}"
+  end
+
   test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later" do
     BusyRubyJob.enqueue(3_000, "busy-row")
     SleepJob.enqueue(6, "keeps the worker on after the stall")

@@ -167,10 +167,12 @@ module Bobbin
           @confirmed = @ongoing_logged = false
         end
 
+        # GC decides nothing (a collection that fell in a quick job is no stall of its), but within a stall it counts:
+        # the job's own allocations set it off, and a job building strings for 5 s was reported as holding the loop 1 s.
         def report(ended)
-          excused = excused_since(@suspect[:clocks])
-          duration = (ended - @suspect[:since]) * 1000 - excused
-          return if duration < @threshold * 1000 || (ended - @suspect[:at]) * 1000 - excused < @threshold * 500
+          gc, waits = excused_since(@suspect[:clocks])
+          duration = (ended - @suspect[:since]) * 1000 - waits
+          return if duration - gc < @threshold * 1000 || (ended - @suspect[:at]) * 1000 - waits - gc < @threshold * 500
 
           job = @suspect[:job]
           stall = Stall.new(id: @suspect[:id], class_name: job&.class_name, queue: job&.queue, duration_ms: duration.round(1),
@@ -185,13 +187,14 @@ module Bobbin
           @backtrace.find { |line| LIBRARY_FRAMES.none? { |library| line.start_with?(library) } } || @backtrace.first
         end
 
-        # Milliseconds since `before` (a `clocks` reading) that were no job's doing: GC; the loop thread waiting for a
-        # CPU on a busy machine (Linux's schedstat); and the other threads of this process on a CPU (a thread running
-        # Ruby holds the GVL the loop needs: a thread-pool lane job, Bobbin's outcome writer on SQLite).
+        # Milliseconds since `before` (a `clocks` reading) that may be no job's doing: GC, then the waits — the loop
+        # thread waiting for a CPU on a busy machine (Linux's schedstat), and the other threads of this process on a
+        # CPU (a thread running Ruby holds the GVL the loop needs: a thread-pool lane job, Bobbin's outcome writer on
+        # SQLite).
         def excused_since(before)
           now = clocks
           others = now[:others].sum { |tid, ms| ms - before[:others].fetch(tid, 0) }
-          (now[:gc] - before[:gc]) + (now[:queued] - before[:queued]) + others
+          [ now[:gc] - before[:gc], now[:queued] - before[:queued] + others ]
         end
 
         def clocks
