@@ -139,6 +139,7 @@ module Bobbin
         done = case before
         when 0 then "created Bobbin's tables (schema version #{Schema::VERSION})"
         when Schema::VERSION then "Bobbin's tables are at schema version #{Schema::VERSION} already"
+        when (Schema::VERSION + 1)... then "#{Schema.newer(before)}: nothing done"
         else "upgraded Bobbin's tables from schema version #{before} to #{Schema::VERSION}"
         end
         puts(done)

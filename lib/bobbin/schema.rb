@@ -18,7 +18,10 @@ module Bobbin
     module_function
 
     # Creates whatever of Bobbin's tables, columns and indexes are missing and records VERSION; safe to run again.
+    # Tables of a newer Bobbin (this one rolled back) are left as they are: its steps do not know them.
     def up(connection)
+      return if version(connection) > VERSION
+
       create_jobs(connection)
       create_processes(connection)
       create_pauses(connection)
@@ -54,14 +57,19 @@ module Bobbin
     INSTALL = "run `bobbin migrate` (in a Rails app: bin/rails generate bobbin:install, then bin/rails db:prepare)"
     UPGRADE = "run `bobbin migrate` (in a Rails app: bin/rails generate bobbin:install, then bin/rails db:migrate)"
 
-    # Raises ConfigurationError unless the database has the schema this code needs, saying how to upgrade.
+    # Raises ConfigurationError unless the database has the schema this code needs, saying how to upgrade. On the
+    # tables of a newer Bobbin (a rollback of the code) it runs, saying so: a newer version keeps what older ones use.
     def check!(connection)
       found = version(connection)
+      Bobbin.logger.warn("bobbin: #{newer(found)}; running on them") if found > VERSION
       return if found >= VERSION
 
       raise ConfigurationError, found.zero? ? "Bobbin's tables are missing: #{INSTALL}" :
         "Bobbin's tables are at schema version #{found} but this Bobbin needs #{VERSION}: #{UPGRADE}"
     end
+
+    # Says that the tables, at version `found`, are a newer Bobbin's.
+    def newer(found) = "Bobbin's tables are at schema version #{found}, newer than this Bobbin's (#{VERSION}: rolled back?)"
 
     # Version 2: how many crashes each job was in flight for (quarantine and crash blame).
     def add_crashes(connection)

@@ -189,6 +189,10 @@ class StartupErrorsTest < Bobbin::TestCase
       assert_equal [ 0, "created Bobbin's tables (schema version #{Bobbin::Schema::VERSION})\n" ], [ status.exitstatus, output ]
       status, output = run_bobbin("migrate", env: { "DATABASE_URL" => url })
       assert_equal [ 0, "Bobbin's tables are at schema version #{Bobbin::Schema::VERSION} already\n" ], [ status.exitstatus, output ]
+      SQLite3::Database.new(path) { |db| db.execute("INSERT INTO bobbin_schema (version) VALUES (#{Bobbin::Schema::VERSION + 1})") }
+      status, output = run_bobbin("migrate", env: { "DATABASE_URL" => url })
+      assert_equal [ 0, "Bobbin's tables are at schema version #{Bobbin::Schema::VERSION + 1}, newer than this Bobbin's " \
+                        "(#{Bobbin::Schema::VERSION}: rolled back?): nothing done\n" ], [ status.exitstatus, output ]
       assert_equal 0, run_bobbin("counts", env: { "DATABASE_URL" => url })[0].exitstatus
     end
   end

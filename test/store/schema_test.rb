@@ -72,6 +72,27 @@ class SchemaTest < Bobbin::TestCase
     assert_match(/\A\(?active_job_id IS NOT NULL\)?\z/, where, "only jobs with an Active Job id are indexed")
   end
 
+  test "tables of a newer Bobbin (this one rolled back): migrate leaves them as they are, a worker runs on them and says so" do
+    newer = Bobbin::Schema::VERSION + 1
+    with_connection { |connection| connection.execute("INSERT INTO bobbin_schema (version) VALUES (#{newer})") }
+    indexes = with_connection { |connection| connection.indexes(:bobbin_jobs).map(&:name).sort }
+    with_connection { |connection| connection.add_index(:bobbin_jobs, :queue, name: "bobbin_jobs_due") } # a name version 9 drops
+    Bobbin.migrate!
+    assert_equal newer, version
+    assert_equal (indexes + [ "bobbin_jobs_due" ]).sort, with_connection { |connection| connection.indexes(:bobbin_jobs).map(&:name).sort },
+                 "no step of this version ran on them"
+
+    SleepJob.enqueue(0, "on-newer")
+    log = bobbin_log { drain(fibers: 2) }
+    assert_equal [ "on-newer" ], LedgerEntry.pluck(:key)
+    assert_match(/Bobbin's tables are at schema version #{newer}, newer than this Bobbin's \(#{Bobbin::Schema::VERSION}: rolled back\?\); running on them/, log)
+  ensure
+    with_connection do |connection|
+      connection.remove_index(:bobbin_jobs, name: "bobbin_jobs_due", if_exists: true)
+      connection.execute("DELETE FROM bobbin_schema WHERE version > #{Bobbin::Schema::VERSION}")
+    end
+  end
+
   test "without tables the version is 0 and a worker says how to create them" do
     with_connection { |connection| Bobbin::Schema.down(connection) }
     assert_equal 0, version
