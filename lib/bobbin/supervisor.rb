@@ -27,7 +27,7 @@ module Bobbin
     def start
       ConnectionBudget.check_pools!(@pools, @mode)
       Worker::FiberExecutor.selector if @pools.any? { |pool| pool.mode == :fibers } # before forking, not in each child
-      @process = ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) })
+      @process = DatabaseProblem.lasting! { ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) }) }
       trap_signals
       Instrumentation.instrument(:start_process, process_event)
       @clock = Maintenance::Clock.start("supervisor")

@@ -250,6 +250,13 @@ class StartupErrorsTest < Bobbin::TestCase
                          %r{cannot write the SQLite database #{dir}/jobs\.sqlite3 .*write access to the file and to its directory})
       assert_config_exit(run_bobbin("migrate", env: env.merge("DATABASE_URL" => sqlite_url("#{dir}/new.sqlite3")), prefix: prefix),
                          %r{cannot write the SQLite database #{dir}/new\.sqlite3})
+
+      File.chmod(0o777, dir) # the file read-only, its directory not: it opens, reads, and its first write is refused
+      File.chmod(0o444, "#{dir}/jobs.sqlite3")
+      %w[start work].each do |command|
+        assert_config_exit(run_bobbin(command, "--threads", "1", env: env.merge("DATABASE_URL" => sqlite_url("#{dir}/jobs.sqlite3")), prefix: prefix),
+                           %r{cannot write the SQLite database #{dir}/jobs\.sqlite3 \(attempt to write a readonly database\)})
+      end
     ensure
       File.chmod(0o755, dir)
     end

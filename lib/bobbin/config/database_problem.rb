@@ -5,6 +5,17 @@ module Bobbin
   module DatabaseProblem
     module_function
 
+    # Runs the block (a process registering itself); a database error that no waiting mends (an SQLite file this user
+    # cannot write, a full disk) becomes a ConfigurationError saying so: one line and exit 78 from the command line,
+    # not a backtrace. Others pass: an outage at boot is waited out by whoever restarts the process.
+    def lasting!
+      yield
+    rescue ActiveRecord::ActiveRecordError => error
+      raise unless sqlite_unwritable?(error) || disk_full?(error)
+
+      raise ConfigurationError, describe(error)
+    end
+
     # The one-line explanation of `error`, raised while connecting or checking tables; `where` names what said
     # which database (DATABASE_URL, the -d URL, config/database.yml).
     def describe(error, where = "DATABASE_URL")
@@ -12,6 +23,7 @@ module Bobbin
       if error.is_a?(ActiveRecord::NoDatabaseError) && text.match?(/does not exist|not found|no such file/i) then no_database(where)
       elsif text.match?(/too many (connections|clients)/i) then too_many(text)
       elsif sqlite_unwritable?(error) then read_only(text)
+      elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last)}): free space on it"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished)
         "cannot connect to the database: #{text}; is the server running, and is #{where} right?"
       else "database error before starting: #{text} (#{error.class}); check #{where}"
@@ -52,7 +64,15 @@ module Bobbin
     def sqlite_unwritable?(error)
       return false unless defined?(SQLite3::Exception)
 
-      [ error, error.cause ].any? { |e| e.is_a?(SQLite3::ReadOnlyException) || e.is_a?(SQLite3::CantOpenException) }
+      causes(error).any? { |e| e.is_a?(SQLite3::ReadOnlyException) || e.is_a?(SQLite3::CantOpenException) }
     end
+
+    # Whether the disk is full: SQLite says so (behind the failed ROLLBACK that follows, at times), PostgreSQL too.
+    def disk_full?(error)
+      causes(error).any? { |e| (defined?(SQLite3::FullException) && e.is_a?(SQLite3::FullException)) || e.message.match?(/No space left on device|could not extend file/) }
+    end
+
+    # `error` and the errors behind it.
+    def causes(error) = Array.new(5).each_with_object([ error ]) { |_, chain| chain << chain.last.cause if chain.last.cause }
   end
 end
