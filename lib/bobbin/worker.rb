@@ -213,6 +213,7 @@ module Bobbin
         boot
         @executor.run do
           Worker.settle_heap
+          @detector&.booted
           services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
           serve(drain, services)
         end

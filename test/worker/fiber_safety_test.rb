@@ -93,6 +93,22 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_operator held, :>=, 1_900, "the whole stall, its CPU time (collections included) being 2 s:\n#{log}"
   end
 
+  test "a new worker's full collections before its first claim are not loop lag on its gauges" do
+    Bobbin::Worker.instance_variable_set(:@settled, nil) # this process settles its heap once: let this worker do it
+    heap = Array.new(2_000_000) { |i| "object #{i}" } # full collections take a while
+    SleepJob.enqueue(0.3, "after-boot")
+    gc = GC.stat(:time)
+    worker = Bobbin::Worker.new(queues: [ "*" ], fibers: 2, polling_interval: 0.05)
+    thread = Thread.new { worker.run_until_empty }
+    wait_for("the job to start", timeout: 30) { Recorder.calls.include?("after-boot") }
+    collections = GC.stat(:time) - gc
+    max_lag = worker.detector.health[:max_loop_lag_ms]
+    thread.join
+    assert_operator collections, :>, 100, "the boot's collections held the loop"
+    assert_operator max_lag, :<, collections / 2, "the gauge's worst lag leaves the boot out"
+    heap.clear
+  end
+
   test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later" do
     BusyRubyJob.enqueue(3_000, "busy-row")
     SleepJob.enqueue(6, "keeps the worker on after the stall")

@@ -47,6 +47,13 @@ module Bobbin
         @watchdog = Thread.new { watch }.tap { |thread| thread.name = "bobbin-stall-watch" }
       end
 
+      # Forgets the lag so far: the loop held by the worker's own boot (its heap settling) is no job's, and shown as
+      # the process's worst lag it set off alerts on the gauge of a worker that had run nothing. Called on the loop.
+      def booted
+        @beat = monotonic
+        @lock.synchronize { @lag = @max_lag = 0.0 }
+      end
+
       # Stops both.
       def stop
         @stopped = true
