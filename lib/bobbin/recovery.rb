@@ -42,11 +42,12 @@ module Bobbin
       ProcessRecord.where(pid: pid, supervisor_id: supervisor_id).pluck(:id).sum { |id| take_over(ProcessRecord, id, "process #{pid} exited (#{status})") }
     end
 
-    # Returns the jobs `process_id` was running to ready (or failed); records why on each job. They go behind the
+    # Returns the jobs `process_id` (and the rows `beside` it of the same OS process) was running to ready (or failed);
+    # records why on each job. They go behind the
     # jobs queued meanwhile (run_at now): put first in line, the jobs in flight at one crash were the ones in flight at
     # the next, and two kills in a row made a whole batch of innocent jobs suspects that ran one at a time (the chaos test).
-    def recover(process_id, reason)
-      running = JobRecord.where(state: "running", claimed_by: process_id)
+    def recover(process_id, reason, beside: [])
+      running = JobRecord.where(state: "running", claimed_by: [ process_id, *beside ])
       blamed = blamed_ids(running)
       error = { last_error_class: ProcessDied.name, last_error_message: "#{reason} while this job was running",
                 last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }
@@ -111,7 +112,15 @@ module Bobbin
 
     # Recovers process `id`'s jobs if its row is still among `rows` (as this caller judged it) to delete: of the
     # processes that judge one dead at once, the one whose delete takes the row recovers it. Returns how many jobs.
-    def take_over(rows, id, reason) = rows.where(id: id).delete_all == 1 ? recover(id, reason) : 0
+    # The other worker rows of its OS process (the pools of an async-mode process) that `rows` holds are taken over
+    # with it, in one recovery: blamed row by row, a job alone in its pool was blamed for a crash four jobs were in.
+    def take_over(rows, id, reason)
+      pid, supervisor_id = ProcessRecord.where(id: id).pick(:pid, :supervisor_id)
+      return 0 unless rows.where(id: id).delete_all == 1
+
+      siblings = supervisor_id ? rows.where(pid: pid, supervisor_id: supervisor_id).where.not(id: id).pluck(:id) : []
+      recover(id, reason, beside: siblings.select { |sibling| rows.where(id: sibling).delete_all == 1 })
+    end
 
     def trusted_silence?(threshold) = @reachable_since.nil? || monotonic - @reachable_since >= threshold
 

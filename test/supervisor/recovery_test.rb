@@ -99,6 +99,21 @@ class RecoveryTest < Bobbin::TestCase
     Process.kill(:KILL, living) && Process.wait(living) if living
   end
 
+  test "an async-mode process's pools are recovered as one process: a job alone in its pool beside others in flight is not blamed" do
+    supervisor = Bobbin::ProcessRecord.register(kind: "supervisor", name: "supervisor")
+    pid = dead_pid
+    pools = [ 3, 1 ].map do |jobs|
+      process, ids = dead_process_with_jobs(attempts: 1, jobs: jobs)
+      process.update_columns(pid: pid, supervisor_id: supervisor.id)
+      ids
+    end
+    supervisor.update_columns(pid: pid)
+    log = bobbin_log { assert_equal 4, Bobbin::Recovery.prune(threshold: 600) }
+    assert_equal [ [ "ready", 0, 1 ] ] * 4, jobs(pools.flatten).pluck(:state, :attempts, :crashes), "all four given their attempt back"
+    refute_match(/counts against/, log)
+    assert_equal 1, log.scan(/is gone \(no such process\); 4 jobs returned to ready/).size, log
+  end
+
   test "running jobs whose process row is gone are recovered too" do
     process, ids = dead_process_with_jobs(attempts: 1)
     process.delete
