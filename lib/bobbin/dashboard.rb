@@ -54,18 +54,27 @@ module Bobbin
     end
 
     private
-      # Without an auth hook: in development and test; with no environment set at all, to this machine alone: the
+      # Without an auth hook: in development and test (or with no environment set at all), to this machine alone: the
       # peer's own address (not Rack's request.ip, which believes X-Forwarded-For from any private address), and no
-      # proxy in between (a proxy on this machine would make every visitor local).
+      # proxy in between (a proxy on this machine would make every visitor local). Development alone is not enough:
+      # rackup sets RACK_ENV=development when nothing is set, and `rackup -o 0.0.0.0` served every visitor.
       def open_to?(request)
-        return @environments.all? { |name| LOCAL.include?(name) } if @environments.any?
+        return false unless local_environment?
 
         LOOPBACK.include?(request.get_header("REMOTE_ADDR")) && !request.has_header?("HTTP_X_FORWARDED_FOR") && !request.has_header?("HTTP_FORWARDED")
       end
 
+      def local_environment? = @environments.all? { |name| LOCAL.include?(name) }
+
       def auth_missing(request)
-        this = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine"
-        "The Bobbin dashboard needs an auth hook outside development and test (#{this}). " \
+        this = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set"
+        why = if local_environment?
+          "Without an auth hook the Bobbin dashboard serves only requests from this machine, with no proxy in between (#{this}, and " \
+            "the request does not come from this machine)."
+        else
+          "The Bobbin dashboard needs an auth hook outside development and test (#{this})."
+        end
+        "#{why} " \
           "Configure one: Bobbin::Dashboard.new(auth: ->(request) { request.env[\"warden\"]&.user&.admin? }), or in Rails mount it inside " \
           "`authenticate :user, ->(user) { user.admin? } do ... end` with Bobbin::Dashboard.default = Bobbin::Dashboard.new(auth: ->(_) { true })."
       end

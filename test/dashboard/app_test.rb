@@ -7,7 +7,9 @@ require "rack/mock"
 class DashboardAppTest < Bobbin::TestCase
   include OperatorHelper
 
-  def get(app, path) = Rack::MockRequest.new(app).get(path)
+  LOCAL = { "REMOTE_ADDR" => "127.0.0.1" }.freeze # a request from this machine
+
+  def get(app, path) = Rack::MockRequest.new(app).get(path, LOCAL)
 
   # GETs `page` as a browser would, then POSTs to `action` with that page's session cookie and the CSRF token of the
   # page's form for `token_of` (the action's own form by default), or `token`.
@@ -15,7 +17,7 @@ class DashboardAppTest < Bobbin::TestCase
     page = get(app, page)
     cookie = page.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
     token ||= page.body[/<form method="post" action="#{Regexp.escape(token_of)}"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"/, 1]
-    Rack::MockRequest.new(app).post(action, "HTTP_COOKIE" => cookie, params: { "_csrf" => token })
+    Rack::MockRequest.new(app).post(action, **LOCAL, "HTTP_COOKIE" => cookie, params: { "_csrf" => token })
   end
 
   test "every page answers with a strict Content-Security-Policy and no caching" do
@@ -25,7 +27,7 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(/frame-ancestors 'none'/, response.headers["content-security-policy"])
     assert_equal "no-store", response.headers["cache-control"]
     assert_equal "nosniff", response.headers["x-content-type-options"]
-    head = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development")).request("HEAD", "/")
+    head = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development")).request("HEAD", "/", LOCAL)
     assert_equal [ 200, "" ], [ head.status, head.body ], "HEAD answers as GET, without the body (uptime checks)"
   end
 
@@ -51,7 +53,7 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal [ 200, "text/css" ], [ css.status, css.headers["content-type"] ]
   end
 
-  test "without an auth hook and an environment given, every variable set must say development or test; with none, only this machine is served" do
+  test "without an auth hook only this machine is served, and only when every environment variable set says development or test" do
     names = %w[BOBBIN_ENV RAILS_ENV RACK_ENV]
     saved = ENV.to_h.slice(*names)
     names.each { |name| ENV.delete(name) }
@@ -59,12 +61,13 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal [ 200, 200 ], [ from.("127.0.0.1").status, from.("::1").status ]
     refused = from.("10.0.0.5")
     assert_equal 403, refused.status
-    assert_match(/no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine/, refused.body)
+    assert_match(/serves only requests from this machine, with no proxy in between \(no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine\)/, refused.body)
     assert_equal 403, from.("10.0.0.5", "HTTP_X_FORWARDED_FOR" => "127.0.0.1").status, "Rack would take 127.0.0.1 for the client"
     assert_equal 403, from.("127.0.0.1", "HTTP_X_FORWARDED_FOR" => "203.0.113.7").status, "a proxy on this machine"
     assert_equal 403, from.("127.0.0.1", "HTTP_FORWARDED" => "for=203.0.113.7").status, "a proxy on this machine (RFC 7239)"
-    ENV["RACK_ENV"] = "development"
-    assert_equal 200, from.("10.0.0.5").status
+    ENV["RACK_ENV"] = "development" # what rackup sets when nothing is: `rackup -o 0.0.0.0` must not open it to all
+    assert_equal [ 200, 403 ], [ from.("127.0.0.1").status, from.("10.0.0.5").status ]
+    assert_match(/\(this is development, and the request does not come from this machine\)/, from.("10.0.0.5").body)
     ENV["BOBBIN_ENV"] = "production"
     assert_match(/this is production \/ development/, from.("127.0.0.1").body)
   ensure
@@ -80,7 +83,7 @@ class DashboardAppTest < Bobbin::TestCase
       refute_match(/<form method="post"/, body, path)
       assert_match(/read-only/, body)
     end
-    response = Rack::MockRequest.new(app).post("/jobs/#{id}/retry")
+    response = Rack::MockRequest.new(app).post("/jobs/#{id}/retry", LOCAL)
     assert_equal 403, response.status
     assert_match(/This dashboard is read-only\./, response.body)
     assert_equal "failed", Bobbin::JobRecord.find(id).state
@@ -89,7 +92,7 @@ class DashboardAppTest < Bobbin::TestCase
   test "a POST needs the CSRF token of its own form: without one, forged, or another form's, it is refused and changes nothing" do
     id = insert_jobs(1, **failed_attributes).first
     app = Bobbin::Dashboard.new(environment: "development")
-    refused = Rack::MockRequest.new(app).post("/jobs/#{id}/retry")
+    refused = Rack::MockRequest.new(app).post("/jobs/#{id}/retry", LOCAL)
     assert_equal 403, refused.status
     assert_match(/CSRF check failed/, refused.body)
     assert_equal 403, post_form(app, "/jobs/#{id}", "/jobs/#{id}/retry", token: "forged").status
