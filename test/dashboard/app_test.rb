@@ -20,6 +20,12 @@ class DashboardAppTest < Bobbin::TestCase
     Rack::MockRequest.new(app).post(action, **LOCAL, "HTTP_COOKIE" => cookie, params: { "_csrf" => token })
   end
 
+  # The notice the page a POST's `response` redirects to shows, followed with the session cookie as a browser would.
+  def notice_after(app, response)
+    cookie = response.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
+    Rack::MockRequest.new(app).get(response.location, **LOCAL, "HTTP_COOKIE" => cookie).body[%r{<p class="notice" role="status">(.*?)</p>}, 1]
+  end
+
   test "every page answers with a strict Content-Security-Policy and no caching" do
     response = get(Bobbin::Dashboard.new(environment: "development"), "/")
     assert_equal 200, response.status
@@ -74,6 +80,20 @@ class DashboardAppTest < Bobbin::TestCase
     names.each { |name| saved&.key?(name) ? ENV[name] = saved[name] : ENV.delete(name) }
   end
 
+  test "an action's notice shows once on the page it leads to; a notice in a URL is not shown (anyone could send such a link)" do
+    id = insert_jobs(1, **failed_attributes).first
+    app = Bobbin::Dashboard.new(environment: "development")
+    refute_match(/log in again at/, get(app, "/jobs/#{id}?notice=Session+expired:+log+in+again+at+evil.example").body)
+
+    done = post_form(app, "/jobs/#{id}", "/jobs/#{id}/retry")
+    assert_equal "/jobs/#{id}", done.location
+    cookie = done.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
+    shown = Rack::MockRequest.new(app).get(done.location, **LOCAL, "HTTP_COOKIE" => cookie)
+    assert_match(%r{<p class="notice" role="status">Retried\.</p>}, shown.body)
+    again = Rack::MockRequest.new(app).get(done.location, **LOCAL, "HTTP_COOKIE" => shown.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/])
+    refute_match(/class="notice"/, again.body, "once")
+  end
+
   test "read-only mode shows no action and refuses every POST" do
     id = insert_jobs(1, **failed_attributes).first
     Bobbin::Operator.pause("mail")
@@ -105,8 +125,8 @@ class DashboardAppTest < Bobbin::TestCase
   test "a release the operator layer refuses says why: the job's process is alive" do
     live = Bobbin::ProcessRecord.register(kind: "worker", name: "live")
     id = insert_jobs(1, state: "running", claimed_by: live.id, attempts: 1).first
-    response = post_form(Bobbin::Dashboard.new(environment: "development"), "/jobs/#{id}", "/jobs/#{id}/release")
-    assert_includes CGI.unescape(response.headers["location"]), "Not released: its process is alive by its heartbeat"
+    app = Bobbin::Dashboard.new(environment: "development")
+    assert_includes CGI.unescapeHTML(notice_after(app, post_form(app, "/jobs/#{id}", "/jobs/#{id}/release"))), "Not released: its process is alive by its heartbeat"
     assert_equal "running", Bobbin::JobRecord.find(id).state
   end
 
@@ -127,7 +147,7 @@ class DashboardAppTest < Bobbin::TestCase
       action = "/queues/#{ERB::Util.url_encode(name)}"
       response = post_form(app, "/queues", "#{action}/pause")
       assert_equal [ name ], Bobbin::QueuePause.pluck(:queue)
-      assert_includes CGI.unescape(response.headers["location"]), "Paused #{name}."
+      assert_equal "Paused #{name}.", CGI.unescapeHTML(notice_after(app, response))
       post_form(app, "/queues", "#{action}/resume")
       assert_empty Bobbin::QueuePause.all, "resumed #{name}"
     end

@@ -19,6 +19,7 @@ module Bobbin
         Class.new(self) do
           opts[:dashboard] = dashboard
           plugin :sessions, secret: secret, key: "bobbin.dashboard", cookie_options: { same_site: :strict, httponly: true }
+          plugin :flash # what an action did, shown once on the page it redirects to (from a URL, anyone could plant text)
           plugin :route_csrf, require_request_specific_tokens: true do |_request|
             response.status = 403
             view(:refused, locals: { message: "This form has expired or did not come from the dashboard (CSRF check failed). Reload the page and try again." })
@@ -75,12 +76,14 @@ module Bobbin
             writable!
             filter = Operator::Filter.from(filter_params)
             count = r.params["operation"] == "retry" ? Operator.retry_all(filter, by: operator) : Operator.discard_all(filter, by: operator)
-            r.redirect(path("/jobs?#{query(filter.to_h.merge(notice: "#{r.params['operation'] == 'retry' ? 'Retried' : 'Discarded'} #{count} jobs"))}"))
+            flash["notice"] = "#{r.params['operation'] == 'retry' ? 'Retried' : 'Discarded'} #{count} jobs"
+            r.redirect(path("/jobs?#{query(filter.to_h)}"))
           end
           r.post(Integer, %w[retry discard release]) do |id, operation|
             writable!
             done = Operator.public_send(operation, id, by: operator)
-            r.redirect(path("/jobs/#{id}?#{query(notice: done ? "#{DONE[operation]}." : "Not #{DONE[operation].downcase}: #{REFUSED[operation]}.")}"))
+            flash["notice"] = done ? "#{DONE[operation]}." : "Not #{DONE[operation].downcase}: #{REFUSED[operation]}."
+            r.redirect(path("/jobs/#{id}"))
           end
         end
 
@@ -89,7 +92,8 @@ module Bobbin
           queue = Rack::Utils.unescape_path(escaped).force_encoding(Encoding::UTF_8) # the segment as the form's URL escaped it
           raise ArgumentError, "a queue's name must be valid UTF-8" unless queue.valid_encoding?
           Operator.public_send(operation, queue)
-          r.redirect(path("/queues?#{query(notice: "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}.")}"))
+          flash["notice"] = "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}."
+          r.redirect(path("/queues"))
         end
       rescue ArgumentError => error
         response.status = 400

@@ -20,7 +20,7 @@ module Bobbin
 
       def read_only? = opts[:dashboard].read_only
 
-      def notice = request.params["notice"]
+      def notice = flash["notice"]
 
       def nav_current?(href)
         here = request.path_info.empty? ? "/" : request.path_info
