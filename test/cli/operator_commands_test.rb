@@ -110,6 +110,20 @@ class DashboardCommandTest < Bobbin::TestCase
     end
   end
 
+  test "without a token it asks for no credentials: a read-only dashboard refuses a POST with 403" do
+    require "net/http"
+    port = closed_port
+    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "development" }
+    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "dashboard", "--port", port.to_s, "--read-only",
+                        chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
+    ensure_killed(pid) do
+      assert_equal "200", wait_for("the dashboard to listen", timeout: 60) { http_get(port, "/") rescue nil }.code
+      refused = Net::HTTP.start("127.0.0.1", port) { |http| http.request(Net::HTTP::Post.new("/jobs/1/retry")) }
+      assert_equal [ "403", nil ], [ refused.code, refused["www-authenticate"] ]
+      assert_match(/read-only/, refused.body)
+    end
+  end
+
   test "on an address other machines reach it refuses to start without a token, saying why" do
     status, _, err = run_bobbin("dashboard", "--host", "0.0.0.0", "--port", closed_port.to_s)
     assert_equal 78, status.exitstatus, err

@@ -17,6 +17,7 @@ module Bobbin
         @port = port
         @host = host
         @name = name
+        @token = token
         auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "#{name}:#{basic_user(request)}" }
         @app = yield(auth)
       end
@@ -34,14 +35,14 @@ module Bobbin
           $stdout.puts("#{serving} (Ctrl-C stops it)")
           $stdout.flush
         end
-        app = challenge(@app)
+        app = @token ? challenge(@app) : @app # without a token there are no credentials to ask for (a read-only POST is 403)
         Rackup::Handler.default.run(app, Host: @host, Port: @port, Silent: true)
       end
 
       private
         def loopback?(host) = host == "localhost" || (IPAddr.new(host).loopback? rescue false)
 
-        # Asks the browser for credentials when refused for lack of them.
+        # Asks the browser for credentials (the token) when refused for lack of them.
         def challenge(app)
           lambda do |env|
             status, headers, body = app.call(env)
