@@ -25,7 +25,7 @@ module Bobbin
         return @bobbin_options ||= inherited_bobbin_options if options.empty?
 
         unknown = options.keys - DEFAULTS.keys
-        raise ConfigurationError, "#{name}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
+        raise ConfigurationError, "#{name || inspect}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
 
         check_bobbin_options(options)
         options = options.merge(concurrency: Concurrency::Limit.parse(options[:concurrency], name)) if options[:concurrency]
@@ -55,16 +55,23 @@ module Bobbin
         def check_bobbin_options(options)
           Client::Fields.queue(options[:queue], name) unless options[:queue].nil?
           Client::Fields.priority(options[:priority], name) unless options[:priority].nil?
-          Client::Fields.max_attempts(Client::Fields.attempts(options[:retries]), name) if options.key?(:retries)
+          check_retries(options[:retries]) if options.key?(:retries)
           check_backoff(options[:backoff]) if options.key?(:backoff)
         rescue EnqueueError => error
           raise ConfigurationError, error.message
         end
 
+        def check_retries(retries)
+          return if retries.is_a?(Integer) && retries >= 0 && retries < Client::Fields::INT32.max
+
+          raise ConfigurationError, "#{name || inspect}: retries must be a whole number from 0 to #{Client::Fields::INT32.max - 1} " \
+                                    "(the runs after the first), got #{retries.inspect}"
+        end
+
         def check_backoff(backoff)
           return if backoff.is_a?(Numeric) && backoff.real? && backoff.finite? && backoff >= 0
 
-          raise ConfigurationError, "#{name}: backoff must be a finite number of seconds ≥ 0 (the first retry's delay, " \
+          raise ConfigurationError, "#{name || inspect}: backoff must be a finite number of seconds ≥ 0 (the first retry's delay, " \
                                     "doubled at each one after), got #{backoff.inspect}"
         end
 

@@ -51,7 +51,10 @@ class EnqueueValidationTest < Bobbin::TestCase
     declare = ->(**options) { assert_raises(Bobbin::ConfigurationError) { SleepJob.dup.tap { |job| job.define_singleton_method(:name) { "BadJob" } }.bobbin_options(**options) } }
     assert_match(/\ABadJob: priority must be/, declare.(priority: 1.5).message)
     assert_match(/\ABadJob: queue must be a non-empty String/, declare.(queue: " ").message)
-    assert_match(/\ABadJob: max_attempts must be a whole number from 1 .*retries: N gives N \+ 1\), got 0/, declare.(retries: -1).message)
+    assert_equal "BadJob: retries must be a whole number from 0 to 2147483646 (the runs after the first), got -1", declare.(retries: -1).message
+    assert_match(/retries must be .*, got 1\.5/, declare.(retries: 1.5).message)
+    anonymous = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job }.bobbin_options(colour: 1) }
+    assert_match(/\A#<Class:0x\h+>: unknown bobbin_options colour/, anonymous.message, "an anonymous class is named as Ruby shows it")
     assert_equal [ 2, :mail ], SleepJob.dup.bobbin_options(retries: 2, queue: :mail, priority: -1).values_at(:retries, :queue)
   end
 
