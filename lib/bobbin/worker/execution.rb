@@ -222,9 +222,9 @@ module Bobbin
           @explained = true
           size = error.connection_pool&.size if error.respond_to?(:connection_pool)
           @logger.warn("bobbin: a job waited past checkout_timeout for a database connection#{" (Active Record pool of #{size})" if size}. " \
-                       "Fibers share the pool query by query, but a transaction, or ActiveRecord::Base.connection, holds its " \
-                       "connection until it ends: keep I/O (HTTP calls, sleeps) outside transactions, or give the workers a " \
-                       "pool of a connection per job that holds one")
+                       "Fibers share the pool query by query, but a long query, a transaction or ActiveRecord::Base.connection holds " \
+                       "its connection until it ends: keep I/O (HTTP calls, sleeps) outside transactions, or give the workers " \
+                       "a pool of a connection per job that holds one at once")
         end
 
         # An anonymous class (Class.new(StandardError)) has no name; its inspect still tells what it is.
