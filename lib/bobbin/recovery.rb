@@ -99,24 +99,8 @@ module Bobbin
         threshold = process.alive_threshold(fallback)
         next 0 unless trusted_silence?(threshold)
 
-        reason = "process #{process.pid} on #{process.hostname} stopped heartbeating"
-        reason += " (killed: it was frozen)" if kill_own_child(process.pid)
-        take_over(ProcessRecord.stale(threshold, now), process.id, reason)
+        take_over(ProcessRecord.stale(threshold, now), process.id, "process #{process.pid} on #{process.hostname} stopped heartbeating")
       end
-    end
-
-    # A silent process that is this process's own child (a supervisor's worker) is alive but frozen: stopped (SIGSTOP),
-    # or stuck in C code that holds the GVL (it beats from a thread of its own). Left alive, it would run its jobs on
-    # beside the ones given back when it woke; killed, it is gone first, and its supervisor starts it again. Only an
-    # unreaped child's pid is surely the process of the row: no other process can have it meanwhile.
-    def kill_own_child(pid)
-      stat = File.read("/proc/#{pid}/stat") # "pid (name) state ppid …"; the name may hold ") "
-      return false unless stat[(stat.rindex(")") + 2)..].split[1].to_i == ::Process.pid
-
-      ::Process.kill(:KILL, pid)
-      true
-    rescue SystemCallError
-      false
     end
 
     # Processes of this host whose pid is gone (ProcessRecord.gone): a host's whole Bobbin killed at once (kill -9 of

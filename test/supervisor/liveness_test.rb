@@ -62,27 +62,6 @@ class LivenessTest < Bobbin::TestCase
     assert_equal 1, LedgerEntry.count
   end
 
-  test "a frozen worker process (SIGSTOP) judged dead is killed by its supervisor: its job runs again once, not beside it" do
-    log = @log = "tmp/liveness-frozen-#{Process.pid}.log"
-    Bobbin.enqueue_all([ [ CrashSafeJob, [ 2, "frozen" ] ] ])
-    pids = []
-    frozen = nil
-    ensure_killed(pids) do
-      pids << start_supervisor(fibers: 5, processes: 2, log: log, heartbeat: [ 0.2, 2 ])
-      wait_for("the job running") { StartEntry.count == 1 }
-      frozen = Bobbin::ProcessRecord.find(Bobbin::JobRecord.sole.claimed_by).pid
-      Process.kill(:STOP, frozen)
-      wait_for("the job done again", timeout: 30) { Bobbin::JobRecord.sole.state == "succeeded" }
-      refute alive?(frozen), "the frozen worker was killed"
-      stop(pids.first)
-    ensure
-      Process.kill(:CONT, frozen) if frozen && alive?(frozen)
-    end
-    assert_match(/process #{frozen} on \S+ stopped heartbeating \(killed: it was frozen\); 1 jobs returned to ready/, File.read(log))
-    assert_equal 2, StartEntry.count, "it started again once its worker was killed"
-    refute_equal frozen, LedgerEntry.sole.pid, "the frozen run never finished"
-  end
-
   test "a host's Bobbin killed whole with -9 has its jobs back as it starts again, not a silence threshold later" do
     log = @log = "tmp/liveness-killed-whole-#{Process.pid}.log"
     killed_log = "tmp/liveness-killed-#{Process.pid}.log"
