@@ -212,9 +212,9 @@ module Bobbin
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
         @executor.run do
-          Worker.settle_heap
+          services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ] # beating from now: a
+          Worker.settle_heap # slow boot on a loaded host (the collections here) was silence another process could prune
           @detector&.booted
-          services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
           serve(drain, services)
         end
       ensure

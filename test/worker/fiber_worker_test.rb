@@ -74,6 +74,20 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_equal [ "job 0", "loop", "job 1", "loop", "job 2" ], order.drop_while { |step| step == "loop" }.first(5)
   end
 
+  test "a worker beats as it starts, not a heartbeat_interval after registering (a slow boot was silence to prune)" do
+    was = Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold
+    Bobbin.config.set(heartbeat_interval: 30, process_alive_threshold: 90)
+    SleepJob.enqueue(15, "keeps it running")
+    worker = Bobbin::Worker.new(queues: [ "*" ], fibers: 2)
+    thread = Thread.new { worker.start }
+    beaten = -> { Bobbin::ProcessRecord.where(kind: "worker").where("last_heartbeat_at > created_at").exists? }
+    assert wait_for("the worker's first beat (heartbeat_interval 30 s)", timeout: 10) { beaten.call }
+  ensure
+    worker&.stop(timeout: 0)
+    thread&.join(30)
+    Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1]) if was
+  end
+
   test "the worker registers its process while it runs and removes it when it stops" do
     seen = nil
     job = Class.new do

@@ -24,6 +24,7 @@ module Bobbin
       # Beats until `stop`.
       def run
         title
+        beat_now # the row's registration is its last beat until this one: no interval more of silence at boot
         maintain_at = maintain
         last = monotonic
         until (signal = @signal.pop(timeout: [ TICK, @interval ].min)) == :stop
