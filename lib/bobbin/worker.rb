@@ -212,8 +212,9 @@ module Bobbin
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
         @executor.run do
-          services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ] # beating from now: a
-          Worker.settle_heap # slow boot on a loaded host (the collections here) was silence another process could prune
+          # Beating before the heap settles: a slow boot on a loaded host (these collections) was silence to prune.
+          services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
+          Worker.settle_heap
           @detector&.booted
           serve(drain, services)
         end

@@ -72,7 +72,11 @@ module Bobbin
       causes(error).any? { |e| (defined?(SQLite3::FullException) && e.is_a?(SQLite3::FullException)) || e.message.match?(/No space left on device|could not extend file/) }
     end
 
-    # `error` and the errors behind it.
-    def causes(error) = Array.new(5).each_with_object([ error ]) { |_, chain| chain << chain.last.cause if chain.last.cause }
+    # `error` and the errors behind it (at most five in all).
+    def causes(error)
+      chain = [ error ]
+      chain << chain.last.cause while chain.last.cause && chain.size < 5
+      chain
+    end
   end
 end

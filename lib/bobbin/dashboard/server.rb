@@ -17,9 +17,9 @@ module Bobbin
         @port = port
         @host = host
         @name = name
-        @token = token
         auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "#{name}:#{basic_user(request)}" }
         @app = yield(auth)
+        @app = challenge(@app) if token # without one there are no credentials to ask for (a read-only POST is 403)
       end
 
       def run
@@ -35,8 +35,7 @@ module Bobbin
           $stdout.puts("#{serving} (Ctrl-C stops it)")
           $stdout.flush
         end
-        app = @token ? challenge(@app) : @app # without a token there are no credentials to ask for (a read-only POST is 403)
-        Rackup::Handler.default.run(app, Host: @host, Port: @port, Silent: true)
+        Rackup::Handler.default.run(@app, Host: @host, Port: @port, Silent: true)
       end
 
       private
