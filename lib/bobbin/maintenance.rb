@@ -27,25 +27,32 @@ module Bobbin
     # is logged as an error and the others still run.
     def run(who, retention_budget: Retention::BUDGET)
       behind = quietly do
-        service(who, "recovering the jobs of dead processes") { Recovery.prune }
-        service(who, "sweeping old recurring runs") { RecurringRun.sweep }
-        service(who, "deleting expired jobs") { Retention.sweep(budget: retention_budget).behind }
+        Store.waiting_briefly_for_locks do # it runs on a heartbeat's thread: a table lock must not hold the beats up
+          service(who, "recovering the jobs of dead processes") { Recovery.prune }
+          service(who, "sweeping old recurring runs") { RecurringRun.sweep }
+          service(who, "deleting expired jobs") { Retention.sweep(budget: retention_budget).behind }
+        end
       end
       behind ? SOON : Bobbin.config.heartbeat_interval
     rescue StandardError => error
       raise unless Store.transient?(error)
 
       skipped(who, error)
-      SOON
+      Store.locked?(error) ? Bobbin.config.heartbeat_interval : SOON
     end
 
-    # Reports housekeeping that could not run: an outage makes Recovery distrust silent heartbeats for a while and is
-    # a warning; so is a pool with no free connection (a worker without a supervisor keeps house on its jobs' pool),
+    # Reports housekeeping that could not run: an outage or a table lock makes Recovery distrust silent heartbeats for
+    # a while and is a warning; so is a pool with no free connection (a worker without a supervisor keeps house on its jobs' pool),
     # which trusts nothing less; any other error is logged as one.
     def skipped(who, error)
       if Store.busy?(error)
         return Bobbin.logger.warn("bobbin #{who}: maintenance skipped, every connection of this process's Active Record pool is in use " \
                                   "(#{Store.reason(error)}); retrying. Give the pool a connection or two more than the jobs hold")
+      end
+      if Store.locked?(error) # beats may have waited behind the lock too: silences are not trusted for a while
+        Recovery.unreachable!
+        return Bobbin.logger.warn("bobbin #{who}: maintenance skipped, it waited #{format('%g', Store.lock_wait)}s for a lock on Bobbin's " \
+                                  "tables that another session holds (#{Store.reason(error)}); retrying")
       end
       return failed(who, "keeping house", error) unless Store.outage?(error)
 

@@ -53,12 +53,44 @@ module Bobbin
       false
     end
 
+    # True when a statement gave up waiting for a lock (PostgreSQL's lock_timeout; see `lock_wait`).
+    def self.locked?(error)
+      3.times do
+        return true if error.is_a?(ActiveRecord::LockWaitTimeout) || (defined?(PG::LockNotAvailable) && error.is_a?(PG::LockNotAvailable))
+        return false unless (error = error.cause)
+      end
+      false
+    end
+
+    # Seconds Bobbin's sessions wait for a lock before giving up for now (PostgreSQL's lock_timeout: a worker's own
+    # sessions, and housekeeping's). A table lock held for minutes (CREATE INDEX without CONCURRENTLY, VACUUM FULL,
+    # an ALTER TABLE that rewrites, LOCK TABLE) would otherwise hold a worker's outcome writes and, behind them on the
+    # same session, its heartbeat: silent past process_alive_threshold, the live worker was pruned and its jobs ran
+    # twice. A quarter of heartbeat_interval, so the beats go on; at most 5 s.
+    def self.lock_wait = Bobbin.config.heartbeat_interval.fdiv(4).clamp(0.05, 5)
+
+    # Runs the block on one connection of Bobbin's tables that waits at most `lock_wait` for a lock (PostgreSQL; on
+    # SQLite, whose busy timeout is the wait, it just runs the block). The session's own setting comes back after.
+    def self.waiting_briefly_for_locks
+      return yield unless postgresql?
+
+      Record.connection_pool.with_connection do |connection|
+        before = connection.select_value("SELECT current_setting('lock_timeout')", "Bobbin Maintenance")
+        connection.select_value("SELECT set_config('lock_timeout', $1, false)", "Bobbin Maintenance", [ "#{(lock_wait * 1000).round}ms" ])
+        begin
+          yield
+        ensure
+          connection.select_value("SELECT set_config('lock_timeout', $1, false)", "Bobbin Maintenance", [ before ]) if connection.active?
+        end
+      end
+    end
+
     # True when this process's Active Record pool had no free connection in time (its jobs hold them all): the
     # database may be fine, so it is not an outage, and silent processes elsewhere are still judged by their silence.
     def self.busy?(error) = error.is_a?(ActiveRecord::ConnectionTimeoutError)
 
     # An outage or a busy pool: what housekeeping waits out and tries again, rather than report as a bug.
-    def self.transient?(error) = outage?(error) || busy?(error)
+    def self.transient?(error) = outage?(error) || busy?(error) || locked?(error)
 
     # Looked up on each error (rare), so a driver loaded after the first one still counts.
     def self.outage_errors

@@ -227,6 +227,7 @@ module Bobbin
         @stopping_at = nil
         @stuck = []
         Record.with_connection { |connection| Schema.check!(connection) }
+        Record.load_schemas
         record = DatabaseProblem.lasting! { ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id)) }
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)

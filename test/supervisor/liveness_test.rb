@@ -43,6 +43,38 @@ class LivenessTest < Bobbin::TestCase
     refute_match PRUNED, File.read(log)
   end
 
+  # A table lock held for minutes (CREATE INDEX without CONCURRENTLY, VACUUM FULL) held the outcome writes a job finished
+  # into, and the heartbeat behind them on the same session: the busy worker went silent, the other worker took over
+  # housekeeping from it, pruned it as the lock ended, and its jobs ran a second time beside the first.
+  test "a table lock held past process_alive_threshold prunes no live worker: each job runs once, and the log says why it waited" do
+    skip_unless_postgres
+    log = @log = "tmp/liveness-table-lock-#{Process.pid}.log"
+    keeper_log = "tmp/liveness-table-lock-keeper-#{Process.pid}.log"
+    @config = start_config({ "fibers" => 10 }, heartbeat_interval: 0.5, process_alive_threshold: 2)
+    (@configs ||= []) << @config
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "-c", @config.path, log: log) # the oldest: it keeps house while it beats
+      wait_for("the worker registered") { Bobbin::ProcessRecord.count == 1 }
+      pids << spawn_bobbin("work", "-c", @config.path, "-q", "elsewhere", log: keeper_log) # elected once the first is silent
+      wait_for("the other registered") { Bobbin::ProcessRecord.count == 2 }
+      Bobbin.enqueue_all(Array.new(4) { |i| [ CrashSafeJob, [ 5, "long-#{i}" ] ] } + Array.new(6) { |i| [ CrashSafeJob, [ 0.5, "short-#{i}" ] ] })
+      wait_for("every job running", timeout: 30) { StartEntry.count == 10 }
+      Bobbin::JobRecord.transaction do # the short jobs end while it is held
+        Bobbin::JobRecord.connection.execute("LOCK TABLE bobbin_jobs IN ACCESS EXCLUSIVE MODE")
+        sleep 5 # 2.5 × process_alive_threshold
+      end
+      wait_for("every job done", timeout: 60, interval: 0.2) { LedgerEntry.count == 10 }
+      pids.each { |pid| stop(pid) }
+    end
+    assert_each_started_once
+    assert_equal 0, Bobbin::JobRecord.where("crashes > 0").count
+    refute_match PRUNED, File.read(log) + File.read(keeper_log)
+    assert_match(/waited [\d.]+s for a lock on Bobbin's tables/, File.read(log))
+  ensure
+    FileUtils.rm_f(keeper_log) if passed?
+  end
+
   # Alone in flight, the job is blamed for the "crash" (its attempt stands), and the worker's next claim may take it
   # back before its heartbeat does: it must still run once, and its outcome be written.
   test "a live worker pruned with one job in flight keeps it: the job runs once and succeeds" do

@@ -4,5 +4,10 @@ module Bobbin
   # Abstract base of Bobbin's models, so an app can point Bobbin at its own database with `connects_to`.
   class Record < ActiveRecord::Base
     self.abstract_class = true
+
+    # Reads the columns of Bobbin's tables now, at boot. A model reads them at its first query and holds a lock of its
+    # class meanwhile: a first query that waited on a table lock (a migration) held up every thread that came after
+    # it, housekeeping on a worker's heartbeat thread too, and the worker went silent.
+    def self.load_schemas = descendants.each { |model| model.columns_hash unless model.abstract_class? }
   end
 end

@@ -388,10 +388,11 @@ module Bobbin
         # out, not a crash at boot. The session runs only Bobbin's own statements. Without statistics (a new or
         # freshly emptied table) the planner would seq-scan and sort the whole ready set for every claim; the ordered
         # partial index is always right for ORDER BY … LIMIT n, so sorting is taken off the table. A plan that must
-        # still sort then costs over JIT's threshold, and compiling it took ~100 ms a statement: JIT is off too.
+        # still sort then costs over JIT's threshold, and compiling it took ~100 ms a statement: JIT is off too. A lock
+        # held by another session is waited for only Store.lock_wait (its statement raises Locked, and is tried again).
         def set_up(raw)
           @prepared&.clear
-          raw.exec("SET enable_sort = off; SET jit = off")
+          raw.exec("SET enable_sort = off; SET jit = off; SET lock_timeout = #{(Store.lock_wait * 1000).round}")
           @session = raw.backend_pid
         end
 
