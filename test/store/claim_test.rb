@@ -24,6 +24,13 @@ class ClaimTest < Bobbin::TestCase
     assert_empty store.claim(@process_id, 10)
   end
 
+  # The worker starts a claim's jobs in the order it returns them; RETURNING alone gave the table's (id) order.
+  test "one claim of many jobs returns them by priority, then run_at, then id" do
+    ids = [ 5, 1, 0, 5, -3 ].map { |priority| Bobbin::Client::Enqueuer.enqueue(SleepJob, [ priority ], priority: priority) }
+    older = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], priority: 0, run_at: Time.now - 60)
+    assert_equal [ ids[4], older, ids[2], ids[1], ids[0], ids[3] ], store.claim(@process_id, 10).map(&:id)
+  end
+
   test "a claim never returns more than asked, and a job is claimed once" do
     Bobbin.enqueue_all(Array.new(25) { |i| [ SleepJob, [ i ] ] })
     batches = Array.new(4) { store.claim(@process_id, 10) }

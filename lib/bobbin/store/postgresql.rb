@@ -401,17 +401,22 @@ module Bobbin
         # itself can lose is a claim not yet flushed by a later durable commit (an enqueue's, an outcome batch's, or the
         # WAL writer's within 3 × wal_writer_delay): that job is ready again after recovery and runs again — at least
         # once, as after a worker's crash. A restart (fast shutdown) flushes everything.
+        # RETURNING gives the rows in the table's order: the outer ORDER BY hands them to the worker, which starts them
+        # in that order, as they were chosen (lower priority first).
         def claim_sql
           <<~SQL
-            UPDATE bobbin_jobs SET state = 'running', claimed_by = $1, attempts = attempts + 1,
-              claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
-            WHERE id = ANY(ARRAY(
-              SELECT id FROM bobbin_jobs
-              WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition(4)}
-                AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
-              ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
-              AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-            RETURNING #{RETURNED}
+            WITH claimed AS (
+              UPDATE bobbin_jobs SET state = 'running', claimed_by = $1, attempts = attempts + 1,
+                claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
+              WHERE id = ANY(ARRAY(
+                SELECT id FROM bobbin_jobs
+                WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition(4)}
+                  AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
+                ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
+                AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+              RETURNING #{RETURNED}, priority, run_at
+            )
+            SELECT #{RETURNED} FROM claimed ORDER BY priority, run_at, id
           SQL
         end
 

@@ -109,6 +109,7 @@ module Bobbin
       def claim(process_id, limit, suspects: true)
         now = Store.timestamp(Time.now)
         rows = transaction { execute(@claim_sql, [ process_id, now, now, now, suspects ? 1 : 0, *queue_binds, limit ]) }
+        rows = rows.sort_by { |row| [ row["priority"], row["run_at"], row["id"] ] } # RETURNING gives the table's order: they start as chosen
         rows.map do |row|
           ClaimedJob.new(row["id"], row["queue"], row["class_name"], row["arguments"], row["attempts"],
                          row["max_attempts"], row["active_job_id"], row["crashes"], row["concurrency_key"])
@@ -204,7 +205,7 @@ module Bobbin
               WHERE state = 'ready' AND run_at <= ? AND (crashes < #{Recovery::SUSPECT} OR ?) #{queue_condition}
                 AND queue NOT IN (SELECT queue FROM bobbin_pauses)
               ORDER BY priority, run_at, id LIMIT ?)
-            RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key
+            RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key, priority, run_at
           SQL
         end
 
