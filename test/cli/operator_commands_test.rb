@@ -35,6 +35,13 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal header.index("ATTEMPTS"), line.index("3/1"), "the columns line up"
   end
 
+  test "jobs shows the key and limit a blocked job waits on" do
+    insert_jobs(1, class_name: "SyncJob", state: "blocked", concurrency_key: "SyncJob/acct-7", concurrency_limit: 2)
+    status, out, err = run_bobbin("jobs", "--state", "blocked")
+    assert_equal 0, status.exitstatus, err
+    assert_match(/blocked\s+default\s+SyncJob\s+0\/1\s+\S+ \S+\s+waiting on SyncJob\/acct-7 \(limit 2\)$/, out.lines[1])
+  end
+
   test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
     failed = insert_jobs(1, **failed_attributes).first
     running = insert_jobs(1, state: "running", claimed_by: 1).first

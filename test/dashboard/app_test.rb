@@ -140,6 +140,15 @@ class DashboardAppTest < Bobbin::TestCase
     refute_match(/ReadyJob/, body)
   end
 
+  test "the recurring page shows a task's own queue, and no queue name for a task that leaves it to its job class" do
+    now = Time.now.utc
+    Bobbin::RecurringTask.create!(key: "nightly", schedule: "every day at 2am", class_name: "ReportJob", queue: "reports", created_at: now, updated_at: now)
+    Bobbin::RecurringTask.create!(key: "ticker", schedule: "every second", class_name: "TickJob", created_at: now, updated_at: now)
+    body = get(Bobbin::Dashboard.new(environment: "development"), "/recurring").body
+    assert_match(%r{<td>nightly</td>.*?<td>reports</td>}m, body)
+    assert_match(%r{<td>ticker</td>.*?<td><span class="muted">the job class's</span></td>}m, body, "not 'default': the class may name its own")
+  end
+
   test "pause and resume a queue whose name a URL escapes: the queue itself, not its escaped name" do
     app = Bobbin::Dashboard.new(environment: "development")
     [ "llm chat", "llm:high/β%" ].each do |name|

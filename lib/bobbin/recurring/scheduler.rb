@@ -74,7 +74,7 @@ module Bobbin
           return missed if missed.size < 2
 
           latest = task.latest_tick(now)
-          @logger.warn("bobbin recurring: #{task.key} missed ticks since #{since.utc.iso8601} while no scheduler ran; " \
+          @logger.warn("bobbin recurring: #{task.key} missed ticks since #{since.utc.iso8601} (no scheduler ran, or none reached the database); " \
                        "enqueuing only the latest (#{latest.utc.iso8601})")
           [ latest ]
         end
