@@ -4,10 +4,5 @@ module Bobbin
   module Store
     # Raised when the database cannot be reached; callers wait and retry, nothing is dropped.
     class Unavailable < Error; end
-
-    # Raised when a statement waited Store.lock_wait for a lock on Bobbin's tables that another session holds (a
-    # CREATE INDEX without CONCURRENTLY, VACUUM FULL, an ALTER TABLE that rewrites, LOCK TABLE): an outage of those
-    # tables, waited out the same way, on the same session.
-    class Locked < Unavailable; end
   end
 end
