@@ -28,7 +28,7 @@ module Bobbin
 
     # Records a failure of the task (an exception or a message); logs it unless a line said so less than `repeat` s ago.
     def failed(error)
-      reason = (error.is_a?(Exception) ? error.message : error.to_s).lines.first&.strip
+      reason = error.is_a?(Exception) ? "#{error.message.lines.first&.strip}#{Store.driver_said(error)}" : error.to_s.lines.first&.strip
       now = monotonic
       if @since.nil?
         @since = @said = now

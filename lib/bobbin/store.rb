@@ -105,13 +105,16 @@ module Bobbin
     # What a log line says of a database error: its class and first line, and the driver's own when Active Record's
     # reads otherwise. Active Record guesses the cause of a refused connection from its text, and a refusal naming
     # the user ("too many connections for role …") comes out as a wrong password.
-    def self.reason(error)
-      said = "#{error.class}: #{error.message.lines.first&.strip}"
+    def self.reason(error) = "#{error.class}: #{error.message.lines.first&.strip}#{driver_said(error)}"
+
+    # " (PG::ConnectionBad: connection to server … refused)": what the driver said under an Active Record error whose
+    # own message does not (Active Record's "There is an issue connecting with your hostname" names no cause); "".
+    def self.driver_said(error)
       cause = error.cause
-      return said if cause.nil? || cause.is_a?(ActiveRecord::ActiveRecordError)
+      return "" if cause.nil? || cause.is_a?(ActiveRecord::ActiveRecordError)
 
       driver = cause.message.lines.first&.strip.to_s
-      driver.empty? || error.message.include?(driver) ? said : "#{said} (#{cause.class}: #{driver})"
+      driver.empty? || error.message.include?(driver) ? "" : " (#{cause.class}: #{driver})"
     end
 
     # Opens a store on a new connection of its own (outside the pool the jobs' code uses).

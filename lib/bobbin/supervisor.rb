@@ -28,6 +28,7 @@ module Bobbin
       ConnectionBudget.check_pools!(@pools, @mode)
       Worker::FiberExecutor.selector if @pools.any? { |pool| pool.mode == :fibers } # before forking, not in each child
       @process = DatabaseProblem.lasting! { ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) }) }
+      Record.load_schemas # before the workers fork, so they and the supervisor's housekeeping have them
       trap_signals
       Instrumentation.instrument(:start_process, process_event)
       @clock = Maintenance::Clock.start("supervisor")

@@ -227,8 +227,8 @@ module Bobbin
         @stopping_at = nil
         @stuck = []
         Record.with_connection { |connection| Schema.check!(connection) }
-        Record.load_schemas
         record = DatabaseProblem.lasting! { ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id)) }
+        Record.load_schemas
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
         Instrumentation.instrument(:start_process, process_event)

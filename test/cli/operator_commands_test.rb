@@ -42,6 +42,18 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/blocked\s+default\s+SyncJob\s+0\/1\s+\S+ \S+\s+waiting on SyncJob\/acct-7 \(limit 2\)$/, out.lines[1])
   end
 
+  test "a lock another session holds on Bobbin's tables: queues and processes say who holds it and exit 75, not wait in silence" do
+    skip_unless_postgres
+    Bobbin::JobRecord.transaction do
+      Bobbin::JobRecord.connection.execute("LOCK TABLE bobbin_jobs IN ACCESS EXCLUSIVE MODE")
+      %w[queues processes].each do |command|
+        status, out, err = run_bobbin(command)
+        assert_equal [ 75, "" ], [ status.exitstatus, out ], err
+        assert_match(/bobbin: waited [\d.]+s for a lock on Bobbin's tables that another session holds: pid \d+ \(AccessExclusiveLock\): LOCK TABLE bobbin_jobs/, err)
+      end
+    end
+  end
+
   test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
     failed = insert_jobs(1, **failed_attributes).first
     running = insert_jobs(1, state: "running", claimed_by: 1).first

@@ -32,4 +32,20 @@ class OutageLogTest < Bobbin::TestCase
     @log.failed("again")
     assert_equal "bobbin supervisor: heartbeat failed: again; retrying", lines.last, "a new outage is logged from its start"
   end
+
+  # Active Record's own message for a refused connection names no cause; the driver's does (a trial's supervisor said
+  # only "There is an issue connecting with your hostname: 127.0.0.1." for minutes).
+  test "an Active Record error's line carries what the driver said under it" do
+    error = begin
+      begin
+        SQLite3::Database.new("/nonexistent-dir-#{Process.pid}/x.sqlite3") # the driver's own refusal
+      rescue SQLite3::Exception
+        raise ActiveRecord::ConnectionNotEstablished, "There is an issue connecting with your hostname: 127.0.0.1." # as Active Record words it
+      end
+    rescue ActiveRecord::ConnectionNotEstablished => raised
+      raised
+    end
+    @log.failed(error)
+    assert_match(/heartbeat failed: .* \(#{Regexp.escape(error.cause.class.name)}: .+\); retrying\z/, lines.last)
+  end
 end

@@ -15,14 +15,35 @@ module Bobbin
         filter = {}
         parser(command, options, filter).parse!(argv)
         @cli.boot(options)
-        case command
-        when "jobs" then list(filter, options)
-        when "queues" then queues
-        when "processes" then processes
-        else act(command, argv, filter, options)
+        Store.waiting_briefly_for_locks do
+          case command
+          when "jobs" then list(filter, options)
+          when "queues" then queues
+          when "processes" then processes
+          else act(command, argv, filter, options)
+          end
         end
       rescue ArgumentError, OptionParser::ParseError => error
         raise UsageError, error.message
+      rescue ActiveRecord::ActiveRecordError => error
+        raise unless Store.locked?(error)
+
+        locked
+      end
+
+      # A lock on Bobbin's tables held by another session (during a migration or a VACUUM FULL, when an operator needs
+      # these commands most): said at once, with who holds it, instead of waiting in silence until it ends. Exit 75.
+      def locked
+        holders = Record.connection.select_rows(<<~SQL, "Bobbin Lock Holders")
+          SELECT DISTINCT a.pid, l.mode, left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 80) FROM pg_locks l
+          JOIN pg_stat_activity a ON a.pid = l.pid
+          WHERE l.granted AND l.pid <> pg_backend_pid() AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+            AND l.relation IN (SELECT oid FROM pg_class WHERE relname LIKE 'bobbin\_%')
+        SQL
+        said = holders.map { |pid, mode, query| "pid #{pid} (#{mode}): #{query}" }.join("; ")
+        warn("bobbin: waited #{format('%g', Store.lock_wait)}s for a lock on Bobbin's tables that another session holds" \
+             "#{": #{said}" unless said.empty?}; try again when it ends")
+        75
       end
 
       # Serves Bobbin::Dashboard with Rack's own server (WEBrick or Puma when installed) until INT/TERM.

@@ -151,7 +151,6 @@ module Bobbin
 
         Schema.check!(connection)
       end
-      Record.load_schemas
     end
 
     # In a Rails app whose Active Job uses another adapter in this environment, the tables are most likely missing

@@ -18,6 +18,7 @@ module Bobbin
         @supervisor_pid = supervisor_pid
         @interval = interval
         @outage = OutageLog.new("bobbin worker #{worker.process_id}: heartbeat")
+        @reclaims = OutageLog.new("bobbin worker #{worker.process_id}: taking back its recovered jobs")
         @signal = Thread::Queue.new
       end
 
@@ -68,7 +69,7 @@ module Bobbin
           registered = @store.heartbeat(@worker.process_id, metadata, status.values_at(:loop_lag_ms, :max_loop_lag_ms, :stalls))
           @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata)) unless registered
           held = @worker.held_attempts
-          kept = held.empty? ? 0 : @store.reclaim(@worker.process_id, held)
+          kept = held.empty? ? 0 : reclaim(held)
           @outage.succeeded
           return if registered && kept.zero?
 
@@ -77,6 +78,15 @@ module Bobbin
         rescue Store::Unavailable => error
           Recovery.unreachable! # every process's beats failed too: silences are not trusted for a while
           @outage.failed(error)
+        end
+
+        # Takes back held jobs a recovery returned to ready; returns how many. A table lock makes it wait (logged as its
+        # own task: the beat itself went through) until the next beat.
+        def reclaim(held)
+          @store.reclaim(@worker.process_id, held).tap { @reclaims.succeeded }
+        rescue Store::Locked => error
+          @reclaims.failed(error)
+          0
         end
 
         # True while a job holds the event loop past the stall threshold, and once more after it let go: the process
