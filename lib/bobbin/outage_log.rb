@@ -39,6 +39,9 @@ module Bobbin
       end
     end
 
+    # True from a failure until the next success.
+    def failing? = !@since.nil?
+
     # Records a success; after failures, logs that the task works again.
     def succeeded
       return if @since.nil?

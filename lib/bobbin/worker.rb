@@ -268,6 +268,10 @@ module Bobbin
             rest_quietly
             next
           end
+          if @outcomes.failing? # jobs claimed now would end with outcomes kept in memory: healthy workers take them
+            wait(1.0)
+            next
+          end
           @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
           jobs = @claimer.next_jobs(wait: wait)
           jobs.each { |job| @executor.post(job) { perform(job) } }

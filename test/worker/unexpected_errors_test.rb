@@ -141,6 +141,31 @@ class UnexpectedErrorsTest < Bobbin::TestCase
     refute Bobbin::ProcessRecord.exists?, "the worker deregistered"
   end
 
+  # A trial filled max_connections: the worker's writer could not reconnect but its claimer could, and it claimed jobs
+  # for two minutes whose outcomes then waited in its memory, while another worker had room for them.
+  test "a worker whose outcomes cannot be written claims no more jobs until they can" do
+    skip_unless_postgres
+    Bobbin::Record.with_connection do |connection| # a write refused as an outage: out of disk for this statement
+      connection.execute("CREATE FUNCTION #{TRIGGER}() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'disk full (test)' USING ERRCODE = '53100'; END $$ LANGUAGE plpgsql")
+      connection.execute("CREATE TRIGGER #{TRIGGER} BEFORE UPDATE ON bobbin_jobs FOR EACH ROW WHEN (OLD.state = 'running' AND NEW.state <> 'running') " \
+                         "EXECUTE FUNCTION #{TRIGGER}()")
+    end
+    first = SleepJob.enqueue(0, "first")
+    log = bobbin_log(level: Logger::INFO) do |so_far|
+      start_worker(threads: 2)
+      wait_for("its outcome refused") { so_far.call.include?("writing job outcomes failed") }
+      later = Array.new(4) { |i| SleepJob.enqueue(0, "later-#{i}") }
+      sleep 1.5 # 30 polls
+      assert_equal [ "ready" ], Bobbin::JobRecord.where(id: later).distinct.pluck(:state), "left for a worker that can finish them"
+      drop_trigger
+      wait_for("every job done", timeout: 30) { Bobbin::JobRecord.where(state: "succeeded").count == 5 }
+      @worker.stop
+      assert @worker_thread.join(30)
+    end
+    assert_equal 1, Bobbin::JobRecord.where(id: first, attempts: 1).count, "ran once"
+    assert_match(/writing job outcomes works again/, log)
+  end
+
   test "a heartbeat that fails for another reason than an outage is logged, and the heartbeats go on" do
     @heartbeat_interval = Bobbin.config.heartbeat_interval
     Bobbin.config.set(heartbeat_interval: 0.2)

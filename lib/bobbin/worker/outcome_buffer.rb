@@ -44,6 +44,9 @@ module Bobbin
       # True while job `id`'s outcome is known but not yet written (also while a flush is writing it).
       def pending?(id) = @lock.synchronize { @pending_attempts.key?(id) }
 
+      # True while outcomes cannot be written (the database refuses this worker's writes for now).
+      def failing? = @outage.failing?
+
       # Flushes until `stop`; on a database outage keeps the outcomes and tries again.
       def run
         until @signal.pop == :stop
