@@ -49,15 +49,11 @@ module Bobbin
         return Bobbin.logger.warn("bobbin #{who}: maintenance skipped, every connection of this process's Active Record pool is in use " \
                                   "(#{Store.reason(error)}); retrying. Give the pool a connection or two more than the jobs hold")
       end
-      if Store.locked?(error) # beats may have waited behind the lock too: silences are not trusted for a while
-        Recovery.unreachable!
-        return Bobbin.logger.warn("bobbin #{who}: maintenance skipped, it waited #{format('%g', Store.lock_wait)}s for a lock on Bobbin's " \
-                                  "tables that another session holds (#{Store.reason(error)}); retrying")
-      end
-      return failed(who, "keeping house", error) unless Store.outage?(error)
+      locked = Store.locked?(error) # beats may have waited behind the lock too: silences are not trusted for a while
+      return failed(who, "keeping house", error) unless locked || Store.outage?(error)
 
       Recovery.unreachable!
-      Bobbin.logger.warn("bobbin #{who}: maintenance skipped, database unavailable (#{Store.reason(error)}); retrying")
+      Bobbin.logger.warn("bobbin #{who}: maintenance skipped, #{locked ? "it #{Store.lock_waited}" : 'database unavailable'} (#{Store.reason(error)}); retrying")
     end
 
     # Runs one service; an error that is not an outage is logged and the next service runs (an outage, or a pool with

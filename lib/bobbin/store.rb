@@ -55,11 +55,14 @@ module Bobbin
 
     # True when a statement gave up waiting for a lock (PostgreSQL's lock_timeout; see `lock_wait`).
     def self.locked?(error)
-      3.times do
-        return true if error.is_a?(ActiveRecord::LockWaitTimeout) || (defined?(PG::LockNotAvailable) && error.is_a?(PG::LockNotAvailable))
-        return false unless (error = error.cause)
-      end
-      false
+      causes(error).any? { |e| e.is_a?(ActiveRecord::LockWaitTimeout) || (defined?(PG::LockNotAvailable) && e.is_a?(PG::LockNotAvailable)) }
+    end
+
+    # `error` and the errors behind it (at most five in all).
+    def self.causes(error)
+      chain = [ error ]
+      chain << chain.last.cause while chain.last.cause && chain.size < 5
+      chain
     end
 
     # Seconds Bobbin's sessions wait for a lock before giving up for now (PostgreSQL's lock_timeout: a worker's own
@@ -69,6 +72,12 @@ module Bobbin
     # twice. A quarter of heartbeat_interval, so the beats go on; at most 5 s.
     def self.lock_wait = Bobbin.config.heartbeat_interval.fdiv(4).clamp(0.05, 5)
 
+    # `lock_wait` as PostgreSQL's lock_timeout setting.
+    def self.lock_timeout = "#{(lock_wait * 1000).round}ms"
+
+    # What a log line says of a wait for a lock that gave up.
+    def self.lock_waited = "waited #{format('%g', lock_wait)}s for a lock on Bobbin's tables that another session holds"
+
     # Runs the block on one connection of Bobbin's tables that waits at most `lock_wait` for a lock (PostgreSQL; on
     # SQLite, whose busy timeout is the wait, it just runs the block). The session's own setting comes back after.
     def self.waiting_briefly_for_locks
@@ -76,7 +85,7 @@ module Bobbin
 
       Record.connection_pool.with_connection do |connection|
         before = connection.select_value("SELECT current_setting('lock_timeout')", "Bobbin Maintenance")
-        connection.select_value("SELECT set_config('lock_timeout', $1, false)", "Bobbin Maintenance", [ "#{(lock_wait * 1000).round}ms" ])
+        connection.select_value("SELECT set_config('lock_timeout', $1, false)", "Bobbin Maintenance", [ lock_timeout ])
         begin
           yield
         ensure

@@ -41,8 +41,7 @@ module Bobbin
             AND l.relation IN (SELECT oid FROM pg_class WHERE relname LIKE 'bobbin\_%')
         SQL
         said = holders.map { |pid, mode, query| "pid #{pid} (#{mode}): #{query}" }.join("; ")
-        warn("bobbin: waited #{format('%g', Store.lock_wait)}s for a lock on Bobbin's tables that another session holds" \
-             "#{": #{said}" unless said.empty?}; try again when it ends")
+        warn("bobbin: #{Store.lock_waited}#{": #{said}" unless said.empty?}; try again when it ends")
         75
       end
 

@@ -72,11 +72,6 @@ module Bobbin
       causes(error).any? { |e| (defined?(SQLite3::FullException) && e.is_a?(SQLite3::FullException)) || e.message.match?(/No space left on device|could not extend file/) }
     end
 
-    # `error` and the errors behind it (at most five in all).
-    def causes(error)
-      chain = [ error ]
-      chain << chain.last.cause while chain.last.cause && chain.size < 5
-      chain
-    end
+    def causes(error) = Store.causes(error)
   end
 end

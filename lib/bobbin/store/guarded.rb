@@ -33,8 +33,7 @@ module Bobbin
             reconnect if @broken || dropped_while_idle?
             yield
           rescue StandardError => error
-            raise Locked, "#{name} waited #{format('%g', Store.lock_wait)}s for a lock on Bobbin's tables: another session holds one " \
-                          "(CREATE INDEX without CONCURRENTLY, VACUUM FULL, ALTER TABLE, LOCK TABLE?)" if Store.locked?(error)
+            raise Locked, "#{name} #{Store.lock_waited} (CREATE INDEX without CONCURRENTLY, VACUUM FULL, ALTER TABLE, LOCK TABLE?)" if Store.locked?(error)
             raise unless Store.outage?(error)
 
             @broken = true

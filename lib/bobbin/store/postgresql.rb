@@ -392,7 +392,7 @@ module Bobbin
         # held by another session is waited for only Store.lock_wait (its statement raises Locked, and is tried again).
         def set_up(raw)
           @prepared&.clear
-          raw.exec("SET enable_sort = off; SET jit = off; SET lock_timeout = #{(Store.lock_wait * 1000).round}")
+          raw.exec("SET enable_sort = off; SET jit = off; SET lock_timeout = '#{Store.lock_timeout}'")
           @session = raw.backend_pid
         end
 
