@@ -200,8 +200,12 @@ module Bobbin
                            "database is back and their rows are #{format("%g", Bobbin.config.process_alive_threshold)}s silent (another process recovers them)")
       end
 
+      # In a worker forked from here, until its own traps are in, these handlers hold the signal for it (Slot.held).
       def trap_signals
-        [ *SIGNALS, Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].each { |signal| trap(signal) { @signal_writer.write_nonblock("#{signal}\n", exception: false) } }
+        supervisor = ::Process.pid
+        [ *SIGNALS, Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].each do |signal|
+          trap(signal) { ::Process.pid == supervisor ? @signal_writer.write_nonblock("#{signal}\n", exception: false) : Slot.held << signal }
+        end
       end
 
       def next_signal(timeout)

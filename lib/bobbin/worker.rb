@@ -84,11 +84,12 @@ module Bobbin
 
     # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate); TSTP makes it quiet, TTIN logs where
     # each running job is (Backtraces). Owns the process: when jobs refuse to stop, it exits with EXIT_STUCK and
-    # leaves them to be recovered once it is gone.
-    def start
-      previous = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) }, QUIET_SIGNAL => -> { quiet },
+    # leaves them to be recovered once it is gone. `held_signals` came before these traps (a forked worker booting).
+    def start(held_signals: [])
+      handlers = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) }, QUIET_SIGNAL => -> { quiet },
                    Backtraces::SIGNAL => -> { Backtraces.log_later([ self ]) } }
-                 .to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
+      previous = handlers.to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
+      held_signals.each { |signal| handlers[signal]&.call }
       @owns_process = true
       run
     ensure
@@ -220,11 +221,12 @@ module Bobbin
         end
       ensure
         finish
+        @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
+        @stopping_at = nil
       end
 
       def boot
-        @stopping = @finished = @quieted = false
-        @stopping_at = nil
+        @finished = @quieted = false
         @stuck = []
         Record.with_connection { |connection| Schema.check!(connection) }
         record = DatabaseProblem.lasting! { ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id)) }

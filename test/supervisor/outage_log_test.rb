@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "sqlite3" # the driver whose refusal the last test raises, loaded on the PostgreSQL run too
 
 class OutageLogTest < Bobbin::TestCase
   setup do

@@ -45,6 +45,28 @@ class SupervisorTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "every process deregistered"
   end
 
+  # A TERM that reached a worker between its fork and its own traps ran the supervisor's inherited handler and was
+  # lost: the worker then ran until killed, shutdown_timeout + KILL_GRACE later (a CI run's supervisor took > 30 s).
+  test "TERM while a worker is still forking: the worker stops as it boots, and the supervisor exits at once" do
+    log = "tmp/term-forking-#{Process.pid}.log"
+    mark = File.expand_path("../../tmp/forked-term-#{Process.pid}", __dir__)
+    FileUtils.rm_f(mark)
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "5", "--polling-interval", "0.05", log: log,
+                           env: { "BOBBIN_TEST_SLOW_FORK" => "1.5", "BOBBIN_TEST_FORK_MARK" => mark })
+      wait_for("the worker forked") { File.exist?(mark) }
+      Process.kill(:TERM, pids.first)
+      status = wait_exit(pids.first, timeout: 20) # shutdown_timeout is 25 s: a lost TERM is waited out past this
+      assert status&.success?, "the supervisor exited by itself, cleanly (#{status.inspect}): #{File.read(log)}"
+    end
+    assert_match(/bobbin worker \d+ stopped; 0 unfinished jobs/, File.read(log))
+    refute_match(/crashed/, File.read(log))
+    assert_equal 0, Bobbin::ProcessRecord.count, "the worker deregistered"
+  ensure
+    [ mark, log ].each { |path| FileUtils.rm_f(path) }
+  end
+
   test "a worker that crashes as it boots logs the error with where it was raised, and the supervisor starts it again" do
     boot = Tempfile.create([ "crash_once", ".rb" ])
     armed = "#{boot.path}.armed"

@@ -7,6 +7,14 @@ module Bobbin
     class Slot
       QUICK_DEATH = 5
 
+      # Signals a worker process got before its worker trapped them: from its fork (the supervisor's handlers, which
+      # it inherits, hold them here instead of writing to the supervisor's pipe) to Worker#start, which then acts on
+      # them. A TERM in that window was lost, and the worker ran until killed past the stop's deadline.
+      @held = []
+      class << self
+        attr_reader :held
+      end
+
       def initialize(pool, index)
         @pool = pool
         @index = index
@@ -20,9 +28,7 @@ module Bobbin
         if supervisor[:async]
           @thread = Thread.new { run_thread(supervisor) }
         else
-          quiet_reader, @quiet_writer = IO.pipe
-          @pid = @last_pid = fork { @quiet_writer.close; run_child(supervisor, quiet_reader) }
-          quiet_reader.close
+          @pid = @last_pid = fork { run_child(supervisor) }
         end
       end
 
@@ -49,21 +55,16 @@ module Bobbin
         return unless status
 
         @pid = @status = nil
-        @quiet_writer&.close
-        @quiet_writer = nil
         @failures = monotonic - @started_at < QUICK_DEATH ? @failures + 1 : 0
         @restart_at = monotonic + (@failures.zero? ? 0 : [ 2**@failures, 30 ].min)
         status
       end
 
-      # Makes the worker quiet (Worker#quiet): TSTP to a process, the call to a thread. Also noted where a worker
-      # still booting finds it (a byte in the child's pipe; the slot's flag): TSTP before its trap is lost.
+      # Makes the worker quiet (Worker#quiet): TSTP to a process (held if it is still booting, see .held), the call
+      # to a thread (noted in the slot's flag for a thread still booting).
       def quiet
         @quiet = true
-        @quiet_writer&.write_nonblock(".", exception: false)
         @pid ? signal(Worker::QUIET_SIGNAL) : @worker&.quiet
-      rescue Errno::EPIPE # the process is gone
-        nil
       end
 
       # Has a worker process log its dump (TTIN).
@@ -105,16 +106,10 @@ module Bobbin
           Worker.new(**@pool.worker_options, name: name, supervisor: supervisor)
         end
 
-        # Until its worker exists, TSTP and TTIN are ignored (not the parent's handlers, nor their default, which stops
-        # the process); a TSTP meanwhile left a byte in `quiet_reader`, read once the worker's own trap would catch
-        # the next one.
-        def run_child(supervisor, quiet_reader)
-          Supervisor::SIGNALS.each { |signal| trap(signal, "DEFAULT") }
-          [ Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].each { |signal| trap(signal, "IGNORE") }
+        # The signals that reach the child before its worker traps them are held (.held) and acted on once it has.
+        def run_child(supervisor)
           worker = new_worker(supervisor)
-          trap(Worker::QUIET_SIGNAL) { worker.quiet }
-          worker.quiet if quiet_reader.wait_readable(0)
-          worker.start
+          worker.start(held_signals: Slot.held)
           exit!(0)
         rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks
           log_crash("bobbin worker #{::Process.pid}", error)
