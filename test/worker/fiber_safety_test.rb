@@ -120,8 +120,12 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_equal %w[succeeded succeeded], Bobbin::JobRecord.pluck(:state)
   end
 
-  test "a job busy in Ruby for 300 ms is named" do
-    id = BusyRubyJob.enqueue(300, "busy")
+  # A job busy in Ruby holds the GVL too: the watchdog looks only when Ruby hands it over (every 100 ms or later, behind
+  # the process's other threads). At 300 ms, a loaded CI host let it look too late to confirm the job (the detector
+  # leaves a stall near the threshold unreported rather than blame a job for a loop slowed by many); a second of it
+  # gives the watchdog ten turns or so.
+  test "a job busy in Ruby for a second is named" do
+    id = BusyRubyJob.enqueue(1_000, "busy")
     Bobbin.enqueue_all(Array.new(10) { |i| [ SleepJob, [ 0.05, "sleep-#{i}" ] ] })
     drain(fibers: 20)
 
