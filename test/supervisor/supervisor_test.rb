@@ -67,6 +67,19 @@ class SupervisorTest < Bobbin::TestCase
     [ mark, log ].each { |path| FileUtils.rm_f(path) }
   end
 
+  # Async mode's twin: a stop asked before the slot's thread had made its Worker found none to tell, and the thread
+  # then ran its worker until the supervisor left it behind as stuck (exit 3).
+  test "async mode: a stop asked while a worker thread is still booting stops it" do
+    slot = Bobbin::Supervisor::Slot.new(Bobbin::Pool.parse({ "fibers" => 2, "polling_interval" => 0.05 }, "test"), 0)
+    slot.start({ id: nil, async: true })
+    slot.stop(graceful: true)
+    wait_for("the worker thread to stop by itself", timeout: 20) { !slot.alive? }
+    assert_equal :stopped, slot.exited
+    assert_equal 0, Bobbin::ProcessRecord.count, "its worker deregistered"
+  ensure
+    slot&.worker&.stop(timeout: 0)
+  end
+
   test "a worker that crashes as it boots logs the error with where it was raised, and the supervisor starts it again" do
     boot = Tempfile.create([ "crash_once", ".rb" ])
     armed = "#{boot.path}.armed"

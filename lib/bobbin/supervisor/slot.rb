@@ -61,7 +61,7 @@ module Bobbin
       end
 
       # Makes the worker quiet (Worker#quiet): TSTP to a process (held if it is still booting, see .held), the call
-      # to a thread (noted in the slot's flag for a thread still booting).
+      # to a thread (noted in the slot for a thread still booting).
       def quiet
         @quiet = true
         @pid ? signal(Worker::QUIET_SIGNAL) : @worker&.quiet
@@ -73,9 +73,13 @@ module Bobbin
       # The Worker of a slot run as a thread (async mode); nil for a process.
       attr_reader :worker
 
-      # Asks the worker to stop: TERM (graceful) or QUIT (immediate).
+      # Asks the worker to stop: TERM (graceful) or QUIT (immediate). A thread still making its Worker finds the
+      # ask in the slot (as `quiet`).
       def stop(graceful:)
-        @pid ? signal(graceful ? "TERM" : "QUIT") : @worker&.stop(timeout: graceful ? nil : 0)
+        return signal(graceful ? "TERM" : "QUIT") if @pid
+
+        @stop = { timeout: graceful ? nil : 0 }
+        @worker&.stop(**@stop)
       end
 
       # Kills a worker process that outlived the shutdown timeout and waits for it, so that `exited` reports it
@@ -132,6 +136,7 @@ module Bobbin
         def run_thread(supervisor)
           @worker = new_worker(supervisor.merge(pid: nil))
           @worker.quiet if @quiet
+          @worker.stop(**@stop) if @stop
           @worker.run
           :stopped
         rescue StandardError => error
