@@ -44,7 +44,7 @@ module Bobbin
       def supervise
         beat_at = 0
         loop do
-          @slots.each { |slot| slot.start(identity) if slot.due? } unless @quiet
+          @slots.each { |slot| slot.start(identity) if slot.due? } unless @quiet || @signal_reader.wait_readable(0) # a stop waits: no fork for it
           case (signal = next_signal(1.0))
           when nil then nil
           when Worker::QUIET_SIGNAL then quiet
