@@ -54,6 +54,29 @@ class OperatorCommandsTest < Bobbin::TestCase
     end
   end
 
+  test "an argument where only options go is refused with 64, not dropped" do
+    insert_jobs(2)
+    status, out, err = run_bobbin("jobs", "14")
+    assert_equal [ 64, "" ], [ status.exitstatus, out ], "not every job listed as if no 14 was given"
+    assert_match(/bobbin jobs takes options only, got "14"; filter with --state/, err)
+    status, _, err = run_bobbin("queues", "mail")
+    assert_equal 64, status.exitstatus
+    assert_match(/bobbin queues takes options only, got "mail"/, err)
+  end
+
+  test "control characters in job data are shown escaped, not sent to the terminal" do
+    insert_jobs(1, queue: "q\e]0;title\a", class_name: "EchoJob", **failed_attributes, last_error_message: "boom \e[2J\r\e[31mred\b end")
+    status, out, err = run_bobbin("jobs", "--state", "failed")
+    assert_equal 0, status.exitstatus, err
+    assert_no_match(/[\e\a\b\r]/, out)
+    assert_includes out.lines[1], 'q\e]0;title\a'
+    assert_includes out.lines[1], 'boom \e[2J\r\e[31mred\b end'
+    status, out, err = run_bobbin("queues")
+    assert_equal 0, status.exitstatus, err
+    assert_no_match(/[\e\a]/, out)
+    assert_match(/^q\\e\]0;title\\a /, out.lines[1])
+  end
+
   test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
     failed = insert_jobs(1, **failed_attributes).first
     running = insert_jobs(1, state: "running", claimed_by: 1).first

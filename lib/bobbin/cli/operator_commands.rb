@@ -14,6 +14,7 @@ module Bobbin
         options = {}
         filter = {}
         parser(command, options, filter).parse!(argv)
+        refuse_arguments(command, argv) unless %w[retry discard].include?(command)
         @cli.boot(options)
         Store.waiting_briefly_for_locks do
           case command
@@ -41,7 +42,7 @@ module Bobbin
             AND l.relation IN (SELECT oid FROM pg_class WHERE relname LIKE 'bobbin\_%')
         SQL
         said = holders.map { |pid, mode, query| "pid #{pid} (#{mode}): #{query}" }.join("; ")
-        warn("bobbin: #{Store.lock_waited}#{": #{said}" unless said.empty?}; try again when it ends")
+        warn(printable("bobbin: #{Store.lock_waited}#{": #{said}" unless said.empty?}; try again when it ends"))
         75
       end
 
@@ -58,6 +59,14 @@ module Bobbin
       end
 
       private
+        # `bobbin jobs 14` listed every job, the 14 silently dropped.
+        def refuse_arguments(command, argv)
+          return if argv.empty?
+
+          hint = "; filter with --state, --queue, --class, --search (a job's details: the dashboard's job page)" if command == "jobs"
+          raise UsageError, "bobbin #{command} takes options only, got #{argv.join(' ').inspect}#{hint}"
+        end
+
         def serve_options(command, port, argv)
           options = { port: port, host: "127.0.0.1" }
           OptionParser.new do |o|
@@ -129,6 +138,7 @@ module Bobbin
 
         # Prints rows as columns as wide as their longest cell (the last one as it is).
         def table(rows)
+          rows = rows.map { |cells| cells.map { |cell| printable(cell) } }
           widths = rows.transpose.map { |cells| cells.map(&:size).max }
           rows.each { |cells| puts(cells.each_with_index.map { |cell, i| i == cells.size - 1 ? cell : cell.ljust(widths[i]) }.join(" ").rstrip) }
         end
@@ -164,7 +174,7 @@ module Bobbin
 
           puts(format("%-24s %8s %10s %8s %8s %8s  %s", "QUEUE", "DUE", "SCHEDULED", "BLOCKED", "RUNNING", "FAILED", "LATENCY"))
           list.each do |q|
-            puts(format("%-24s %8d %10d %8d %8d %8d  %s%s", q.name, q.ready, q.scheduled, q.blocked, q.running, q.failed, duration(q.latency),
+            puts(format("%-24s %8d %10d %8d %8d %8d  %s%s", printable(q.name), q.ready, q.scheduled, q.blocked, q.running, q.failed, duration(q.latency),
                         q.paused ? "  paused" : ""))
           end
           0
@@ -177,7 +187,7 @@ module Bobbin
           puts(format("%-6s %-10s %-24s %-13s %-8s %-9s %-9s %-8s %-7s %-13s %s", "ID", "KIND", "HOST:PID", "MODE", "BUSY", "RUNNING",
                       "BEAT AGO", "RSS", "DB", "LAG/MAX MS", "STALLS"))
           list.each do |p|
-            puts(format("%-6d %-10s %-24s %-13s %-8s %-9d %-9s %-8s %-7s %-13s %s%s", p.id, p.kind, "#{p.hostname[0, 16]}:#{p.pid}", "#{p.mode || '-'}#{',quiet' if p.quiet?}",
+            puts(format("%-6d %-10s %-24s %-13s %-8s %-9d %-9s %-8s %-7s %-13s %s%s", p.id, p.kind, "#{printable(p.hostname)[0, 16]}:#{p.pid}", "#{p.mode || '-'}#{',quiet' if p.quiet?}",
                         p.capacity ? "#{p.busy}/#{p.capacity}" : "-", p.running, duration(p.heartbeat_age), p.rss_kb ? "#{p.rss_kb / 1024}M" : "-",
                         p.db_pool ? "#{p.db_in_use}/#{p.db_pool}" : "-", lag(p.health), p.health["stalls"] || "-", p.stale? ? "  STALE" : ""))
           end
@@ -189,6 +199,10 @@ module Bobbin
           now, max = health.values_at("loop_lag_ms", "max_loop_lag_ms")
           now ? "#{now.round}/#{max.to_f.round}" : "-"
         end
+
+        # Job data (an error's message, a queue's name) printed to a terminal: its control characters shown escaped
+        # (`\e[2J`), not obeyed — an error raised with text from outside could clear the screen or retitle the window.
+        def printable(text) = text.to_s.scrub.gsub(/\p{Cc}/) { |char| char.dump[1..-2] }
 
         def duration(seconds) = seconds < 120 ? "#{seconds.round(1)}s" : "#{(seconds / 60).round}m"
     end
