@@ -27,6 +27,29 @@ class RailsBootTest < Bobbin::TestCase
     end
   end
 
+  # Sentry, Honeybadger and the like hear of a job's error through Rails.error, as under Solid Queue or Sidekiq: the app's
+  # executor, which Bobbin runs each job in, reports what escapes it. Once per failed attempt, with the job's error.
+  test "a failing job's error reaches the app's error reporter (Rails.error)" do
+    reporter = Tempfile.create([ "reporter", ".rb" ])
+    reporter.write(<<~RUBY)
+      Rails.error.subscribe(Class.new do
+        def report(error, handled:, severity:, context:, source: nil)
+          LedgerEntry.create!(key: "reported \#{error.class}: \#{error.message} handled=\#{handled} source=\#{source}", pid: Process.pid)
+        end
+      end.new)
+    RUBY
+    reporter.close
+    status, output = run_in_rails_app("-e", 'require "./config/environment"; FailingJob.perform_later("boom")', env: "production")
+    assert status.success?, output
+    status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", "-r", reporter.path, env: "production")
+    assert status.success?, output
+    assert_equal [ "failed" ], Bobbin::JobRecord.where(class_name: "FailingJob").pluck(:state), output
+    assert_equal 1, LedgerEntry.where("key LIKE 'reported ArgumentError: boom handled=false source=application.%'").count,
+                 LedgerEntry.pluck(:key).inspect + output
+  ensure
+    FileUtils.rm_f(reporter.path) if reporter
+  end
+
   test "bobbin work in an environment whose Active Job uses another adapter runs, and says perform_later does not reach it " \
        "(but not of the test adapter in test)" do
     status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", env: "development",
