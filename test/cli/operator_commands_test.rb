@@ -166,6 +166,26 @@ class DashboardCommandTest < Bobbin::TestCase
     end
   end
 
+  # A Rails app's config/puma.rb (`plugin :bobbin` when BOBBIN_IN_PUMA is set, as on a Kamal web role) had the
+  # dashboard's Puma start a supervisor and workers, which failed jobs whose classes it had not loaded.
+  test "the directory's config/puma.rb is not read: the dashboard runs no plugin of it" do
+    require "net/http"
+    Dir.mktmpdir do |app|
+      FileUtils.mkdir_p(File.join(app, "config"))
+      marker = File.join(app, "puma-config-read")
+      File.write(File.join(app, "config/puma.rb"), "File.write(#{marker.inspect}, 'read')\n")
+      port = closed_port
+      url = TestDatabase.url_with_pool
+      url = url.sub(TestDatabase.sqlite_path, File.expand_path(TestDatabase.sqlite_path, ROOT)) unless TestDatabase.postgres? # read from another directory
+      pid = Process.spawn({ "DATABASE_URL" => url, "RACK_ENV" => "development" }, *ruby, File.join(ROOT, "exe/bobbin"), "dashboard", "--port", port.to_s,
+                          chdir: app, out: File::NULL, err: File::NULL, pgroup: true)
+      ensure_killed(pid) do
+        assert_equal "200", wait_for("the dashboard to listen", timeout: 60) { http_get(port, "/") rescue nil }.code
+        refute File.exist?(marker), "Puma loaded the directory's config/puma.rb"
+      end
+    end
+  end
+
   test "on an address other machines reach it refuses to start without a token, saying why" do
     status, _, err = run_bobbin("dashboard", "--host", "0.0.0.0", "--port", closed_port.to_s)
     assert_equal 78, status.exitstatus, err

@@ -35,8 +35,13 @@ module Bobbin
           $stdout.puts("#{serving} (Ctrl-C stops it)")
           $stdout.flush
         end
-        Rackup::Handler.default.run(@app, Host: @host, Port: @port, Silent: true)
+        handler = Rackup::Handler.default
+        handler.run(@app, Host: @host, Port: @port, Silent: true, **(PUMA_WITHOUT_CONFIG if handler.name.end_with?("::Puma")))
       end
+
+      # Puma reads config/puma.rb from the directory it runs in; an app's (`plugin :bobbin` with BOBBIN_IN_PUMA set, as
+      # on a Kamal web role) made `bobbin dashboard` start a supervisor and workers of its own. "-" is Puma's "none".
+      PUMA_WITHOUT_CONFIG = { config_files: [ "-" ] }.freeze
 
       private
         def loopback?(host) = host == "localhost" || (IPAddr.new(host).loopback? rescue false)
