@@ -293,7 +293,7 @@ module Bobbin
       # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
       # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
       def claim(process_id, limit, suspects: true)
-        exec(@claim_sql, [ process_id, limit, suspects, *queue_binds ]) do |result|
+        exec(@claim_sql, [ process_id, limit, suspects ]) do |result|
           result.type_map = @returned
           Array.new(result.ntuples) { |row| ClaimedJob.new(*result.tuple_values(row)) }
         end
@@ -340,7 +340,7 @@ module Bobbin
 
       # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.
       def next_run_at
-        exec(@next_run_at_sql, queue_binds) { |result| result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f }
+        exec(@next_run_at_sql, []) { |result| result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f }
       end
 
       # Announces `notice` (a Wakeups::Notice) to every listening process.
@@ -410,7 +410,7 @@ module Bobbin
                 claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
               WHERE id = ANY(ARRAY(
                 SELECT id FROM bobbin_jobs
-                WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition(4)}
+                WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition}
                   AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
                 ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
                 AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
@@ -425,27 +425,27 @@ module Bobbin
         def next_run_at_sql
           <<~SQL
             SELECT EXTRACT(EPOCH FROM run_at)::float8 FROM bobbin_jobs
-            WHERE state = 'ready' AND run_at > now() AT TIME ZONE 'UTC' #{queue_condition(1)}
+            WHERE state = 'ready' AND run_at > now() AT TIME ZONE 'UTC' #{queue_condition}
             ORDER BY run_at LIMIT 1
           SQL
         end
 
-        # The queue filter, its parameters numbered from `first`.
-        def queue_condition(first)
+        # The queue filter, with the worker's queues written into the statement, not passed as a parameter: the plan
+        # PostgreSQL caches for a prepared statement (its generic plan, used from the sixth run on) then knows which
+        # queues it selects. With them as a parameter it walked the ready jobs of every queue in priority order and
+        # dropped those of other queues: 17 ms a claim, not 0.6, with 20,000 jobs waiting in a queue the worker
+        # does not take (a trial's big table: 83 ms a claim, a quarter of the throughput).
+        def queue_condition
           return "" if @selection.all?
 
           terms = []
-          terms << "queue = ANY($#{first}::text[])" if @selection.names.any?
-          offset = first + (@selection.names.any? ? 1 : 0)
-          @selection.like_patterns.each_index { |i| terms << "queue LIKE $#{i + offset}" }
+          terms << "queue IN (#{@selection.names.map { |name| literal(name) }.join(', ')})" if @selection.names.any?
+          @selection.like_patterns.each { |pattern| terms << "queue LIKE #{literal(pattern)}" }
           "AND (#{terms.join(' OR ')})"
         end
 
-        def queue_binds
-          return [] if @selection.all?
-
-          (@selection.names.any? ? [ @array.encode(@selection.names) ] : []) + @selection.like_patterns
-        end
+        # A string constant that reads the same whatever standard_conforming_strings says (queue names hold no NUL).
+        def literal(text) = "E'#{text.gsub(/[\\']/) { |char| char * 2 }}'"
     end
   end
 end
