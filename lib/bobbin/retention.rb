@@ -22,16 +22,29 @@ module Bobbin
     def sweep(retention: Bobbin.config.retention, budget: BUDGET)
       return Sweep.new(0, false) if retention.nil?
 
-      expired = JobRecord.where(state: %w[succeeded discarded], finished_at: ...(Time.now.utc - retention))
-      batch = expired.limit(BATCH).lock("FOR UPDATE SKIP LOCKED") # SQLite drops the lock
+      cutoff = Time.now.utc - retention
       deadline = monotonic + budget
       deleted = 0
-      loop do
-        count = JobRecord.transaction { JobRecord.where(id: batch.pluck(:id)).delete_all }
-        deleted += count
-        return Sweep.new(deleted, false) if count < BATCH
-        return Sweep.new(deleted, true) if monotonic >= deadline
+      FINISHED.each do |state|
+        batch = expired(state, cutoff)
+        loop do
+          count = JobRecord.transaction { JobRecord.where(id: batch.pluck(:id)).delete_all }
+          deleted += count
+          break if count < BATCH
+          return Sweep.new(deleted, true) if monotonic >= deadline
+        end
       end
+      Sweep.new(deleted, false)
+    end
+
+    # The states a sweep deletes, one at a time.
+    FINISHED = %w[succeeded discarded].freeze
+
+    # A batch of expired jobs of one state, oldest first: a range of bobbin_jobs_state_finished, whatever the plan
+    # PostgreSQL caches for the prepared statement. Both states in one query (`state IN (…)`, no order) got a generic
+    # plan that read the whole table each round (a trial's 300,000 rows: 0.3–1.3 s every 10 s to find 26).
+    def expired(state, cutoff)
+      JobRecord.where(state: state, finished_at: ...cutoff).order(:finished_at).limit(BATCH).lock("FOR UPDATE SKIP LOCKED") # SQLite drops the lock
     end
 
     def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)

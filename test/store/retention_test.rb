@@ -46,6 +46,28 @@ class RetentionTest < Bobbin::TestCase
     connection&.execute(switches.map { |name| "RESET #{name}" }.join("; "))
   end
 
+  test "PostgreSQL: a sweep's batch reads the index, not the table, on the plan cached for its prepared statement" do
+    skip_unless_postgres
+    ids = Bobbin.enqueue_all(Array.new(3_000) { |i| [ SleepJob, [ i ] ] })
+    Bobbin::JobRecord.where(id: ids).update_all(state: "succeeded", finished_at: Time.now.utc - 60) # finished, not expired
+    connection = Bobbin::Record.connection
+    connection.execute("ANALYZE bobbin_jobs")
+    sql, binds = connection.send(:to_sql_and_binds, Bobbin::Retention.expired("succeeded", Time.now.utc - 86_400).arel)
+    values = binds.map { |bind| connection.quote(bind.value_for_database) }
+    plan = nil
+    connection.transaction do
+      connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+      connection.execute("PREPARE expired_batch AS #{sql}")
+      plan = JSON.parse(connection.select_value("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE expired_batch(#{values.join(', ')})"))
+      raise ActiveRecord::Rollback
+    end
+    nodes = ->(node) { [ node, *Array(node["Plans"]).flat_map(&nodes) ] }
+    scans = nodes.(plan.first["Plan"]).map { |node| node["Node Type"] }
+    assert_empty scans.grep(/Seq Scan/), "a batch read the whole table: #{JSON.pretty_generate(plan)}"
+  ensure
+    connection&.execute("DEALLOCATE expired_batch") rescue nil
+  end
+
   test "on PostgreSQL a sweep steps over the rows another transaction holds instead of waiting for it" do
     skip_unless_postgres
     ids = expired_jobs(Bobbin::Retention::BATCH + 10)
