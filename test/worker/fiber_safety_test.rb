@@ -109,15 +109,24 @@ class FiberSafetyTest < Bobbin::TestCase
     heap.clear
   end
 
+  # The job's 3 s are CPU time: on a loaded host it holds the loop longer (a CI run's took over 10 s), so the waits are
+  # long and the heartbeat longer still; a worker left running by a failed wait is stopped, not left to the next test.
   test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later" do
+    was = [ Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold ]
+    Bobbin.config.set(heartbeat_interval: 120, process_alive_threshold: 360)
     BusyRubyJob.enqueue(3_000, "busy-row")
     SleepJob.enqueue(6, "keeps the worker on after the stall")
     lag = -> { Bobbin::ProcessRecord.where(kind: "worker").pick(:loop_lag_ms) }
-    worker = Thread.new { drain(fibers: 2) }
-    wait_for("the row to show the loop held (heartbeat_interval #{Bobbin.config.heartbeat_interval}s)", timeout: 10) { lag.call.to_f >= 500 }
-    wait_for("the row to show the loop turning again", timeout: 10, seen: lag) { lag.call.to_f < 100 }
-    worker.join
+    worker = Bobbin::Worker.new(polling_interval: 0.05, fibers: 2)
+    thread = Thread.new { worker.run_until_empty }
+    wait_for("the row to show the loop held (heartbeat_interval 120s)", timeout: 60) { lag.call.to_f >= 500 }
+    wait_for("the row to show the loop turning again", timeout: 60, seen: lag) { lag.call.to_f < 100 }
+    thread.join
     assert_equal %w[succeeded succeeded], Bobbin::JobRecord.pluck(:state)
+  ensure
+    worker&.stop(timeout: 0)
+    thread&.join(30)
+    Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1])
   end
 
   # A job busy in Ruby holds the GVL too: the watchdog looks only when Ruby hands it over (every 100 ms or later, behind
