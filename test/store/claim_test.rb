@@ -65,18 +65,9 @@ class ClaimTest < Bobbin::TestCase
     connection = Bobbin::Record.connection
     connection.execute("ANALYZE bobbin_jobs")
     sql = Bobbin::Store::PostgreSQL.new(connection, Bobbin::Store::QueueSelection.new([ "quick" ])).send(:claim_sql)
-    plan = nil
-    connection.transaction do # rolled back: the claim EXPLAIN ANALYZE runs leaves the jobs ready
-      connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-      connection.execute("PREPARE generic_claim(bigint, int, bool) AS #{sql}")
-      plan = JSON.parse(connection.select_value("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic_claim(#{@process_id}, 10, true)"))
-      raise ActiveRecord::Rollback
-    end
-    nodes = ->(node) { [ node, *Array(node["Plans"]).flat_map(&nodes) ] }
-    removed = nodes.(plan.first["Plan"]).sum { |node| node["Rows Removed by Filter"].to_i }
-    assert_operator removed, :<, 300, "the generic plan read the other queue's 3,000 jobs: #{JSON.pretty_generate(plan)}"
-  ensure
-    connection&.execute("DEALLOCATE generic_claim") rescue nil
+    nodes = TestDatabase.generic_plan_nodes(sql, [ @process_id, 10, true ])
+    removed = nodes.sum { |node| node["Rows Removed by Filter"].to_i }
+    assert_operator removed, :<, 300, "the generic plan read the other queue's 3,000 jobs: #{nodes.map { |node| node.except("Plans") }}"
   end
 
   test "PostgreSQL: a store whose session was replaced prepares its statements again on the new one" do

@@ -55,4 +55,21 @@ module TestDatabase
       %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_recurring_tasks bobbin_recurring_runs bobbin_test_ledger bobbin_test_starts].each { |table| connection.execute("DELETE FROM #{table}") }
     end
   end
+
+  # The nodes of the plan PostgreSQL caches for `sql` once prepared (its generic plan, made without the parameters'
+  # values), as EXPLAIN ANALYZE ran it with `arguments` (SQL literals), in a transaction rolled back after.
+  def generic_plan_nodes(sql, arguments)
+    connection = Bobbin::Record.connection
+    plan = nil
+    connection.transaction do
+      connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+      connection.execute("PREPARE bobbin_test_generic AS #{sql}")
+      plan = JSON.parse(connection.select_value("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE bobbin_test_generic(#{arguments.join(', ')})"))
+      raise ActiveRecord::Rollback
+    end
+    nodes = ->(node) { [ node, *Array(node["Plans"]).flat_map(&nodes) ] }
+    nodes.(plan.first["Plan"])
+  ensure
+    connection&.execute("DEALLOCATE bobbin_test_generic") rescue nil
+  end
 end
