@@ -31,7 +31,7 @@ require_relative "bobbin/records/recurring_task"
 require_relative "bobbin/records/recurring_run"
 require_relative "bobbin/wakeups"
 require_relative "bobbin/store"
-%w[unavailable locked guarded own_connections claimed_job outcome queue_selection postgresql sqlite].each { |part| require_relative "bobbin/store/#{part}" }
+%w[unavailable locked guarded own_connections claimed_job outcome queue_selection database_file postgresql sqlite].each { |part| require_relative "bobbin/store/#{part}" }
 
 # Bobbin: background jobs persisted in SQL, run as fibers or threads.
 module Bobbin

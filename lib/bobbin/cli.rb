@@ -104,7 +104,6 @@ module Bobbin
         mode = configured(argv)[:mode]
         Boot.before_work
         Supervisor.new(mode: mode).start
-        0
       end
 
       def doctor(argv) = Doctor.new(mode: configured(argv)[:mode]).run
@@ -203,7 +202,7 @@ module Bobbin
         Boot.before_work
         worker = Worker.new(**pool.worker_options)
         options[:drain] ? worker.run_until_empty : worker.start
-        0
+        worker.exit_status
       end
 
       def worker_parser(options)

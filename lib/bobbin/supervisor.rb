@@ -23,7 +23,8 @@ module Bobbin
       @outage = OutageLog.new("bobbin supervisor: heartbeat")
     end
 
-    # Runs until a stop signal; returns after every worker has stopped.
+    # Runs until a stop signal; returns after every worker has stopped, with the status to exit with: 0, or
+    # Store::DatabaseFile::EXIT_REPLACED when it stopped because its SQLite file was replaced.
     def start
       ConnectionBudget.check_pools!(@pools, @mode)
       Worker::FiberExecutor.selector if @pools.any? { |pool| pool.mode == :fibers } # before forking, not in each child
@@ -32,10 +33,12 @@ module Bobbin
       trap_signals
       Instrumentation.instrument(:start_process, process_event)
       @clock = Maintenance::Clock.start("supervisor")
+      @database_file = Store::DatabaseFile.open
       Bobbin.logger.info("bobbin supervisor #{::Process.pid} (#{@mode}) starting #{@slots.size} workers: #{@pools.map(&:to_s).join('; ')}")
       signal = supervise
       shut_down(signal)
       leave_stuck_threads if @mode == :async
+      @exit_status || 0
     ensure
       wind_up
     end
@@ -53,9 +56,20 @@ module Bobbin
           end
 
           reap
+          return database_replaced if @database_file&.replaced?
+
           beat_at = beat if monotonic >= beat_at
           ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
         end
+      end
+
+      # Its SQLite file replaced, every process here works on in the old one: all stop (gracefully), and `bobbin start`
+      # exits EXIT_REPLACED for the process manager to start it again on the file at the path.
+      def database_replaced
+        Bobbin.logger.error("bobbin supervisor: #{Store::DatabaseFile.replaced(@database_file.path)}: stopping every worker " \
+                            "and exiting #{Store::DatabaseFile::EXIT_REPLACED}, to be started again on the file there now")
+        @exit_status = Store::DatabaseFile::EXIT_REPLACED
+        "its database file replaced"
       end
 
       # Every worker stops claiming (running jobs finish) and none is restarted: the supervisor waits for the stop.

@@ -63,6 +63,9 @@ module Bobbin
 
     attr_reader :selection, :executor, :process_id, :name, :claimer, :detector
 
+    # The status a process this worker owns exits with: 0, or Store::DatabaseFile::EXIT_REPLACED.
+    attr_reader :exit_status
+
     def initialize(queues: [ "*" ], fibers: nil, threads: nil, polling_interval: nil, notified_polling_interval: nil,
                    shutdown_timeout: nil, stall_threshold: nil, thread_lane: nil, name: nil, supervisor: nil)
       Setting.given("Bobbin::Worker.new", polling_interval: polling_interval, notified_polling_interval: notified_polling_interval,
@@ -78,6 +81,7 @@ module Bobbin
       @pacer = Pacer.new(polling_interval || Bobbin.config.polling_interval,
                          notified_polling_interval || Bobbin.config.notified_polling_interval)
       @shutdown_timeout = shutdown_timeout || Bobbin.config.shutdown_timeout
+      @exit_status = 0
       @name = name || "#{@executor.mode}-#{size}"
       @supervisor = supervisor
     end
@@ -189,6 +193,17 @@ module Bobbin
     # Called by the heartbeat thread: a worker that owns its process and whose stop is overdue (a job holds the
     # event loop and never yields, so the shutdown itself cannot run) exits with EXIT_STUCK, leaving the jobs it
     # still runs to be recovered once it is gone.
+    # A worker on its own (`bobbin work`) whose SQLite file was moved, deleted or replaced stops, and its process exits
+    # EXIT_REPLACED to be started again on the file at the path (a supervisor does this for its workers).
+    def stop_if_database_replaced
+      return unless @database_file&.replaced?
+
+      Bobbin.logger.error("bobbin worker #{@process_id}: #{Store::DatabaseFile.replaced(@database_file.path)}: stopping, to be started again on the file there now")
+      @database_file = nil
+      @exit_status = Store::DatabaseFile::EXIT_REPLACED
+      stop
+    end
+
     def exit_if_stop_overdue
       return unless @owns_process && @stopping_at && monotonic - @stopping_at > @shutdown_timeout + STOP_GRACE + STOP_OVERDUE
 
@@ -231,6 +246,7 @@ module Bobbin
         Record.with_connection { |connection| Schema.check!(connection) }
         record = DatabaseProblem.lasting! { ProcessRecord.register(kind: "worker", name: @name, metadata: status, supervisor_id: @supervisor&.fetch(:id)) }
         Record.load_schemas
+        @database_file = Store::DatabaseFile.open if @supervisor.nil? && @owns_process
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
         Instrumentation.instrument(:start_process, process_event)

@@ -1,8 +1,10 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../cli/cli_helper"
 
 class SupervisorTest < Bobbin::TestCase
+  include CLIHelper
   def worker_pids = Bobbin::ProcessRecord.where(kind: "worker").pluck(:pid)
 
   test "kill -9 a fiber worker with 200 jobs in flight: every job completes, only those in flight run twice" do
@@ -78,6 +80,33 @@ class SupervisorTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "its worker deregistered"
   ensure
     slot&.worker&.stop(timeout: 0)
+  end
+
+  # SQLite goes on with the file it has open: a directory moved (or a backup restored with mv) left the workers on the
+  # old file while jobs went into the new one, where they waited for ever with nothing said (a trial).
+  %w[start work].each do |command|
+    test "SQLite: bobbin #{command} whose database file is replaced under it says so and exits 75, to be started again" do
+      skip("an SQLite file") if TestDatabase.postgres?
+      with_tmpdir do |dir|
+        path = File.join(dir, "db/jobs.sqlite3")
+        FileUtils.mkdir_p(File.dirname(path))
+        url = "sqlite3:#{path}?pool=10"
+        assert run_bobbin("migrate", "-d", url).first.success?
+        log = File.join(dir, "bobbin.log")
+        pid = spawn_bobbin(command, "--fibers", "2", "--polling-interval", "0.05", log: log, env: { "DATABASE_URL" => url })
+        ensure_killed(pid) do
+          wait_for("the worker to start", timeout: 60) { File.read(log).match?(/bobbin worker \d+ \(pid \d+\) started/) }
+          restored = File.join(dir, "restored/jobs.sqlite3") # a backup restored with mv, beside the one in use
+          FileUtils.mkdir_p(File.dirname(restored))
+          assert run_bobbin("migrate", "-d", "sqlite3:#{restored}").first.success?
+          File.rename(File.dirname(path), "#{File.dirname(path)}-moved")
+          File.rename(File.dirname(restored), File.dirname(path))
+          status = wait_exit(pid, timeout: 60)
+          assert_equal 75, status&.exitstatus, File.read(log)
+        end
+        assert_match(/the SQLite database #{Regexp.escape(path)} was moved, deleted or replaced while it ran/, File.read(log))
+      end
+    end
   end
 
   test "a worker that crashes as it boots logs the error with where it was raised, and the supervisor starts it again" do

@@ -114,7 +114,7 @@ module Bobbin
         def run_child(supervisor)
           worker = new_worker(supervisor)
           worker.start(held_signals: Slot.held)
-          exit!(0)
+          exit!(worker.exit_status)
         rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's at_exit hooks
           log_crash("bobbin worker #{::Process.pid}", error)
           exit!(1)

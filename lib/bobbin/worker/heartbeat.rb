@@ -32,6 +32,7 @@ module Bobbin
           begin
             orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
             @worker.exit_if_stop_overdue
+            @worker.stop_if_database_replaced
             @worker.stall_log&.flush(@store)
             if signal == :beat || monotonic - last >= @interval || stall_to_show?
               last = monotonic

@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+module Bobbin
+  module Store
+    # The SQLite file a process opened. SQLite goes on with the file it has open, so when the path is moved, deleted or
+    # replaced (a backup restored with `mv`, a directory moved) the process works on in the old file while jobs are
+    # enqueued into the new one: they waited for ever, with nothing said (a trial). `replaced?` notices it.
+    class DatabaseFile
+      # Exit status of a worker that stopped for it (EX_TEMPFAIL: start it again, and it opens the file at the path).
+      EXIT_REPLACED = 75
+
+      # For Bobbin's database when it is an SQLite file; nil otherwise.
+      def self.open(db_config = Record.connection_db_config)
+        path = db_config.database.to_s
+        new(path) if db_config.adapter.to_s.match?(/sqlite/i) && !path.empty? && !path.start_with?(":memory:", "file:")
+      end
+
+      # What to say of it, with the path.
+      def self.replaced(path) = "the SQLite database #{path} was moved, deleted or replaced while it ran, and the old file " \
+                                "it still has open gets no new job"
+
+      attr_reader :path
+
+      def initialize(path)
+        @path = File.expand_path(path)
+        @identity = identity
+      end
+
+      # True once the path no longer names the file that was there when this was made.
+      def replaced? = identity != @identity
+
+      private
+        def identity
+          stat = File.stat(@path)
+          [ stat.dev, stat.ino ]
+        rescue SystemCallError
+          nil
+        end
+    end
+  end
+end
