@@ -230,7 +230,7 @@ module Bobbin
         @executor.run do
           # Beating before the heap settles: a slow boot on a loaded host (these collections) was silence to prune.
           services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
-          Worker.settle_heap
+          Worker.settle_heap unless @stopping # a stop asked during boot: no job will run, and its collections took seconds
           @detector&.booted
           serve(drain, services)
         end
