@@ -22,12 +22,14 @@ module Bobbin
     module_function
 
     # Recovers every process of this host's pid space whose pid is gone, every process silent for longer than its own
-    # alive threshold (`threshold` seconds for a row that does not say), and running jobs whose process row is gone;
+    # alive threshold (`threshold` seconds for a row that does not say), and running jobs whose process row is gone or
+    # that name no process (a row edited by hand: `NOT IN` alone never matches NULL, and such a job stayed running);
     # returns how many jobs it recovered.
     def prune(threshold: Bobbin.config.process_alive_threshold)
       stale = prune_gone + prune_stale(threshold)
-      orphans = JobRecord.where(state: "running").where.not(claimed_by: ProcessRecord.select(:id)).distinct.pluck(:claimed_by)
-      stale + orphans.sum { |id| recover(id, "its process #{id} is no longer registered") }
+      running = JobRecord.where(state: "running")
+      orphans = running.where(claimed_by: nil).or(running.where.not(claimed_by: ProcessRecord.select(:id))).distinct.pluck(:claimed_by)
+      stale + orphans.sum { |id| recover(id, id ? "its process #{id} is no longer registered" : "its row names no process that claimed it") }
     end
 
     # Notes that this process could not reach the database, so silences are not trusted for a while.

@@ -121,6 +121,15 @@ class RecoveryTest < Bobbin::TestCase
     assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
   end
 
+  test "running jobs that name no process are recovered too" do
+    _, ids = dead_process_with_jobs(attempts: 1, jobs: 2)
+    Bobbin::JobRecord.where(id: ids).update_all(claimed_by: nil)
+    Bobbin::ProcessRecord.register(kind: "worker", name: "alive") # `NOT IN` an empty list is true even for NULL
+    log = bobbin_log { assert_equal 2, Bobbin::Recovery.prune(threshold: 60) }
+    assert_equal [ [ "ready", 0 ] ] * 2, jobs(ids).pluck(:state, :attempts)
+    assert_match(/its row names no process that claimed it; 2 jobs returned to ready/, log)
+  end
+
   test "recovered jobs run again" do
     dead_process_with_jobs(attempts: 1)
     Bobbin::Recovery.prune(threshold: 60)
