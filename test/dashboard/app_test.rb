@@ -31,6 +31,7 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal 200, response.status
     assert_match(/default-src 'none'; script-src 'self'; style-src 'self'/, response.headers["content-security-policy"])
     assert_match(/frame-ancestors 'none'/, response.headers["content-security-policy"])
+    assert_equal "DENY", response.headers["x-frame-options"]
     assert_equal "no-store", response.headers["cache-control"]
     assert_equal "nosniff", response.headers["x-content-type-options"]
     head = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development")).request("HEAD", "/", LOCAL)

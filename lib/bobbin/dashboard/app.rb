@@ -37,7 +37,9 @@ module Bobbin
         csp.base_uri :none
         csp.frame_ancestors :none
       end
-      plugin :default_headers, "X-Content-Type-Options" => "nosniff", "Referrer-Policy" => "same-origin", "Cache-Control" => "no-store"
+      # X-Frame-Options for browsers that predate frame-ancestors: no page of it in another site's frame (clickjacking).
+      plugin :default_headers, "X-Content-Type-Options" => "nosniff", "Referrer-Policy" => "same-origin", "Cache-Control" => "no-store",
+                               "X-Frame-Options" => "DENY"
       plugin :halt
       plugin :head # HEAD answers as GET does, without the body (uptime checks)
       include Helpers
