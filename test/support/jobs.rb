@@ -383,6 +383,8 @@ end
 module Blocking
   # libc usleep: a C call that releases the GVL but is not offload-safe, so it holds a fiber pool's event loop.
   USLEEP = Fiddle::Function.new(Fiddle::Handle::DEFAULT["usleep"], [ Fiddle::TYPE_INT ], Fiddle::TYPE_INT)
+  # The same call keeping the GVL meanwhile, as some extensions' blocking calls do: no other thread runs until it returns.
+  USLEEP_KEEPING_GVL = Fiddle::Function.new(Fiddle::Handle::DEFAULT["usleep"], [ Fiddle::TYPE_INT ], Fiddle::TYPE_INT, need_gvl: true)
 
   def self.record(key) = LedgerEntry.create!(key: "#{key}/#{Fiber.scheduler ? 'fiber' : 'thread'}", pid: Process.pid)
 end
@@ -393,6 +395,16 @@ class BlockingCallJob
 
   def perform(ms, key)
     Blocking::USLEEP.call(ms * 1000) # BlockingCallJob's stall
+    Blocking.record(key)
+  end
+end
+
+class GvlKeepingCallJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(ms, key)
+    Blocking::USLEEP_KEEPING_GVL.call(ms * 1000)
     Blocking.record(key)
   end
 end

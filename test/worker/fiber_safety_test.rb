@@ -73,6 +73,21 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_match(/BlockingCallJob #{id} held the event loop \d+ms/, done, "and once more when it lets go, with the duration")
   end
 
+  test "a job whose C call keeps the GVL (no thread can look while it runs) is named once it lets go, with the whole hold" do
+    with_fake_server do |url|
+      Bobbin.enqueue_all(Array.new(20) { |i| [ HttpJob, [ "#{url}/delay?ms=50", "http-#{i}" ] ] })
+      @id = GvlKeepingCallJob.enqueue(1_000, "keeps-gvl")
+      @log = bobbin_log { drain(fibers: 30) }
+    end
+
+    assert_equal 21, LedgerEntry.count
+    assert_equal [ @id ], @stalls.map { |stall| stall[:id] }, "the job is reported once, and no other"
+    assert_equal "GvlKeepingCallJob", @stalls.first[:class_name]
+    assert_operator @stalls.first[:duration_ms], :>=, 900, "held 1 s, and nothing of it was the loop thread waiting for a CPU"
+    assert_equal 1, Bobbin::JobRecord.find(@id).stalls
+    assert_match(/GvlKeepingCallJob #{@id} held the event loop \d+ms at a line no look saw \(a C call that kept the GVL/, @log)
+  end
+
   test "a job busy in Ruby (holding the GVL) is named while it is stuck too, and its whole time counted" do
     id = BusyRubyJob.enqueue(2_000, "busy-long")
     log = bobbin_log { drain(fibers: 2) }

@@ -83,6 +83,9 @@ module Bobbin
           Thread.current[StallDetector::JOB] = id
         end
 
+        # Job `id` ends, before its fiber-locals are cleared (the stall detector's check).
+        def ended!(_id) = nil
+
         def work_loop
           while (item = @queue.pop)
             run_one(*item)
@@ -95,6 +98,7 @@ module Bobbin
           started!(id)
           block.call
         ensure
+          ended!(id)
           started!(nil)
           @lock.synchronize do
             @running.delete(runner)

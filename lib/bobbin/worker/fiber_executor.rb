@@ -84,6 +84,8 @@ module Bobbin
           @queue.close
         end
 
+        def ended!(id) = @detector&.ended(id, Thread.current[StallDetector::STARTED])
+
         # async's own pool where io-event has one (Ruby >= 4.0), else Bobbin's; none when offload is 0.
         def worker_pool
           return nil unless @offload.positive?

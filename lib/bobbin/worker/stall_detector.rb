@@ -14,6 +14,15 @@ module Bobbin
     # after it was first seen (so a loop slowed by many short jobs blames none of them); a stall just over the
     # threshold may go unreported. The hot path pays two fiber-local writes per job; switches are traced only while
     # a stall is suspected.
+    #
+    # A C call that keeps the GVL (a libc sleep, a blocking read through an extension that does not let go of it, a
+    # C parser busy for seconds) lets no other thread run, the watchdog included, so no look sees it; the watchdog's
+    # first look comes once the loop thread lets go of the GVL, at its next blocking call. A job that ends with the
+    # loop's stamp older than the threshold and from before its start held the loop from its start to its end (a
+    # fiber that yields goes back through the loop, whose overdue ticker then stamps the time): `ended` notes it on the
+    # loop (a clock read per job), and the next look reports it, with the clocks of the look before it for what to
+    # excuse (GC, waiting for a CPU, other threads) and no line (none was seen). Such a call followed by a yield before
+    # the job ends shows as loop lag on the process row, and names no job.
     class StallDetector
       # The fiber-locals a job fiber keeps its job id and start (monotonic seconds) in while it runs the job.
       JOB = :bobbin_job_id
@@ -62,6 +71,16 @@ module Bobbin
         reset
       end
 
+      # Job `id`, started at `started` (monotonic), ends; called on the loop. When the loop has not turned since it
+      # started, for the threshold or more, it held the loop all along out of the watchdog's sight: the next look
+      # reports it.
+      def ended(id, started)
+        return unless started && started > @beat && @suspect&.fetch(:id) != id
+
+        now = monotonic
+        @unseen = { id: id, job: @jobs.call(id), since: started, ended: now } if now - started >= @threshold
+      end
+
       # True while a job is known to hold the loop past the threshold (read from other threads: one boolean).
       def stalled? = @confirmed == true
 
@@ -93,6 +112,7 @@ module Bobbin
 
         # One look: idle → suspecting (trace on) → stuck (confirmed) → reported once a switch or the next job ends it.
         def check
+          ended_unseen
           job = @loop_thread[JOB]
           seen(job)
           let_go(job) if @suspect && (@switched_at || job != @suspect[:id])
@@ -104,6 +124,21 @@ module Bobbin
           else
             ongoing
           end
+          remember
+        end
+
+        # The clocks of this look, for a job `ended` finds held the loop until the next (a suspect has its own).
+        def remember
+          @previous = @suspect ? nil : clocks
+        end
+
+        # Reports the job `ended` found holding the loop since its start, measured from the previous look.
+        def ended_unseen
+          unseen = @unseen
+          return unless unseen && @previous
+
+          @unseen = nil
+          report(unseen.merge(at: unseen[:since], clocks: @previous), [], unseen[:ended])
         end
 
         # When the running job changed between two looks, it started holding the loop somewhere between them: the
@@ -131,7 +166,7 @@ module Bobbin
         def let_go(job)
           started = @loop_thread[STARTED]
           ended = @switched_at || (job && started && started > @suspect[:at] ? started : monotonic)
-          report(ended) if @confirmed || ended - @suspect[:at] >= @interval
+          report(@suspect, @backtrace, ended) if @confirmed || ended - @suspect[:at] >= @interval
           reset
         end
 
@@ -165,7 +200,7 @@ module Bobbin
           @ongoing_logged = true
           job = @suspect[:job]
           Bobbin.logger.warn("bobbin: #{job&.class_name} #{@suspect[:id]} has held the event loop for #{held.round(1)}s so far " \
-                             "at #{location}")
+                             "at #{location(@backtrace)}")
         end
 
         def reset
@@ -176,22 +211,23 @@ module Bobbin
 
         # GC decides nothing (a collection that fell in a quick job is no stall of its), but within a stall it counts:
         # the job's own allocations set it off, and a job building strings for 5 s was reported as holding the loop 1 s.
-        def report(ended)
-          gc, waits = excused_since(@suspect[:clocks])
-          duration = (ended - @suspect[:since]) * 1000 - waits
-          return if duration - gc < @threshold * 1000 || (ended - @suspect[:at]) * 1000 - waits - gc < @threshold * 500
+        def report(suspect, backtrace, ended)
+          gc, waits = excused_since(suspect[:clocks])
+          duration = (ended - suspect[:since]) * 1000 - waits
+          return if duration - gc < @threshold * 1000 || (ended - suspect[:at]) * 1000 - waits - gc < @threshold * 500
 
-          job = @suspect[:job]
-          stall = Stall.new(id: @suspect[:id], class_name: job&.class_name, queue: job&.queue, duration_ms: duration.round(1),
-                            location: location, backtrace: @backtrace, at: Time.now.utc.iso8601(3))
+          job = suspect[:job]
+          stall = Stall.new(id: suspect[:id], class_name: job&.class_name, queue: job&.queue, duration_ms: duration.round(1),
+                            location: location(backtrace), backtrace: backtrace, at: Time.now.utc.iso8601(3))
           @lock.synchronize { @stalls += 1; @recent = [ stall, *@recent ].first(RECENT) }
           @on_stall.call(stall)
         end
 
         # The first frame of the stuck fiber's backtrace in the app's own code (not a gem's, Bobbin's or Ruby's): the line
         # that made the blocking call; the backtrace itself shows the library it went into.
-        def location
-          @backtrace.find { |line| LIBRARY_FRAMES.none? { |library| line.start_with?(library) } } || @backtrace.first
+        def location(backtrace)
+          backtrace.find { |line| LIBRARY_FRAMES.none? { |library| line.start_with?(library) } } || backtrace.first ||
+            "a line no look saw (a C call that kept the GVL until the job ended)"
         end
 
         # Milliseconds since `before` (a `clocks` reading) that may be no job's doing: GC, then the waits — the loop
