@@ -108,6 +108,19 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal [ 0, "discarded 2 jobs\n" ], [ status.exitstatus, out ]
   end
 
+  test "--failed with --state of another state is refused: it discarded the ready jobs, saying only how many" do
+    ready = insert_jobs(2)
+    [ %w[--failed --state ready], %w[--state ready --failed] ].each do |flags|
+      status, out, err = run_bobbin("discard", *flags)
+      assert_equal [ 64, "" ], [ status.exitstatus, out ]
+      assert_match(/--failed selects failed jobs, not ready ones/, err)
+    end
+    assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ready).distinct.pluck(:state)
+    status, _, err = run_bobbin("jobs", "--limit", "10001")
+    assert_equal 64, status.exitstatus
+    assert_match(/at most 10000 rows \(go on with --after\)/, err)
+  end
+
   test "queues and processes print one aligned line each" do
     insert_jobs(2, queue: "mail", run_at: Time.now.utc - 90)
     Bobbin::Operator.pause("mail")

@@ -13,11 +13,11 @@ class DashboardAppTest < Bobbin::TestCase
 
   # GETs `page` as a browser would, then POSTs to `action` with that page's session cookie and the CSRF token of the
   # page's form for `token_of` (the action's own form by default), or `token`.
-  def post_form(app, page, action, token_of: action, token: nil)
+  def post_form(app, page, action, token_of: action, token: nil, params: {})
     page = get(app, page)
     cookie = page.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
     token ||= page.body[/<form method="post" action="#{Regexp.escape(token_of)}"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"/, 1]
-    Rack::MockRequest.new(app).post(action, **LOCAL, "HTTP_COOKIE" => cookie, params: { "_csrf" => token })
+    Rack::MockRequest.new(app).post(action, **LOCAL, "HTTP_COOKIE" => cookie, params: { "_csrf" => token, **params })
   end
 
   # The notice the page a POST's `response` redirects to shows, followed with the session cookie as a browser would.
@@ -79,6 +79,21 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(/this is production \/ development/, from.("127.0.0.1").body)
   ensure
     names.each { |name| saved&.key?(name) ? ENV[name] = saved[name] : ENV.delete(name) }
+  end
+
+  test "a bulk action is retry or discard, named exactly: any other operation is refused, not taken for discard" do
+    ids = insert_jobs(2, **failed_attributes)
+    app = Bobbin::Dashboard.new(environment: "development")
+    %w[RETRY Retry remove].each do |operation|
+      response = post_form(app, "/jobs?state=failed", "/jobs/bulk", params: { "state" => "failed", "operation" => operation })
+      assert_equal 400, response.status
+      assert_includes CGI.unescapeHTML(response.body), "unknown bulk operation #{operation.inspect}"
+    end
+    assert_equal [ "failed" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
+
+    response = post_form(app, "/jobs?state=failed", "/jobs/bulk", params: { "state" => "failed", "operation" => "retry" })
+    assert_equal "Retried 2 jobs", CGI.unescapeHTML(notice_after(app, response))
+    assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
   end
 
   test "an action's notice shows once on the page it leads to; a notice in a URL is not shown (anyone could send such a link)" do

@@ -6,6 +6,9 @@ module Bobbin
     # plain aligned text for people (and `cut`/`awk`); exit 0 when done, 1 when an action could not be done to a
     # job it named (missing, or in a state the action leaves alone), 64 for a bad command line.
     class OperatorCommands
+      # Rows a `bobbin jobs` page may ask for: a page is loaded whole, and 100,000,000 took 1.6 GB for 500,000 rows.
+      MAX_LIMIT = 10_000
+
       def initialize(cli)
         @cli = cli
       end
@@ -14,6 +17,7 @@ module Bobbin
         options = {}
         filter = {}
         parser(command, options, filter).parse!(argv)
+        failed_only(command, filter) if options[:failed]
         refuse_arguments(command, argv) unless %w[retry discard].include?(command)
         @cli.boot(options)
         Store.waiting_briefly_for_locks do
@@ -67,6 +71,15 @@ module Bobbin
           raise UsageError, "bobbin #{command} takes options only, got #{argv.join(' ').inspect}#{hint}"
         end
 
+        # `--failed` is every failed job: with `--state ready` it discarded ready jobs, saying only how many.
+        def failed_only(command, filter)
+          if filter[:state] && filter[:state] != "failed"
+            raise UsageError, "bobbin #{command} --failed selects failed jobs, not #{filter[:state]} ones: drop --state, or use --all with it"
+          end
+
+          filter[:state] = "failed"
+        end
+
         def serve_options(command, port, argv)
           options = { port: port, host: "127.0.0.1" }
           OptionParser.new do |o|
@@ -101,14 +114,15 @@ module Bobbin
             o.on("--finished-before TIME", "ISO 8601") { |v| filter[:finished_before] = v }
             o.on("--finished-after TIME", "ISO 8601") { |v| filter[:finished_after] = v }
             if command == "jobs"
-              o.on("--limit N", Integer, "rows per page (default 50)") do |v|
+              o.on("--limit N", Integer, "rows per page (default 50, at most #{MAX_LIMIT})") do |v|
                 raise OptionParser::InvalidArgument, "--limit #{v}: a page has 1 row or more" unless v.positive?
+                raise OptionParser::InvalidArgument, "--limit #{v}: a page has at most #{MAX_LIMIT} rows (go on with --after)" if v > MAX_LIMIT
 
                 options[:limit] = v
               end
               o.on("--after CURSOR", "the page after CURSOR (printed under a full page)") { |v| options[:cursor] = v }
             else
-              o.on("--failed", "every failed job the filters select") { filter[:state] ||= "failed"; options[:all] = true }
+              o.on("--failed", "every failed job the filters select") { options[:failed] = options[:all] = true }
               o.on("--all", "every job the filters select (retry: failed and discarded; discard: failed and waiting)") { options[:all] = true }
               o.on("--by NAME", "who to record as doing it (default $USER)") { |v| options[:by] = v }
             end

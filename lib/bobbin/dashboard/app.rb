@@ -76,9 +76,12 @@ module Bobbin
           r.get(true) { view(:jobs, locals: { page: Operator.jobs(filter_params, cursor: r.params["after"], limit: 50) }) }
           r.post("bulk") do
             writable!
+            operation = r.params["operation"]
+            raise ArgumentError, "unknown bulk operation #{operation.inspect} (retry or discard)" unless %w[retry discard].include?(operation)
+
             filter = Operator::Filter.from(filter_params)
-            count = r.params["operation"] == "retry" ? Operator.retry_all(filter, by: operator) : Operator.discard_all(filter, by: operator)
-            flash["notice"] = "#{r.params['operation'] == 'retry' ? 'Retried' : 'Discarded'} #{count} jobs"
+            count = Operator.public_send(:"#{operation}_all", filter, by: operator)
+            flash["notice"] = "#{DONE[operation]} #{count} jobs"
             r.redirect(path("/jobs?#{query(filter.to_h)}"))
           end
           r.post(Integer, %w[retry discard release]) do |id, operation|
