@@ -13,8 +13,9 @@ class ListenerTest < Bobbin::TestCase
 
   # The backend pids of this process's listening sessions.
   def listeners
-    Bobbin::Record.connection.select_values(<<~SQL, "listeners", [ TestDatabase.application_name ]).map(&:to_i)
-      SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND (query LIKE '%LISTEN %' OR query LIKE '%bobbin_listener_ping%') AND pid <> pg_backend_pid()
+    # A listener's last statement: its ping, or, until the first, the paused queues' read that follows its LISTEN.
+    Bobbin::Record.connection.select_values(<<~SQL, "listeners", [ TestDatabase.application_name, Bobbin::Wakeups::PAUSED ]).map(&:to_i)
+      SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND (query = $2 OR query LIKE '%bobbin_listener_ping%') AND pid <> pg_backend_pid()
     SQL
   end
 

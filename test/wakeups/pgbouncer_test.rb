@@ -38,6 +38,11 @@ class PgBouncerTest < Bobbin::TestCase
     assert_match(/PgBouncer in transaction mode\?\); notifications are off for this process/, log.string)
     assert_not listener.healthy?
     assert_equal 1, log.string.lines.size, "one line: #{log.string}"
+    # It left no LISTEN on the pooler's server connections: a NOTIFY to a listening one that no client is linked to
+    # makes PgBouncer log a warning (before, one per enqueue for as long as the server connection lived).
+    3.times { Bobbin::Record.connection.execute("NOTIFY #{Bobbin::Wakeups::Listener::CHANNEL}, 'q'") }
+    sleep 0.5 # PgBouncer reads and logs what a server connection sends as it arrives
+    refute_match(/when not linked/, File.read(File.join(@dir, "pgbouncer.log")))
   ensure
     listener&.stop
   end

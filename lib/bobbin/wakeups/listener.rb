@@ -40,11 +40,11 @@ module Bobbin
         listener&.disconnect!
       end
 
-      # Sends a NOTIFY from a second session and waits for it on `listening` (a PG::Connection); other notifications
-      # arriving meanwhile go to the block. The probe must come from another session: through PgBouncer in
-      # transaction mode one client's LISTEN and NOTIFY can share a server connection and so "work", while a
-      # NOTIFY from any other client never reaches the LISTEN (its server connection is handed to other clients).
-      def self.probe(listening, db_config, &other)
+      # Sends a NOTIFY from a second session and waits for it on `listening` (a PG::Connection). The probe must come
+      # from another session: through PgBouncer in transaction mode one client's LISTEN and NOTIFY can share a server
+      # connection and so "work", while a NOTIFY from any other client never reaches the LISTEN (its server connection
+      # is handed to other clients).
+      def self.probe(listening, db_config)
         channel = "bobbin_probe_#{::Process.pid}_#{rand(1 << 30)}"
         listening.exec("LISTEN #{channel}")
         sender = Store::OwnConnections.open(db_config)
@@ -52,7 +52,7 @@ module Bobbin
         deadline = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) + PROBE_TIMEOUT
         heard = nil
         until heard == channel || (left = deadline - ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)) <= 0
-          heard = listening.wait_for_notify(left) { |name, _pid, payload| other&.call(name, payload) unless name == channel }
+          heard = listening.wait_for_notify(left)
           break if heard.nil?
         end
         listening.exec("UNLISTEN #{channel}")
@@ -117,10 +117,15 @@ module Bobbin
           # (PostgreSQL 14+), which would otherwise close it after each quiet spell (a proxy's idle timeout sees
           # the pings below).
           @connection.exec("SET idle_session_timeout = 0") if @connection.server_version >= 140_000
+          # What the server says on this idle session as it closes it ("FATAL: terminating connection due to
+          # administrator command") went to stderr as a bare line; the "notifications lost" warning that follows says it.
+          @connection.set_notice_processor { |message| @logger.debug("bobbin listener: PostgreSQL said: #{message.strip}") }
+          # The probe first: through a pooler in transaction mode, a LISTEN stays on whichever server connection ran it,
+          # handed to other clients, and every NOTIFY then made PgBouncer log a warning (a trial: 1.7 lines per enqueue).
+          return pooled! unless Listener.probe(@connection, @db_config)
+
           @connection.exec("LISTEN #{CHANNEL}")
           Wakeups.note_paused(@connection.exec(PAUSED).column_values(0)) # later changes are announced
-          return pooled! unless Listener.probe(@connection, @db_config) { |channel, payload| deliver(payload) if channel == CHANNEL }
-
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
           tell(nil) # work may have arrived while this process was not listening yet (or any more)
           @healthy = true
