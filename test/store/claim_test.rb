@@ -90,7 +90,7 @@ class ClaimTest < Bobbin::TestCase
       adapter = ActiveRecord::DatabaseConfigurations::HashConfig.new("test", "store", config.configuration_hash.merge(prepared_statements: setting)).new_connection
       store = Bobbin::Store::PostgreSQL.new(adapter, Bobbin::Store::QueueSelection.new([ "*" ]))
       assert_equal 1, store.claim(@process_id, 1).size
-      prepared[setting] = adapter.raw_connection.exec("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'bobbin_store_%'").getvalue(0, 0).to_i
+      prepared[setting] = adapter.raw_connection.exec("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'bobbin_%'").getvalue(0, 0).to_i
     ensure
       adapter&.disconnect!
     end

@@ -47,6 +47,25 @@ class PgBouncerTest < Bobbin::TestCase
     listener&.stop
   end
 
+  # Sessions of a transaction-mode pooler share server connections and what is prepared on them. Named by number per
+  # process, another worker's "bobbin_store_0" (its claim, for other queues) ran with this one's parameters, or its
+  # PREPARE failed as already there and the worker crashed, again at each restart (a trial).
+  test "through the pooler with prepared statements on, two workers' claims each claim their own queue's jobs" do
+    ids = %w[a b].to_h { |queue| [ queue, Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 0, "#{queue}#{i}" ], { queue: queue } ] }) ] }
+    stores = %w[a b].to_h { |queue| [ queue, pooled_store(queue) ] }
+    claimed = %w[a b a b].map { |queue| [ queue, stores[queue].claim(1, 1).map(&:id) ] }
+    assert_equal [ [ "a", [ ids["a"][0] ] ], [ "b", [ ids["b"][0] ] ], [ "a", [ ids["a"][1] ] ], [ "b", [ ids["b"][1] ] ] ], claimed
+
+    log = bobbin_log do # a statement gone from the server connection: the worker goes on unprepared, and says why once
+      Bobbin::Store::OwnConnections.open(bounced_with_prepared).raw_connection.exec("DEALLOCATE ALL")
+      assert_equal [ ids["a"][2] ], stores["a"].claim(1, 1).map(&:id)
+      assert_equal [ ids["b"][2] ], stores["b"].claim(1, 1).map(&:id)
+    end
+    assert_match(/a pooler in transaction mode\? This worker's own statements go unprepared from now on; set prepared_statements: false/, log)
+  ensure
+    stores&.each_value(&:close)
+  end
+
   test "bobbin doctor through the pooler reports that notifications do not arrive" do
     status, out, err = run_bobbin("doctor", env: { "DATABASE_URL" => bounced_url })
     assert_not status.success?, "doctor fails (stdout: #{out})"
@@ -57,6 +76,12 @@ class PgBouncerTest < Bobbin::TestCase
     def bounced_url = "postgres://root@127.0.0.1:#{@port}/#{database}?prepared_statements=false"
 
     def bounced = ActiveRecord::DatabaseConfigurations::UrlConfig.new("test", "pgbouncer", bounced_url)
+
+    def bounced_with_prepared = ActiveRecord::DatabaseConfigurations::UrlConfig.new("test", "pgbouncer", bounced_url.sub("?prepared_statements=false", ""))
+
+    def pooled_store(queue)
+      Bobbin::Store::PostgreSQL.new(Bobbin::Store::OwnConnections.open(bounced_with_prepared), Bobbin::Store::QueueSelection.new([ queue ]))
+    end
 
     def database = Bobbin::Record.connection_db_config.configuration_hash.fetch(:database)
 

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "digest"
+
 module Bobbin
   module Store
     # Bobbin's hot-path SQL for PostgreSQL: one statement per batch, run on a connection the worker owns.
@@ -380,7 +382,27 @@ module Bobbin
           set_up(raw) unless @session == raw.backend_pid
           return raw.exec_params(sql, binds, &) unless @prepared
 
-          raw.exec_prepared(@prepared[sql] ||= "bobbin_store_#{@prepared.size}".tap { |name| raw.prepare(name, sql) }, binds, &)
+          raw.exec_prepared(@prepared[sql] ||= statement_name(sql).tap { |name| raw.prepare(name, sql) }, binds, &)
+        rescue PG::DuplicatePstatement, PG::InvalidSqlStatementName => error
+          raise unless @prepared && raw.transaction_status == PG::PQTRANS_IDLE # nothing ran: safe to send it again
+
+          unprepared(error)
+          raw.exec_params(sql, binds, &)
+        end
+
+        # A name the statement's text decides. Through a pooler in transaction mode (before PgBouncer 1.21) sessions
+        # share server connections and the statements prepared on them; numbered per process, another process's
+        # "bobbin_store_0" ran with this one's parameters (a trial: "invalid input syntax for type integer").
+        def statement_name(sql) = "bobbin_#{Digest::SHA256.hexdigest(sql)[0, 24]}"
+
+        # Prepared statements do not stay on this session: a pooler in transaction mode hands it other server
+        # connections. This store's statements go unprepared from now on, with one line saying what to set.
+        def unprepared(error)
+          @prepared = nil
+          Bobbin.logger.warn("bobbin: a prepared statement was missing or already there (#{error.message.lines.first.strip}): " \
+                             "a pooler in transaction mode? This worker's own statements go unprepared from now on; set " \
+                             "prepared_statements: false for this database (?prepared_statements=false in its URL), or use " \
+                             "PgBouncer 1.21+ with max_prepared_statements")
         end
 
         # Readies a new server session (the backend pid tells one) on its first statement, not when the store opens:
