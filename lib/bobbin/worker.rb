@@ -90,7 +90,8 @@ module Bobbin
     # each running job is (Backtraces). Owns the process: when jobs refuse to stop, it exits with EXIT_STUCK and
     # leaves them to be recovered once it is gone. `held_signals` came before these traps (a forked worker booting).
     def start(held_signals: [])
-      handlers = { "TERM" => -> { stop }, "INT" => -> { stop }, "QUIT" => -> { stop(timeout: 0) }, QUIET_SIGNAL => -> { quiet },
+      handlers = { "TERM" => -> { stop(signal: "TERM") }, "INT" => -> { stop(signal: "INT") }, "QUIT" => -> { stop(timeout: 0, signal: "QUIT") },
+                   QUIET_SIGNAL => -> { quiet },
                    Backtraces::SIGNAL => -> { Backtraces.log_later([ self ]) } }
       previous = handlers.to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
       held_signals.each { |signal| handlers[signal]&.call }
@@ -106,8 +107,9 @@ module Bobbin
     # Runs until no job is due and none is running, then returns.
     def run_until_empty = work(drain: true)
 
-    # Asks the worker to stop claiming and shut down (safe from a signal handler).
-    def stop(timeout: nil)
+    # Asks the worker to stop claiming and shut down (safe from a signal handler); `signal` is named in the log.
+    def stop(timeout: nil, signal: nil)
+      @stop_signal ||= signal
       @shutdown_timeout = timeout if timeout
       @stopping_at ||= monotonic
       @stopping = true
@@ -352,6 +354,7 @@ module Bobbin
       # unwind; write outcomes; return to ready only the jobs that have really stopped.
       def shut_down(services)
         @executor.drop_queued
+        stopping if @stopping
         wait_until_idle(@shutdown_timeout)
         if @executor.busy.positive?
           @executor.interrupt_all
@@ -367,6 +370,14 @@ module Bobbin
         abandon(@stuck) if @stuck.any?
       end
 
+      # Says a stop began, and why when a signal asked it: a job's `Process.kill("TERM", Process.pid)` stopped a worker
+      # with nothing in the log but its "stopped" line (a trial).
+      def stopping
+        busy = @executor.busy
+        waiting = busy.zero? ? "no job running" : "waiting up to #{format("%g", @shutdown_timeout)}s (shutdown_timeout) for #{busy} running #{'job'.pluralize(busy)}"
+        Bobbin.logger.info("bobbin worker #{@process_id} stopping#{" on #{@stop_signal}" if @stop_signal}: #{waiting}")
+      end
+
       # Writes the outcomes still held and returns the unfinished jobs to ready. With the database gone, it tries
       # again until shutdown_timeout after the stop began (a job that finished must not run again for want of a few
       # seconds' patience), then stops all the same and says what becomes of its jobs: they stay claimed by this
@@ -377,7 +388,8 @@ module Bobbin
         unwritten_jobs = "#{unwritten} #{'finished job'.pluralize(unwritten)} whose outcome could not be written"
         released = @claimer.release_all(keep: unreleasable)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready" \
-                           "#{"; #{unwritten_jobs} stay claimed until recovery returns them to ready" if unwritten.positive?}")
+                           "#{"; #{unwritten_jobs} stay claimed until recovery returns them to ready" if unwritten.positive?}" \
+                           "#{"; #{@stuck.size} still running after their interrupt (below)" if @stuck.any?}")
       rescue Store::Unavailable => error
         Bobbin.logger.error("bobbin worker #{@process_id} stopped with the database unavailable (#{error.message}): its unfinished jobs" \
                             "#{" and #{unwritten_jobs}" if unwritten.positive?} " \

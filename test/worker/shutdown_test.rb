@@ -7,8 +7,9 @@ class ShutdownTest < Bobbin::TestCase
     test "TERM with #{mode} in flight: short jobs finish, long ones return to ready, the process exits in time" do
       Bobbin.enqueue_all(Array.new(4) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] } + Array.new(4) { |i| [ CrashSafeJob, [ 0.5, "short-#{i}" ] ] })
       pids = []
+      log = File.join(Dir.mktmpdir, "work.log")
       ensure_killed(pids) do
-        pids << spawn_bobbin("work", "--#{mode}", "8", "--shutdown-timeout", "2", "--polling-interval", "0.05")
+        pids << spawn_bobbin("work", "--#{mode}", "8", "--shutdown-timeout", "2", "--polling-interval", "0.05", log: log)
         # Started, not only claimed: a TERM between the claim and the start hands a job back unrun.
         wait_for("8 jobs started") { StartEntry.count == 8 }
         started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -23,6 +24,7 @@ class ShutdownTest < Bobbin::TestCase
       assert_equal 4, long.count
       assert_equal [ 0 ], long.distinct.pluck(:attempts), "an attempt cut short by shutdown is given back"
       assert_equal 0, Bobbin.counts["running"]
+      assert_match(/bobbin worker \d+ stopping on TERM: waiting up to 2s \(shutdown_timeout\) for 8 running jobs\n/, File.read(log), "the log says why it stops")
     end
   end
 
