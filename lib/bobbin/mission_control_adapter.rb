@@ -22,8 +22,12 @@ module Bobbin
     def exposes_workers? = true
     def supports_recurring_tasks? = true
 
+    # Every queue a job row names, finished jobs' included, and every paused one: Mission Control finds a job's queue
+    # by name in this list (ActiveJob::Base#queue) to link its pages, and a finished or discarded job whose queue had
+    # nothing waiting, running or failed (the queues Operator.queues counts) made its pages fail. Those others show 0.
     def queues
-      Operator.queues.map { |queue| { name: queue.name, size: queue.ready, active: !queue.paused } }
+      listed = Operator.queues.map { |queue| { name: queue.name, size: queue.ready, active: !queue.paused } }
+      listed + (queue_names - listed.map { |queue| queue[:name] }).map { |name| { name: name, size: 0, active: true } }
     end
 
     def queue_size(queue_name) = Operator::Filter.new(state: "ready", queue: queue_name).scope.count
@@ -92,7 +96,28 @@ module Bobbin
     # Bobbin's schedulers enqueue ticks; an extra run from Mission Control is not offered.
     def can_enqueue_recurring_task?(_task_id) = false
 
+    # The queue names of bobbin_jobs, found without reading its rows: no index leads with queue (the claim's
+    # bobbin_jobs_claim_by_queue holds ready jobs only), so a skip scan of bobbin_jobs_state_queue (state, queue,
+    # run_at): one seek per state for the next state, then one per state and queue for the next queue, in one
+    # statement on both databases. About (states + 1) × (queues + 1) index seeks, however many finished rows: a
+    # DISTINCT, or a GROUP BY, would read an index entry per job (millions of finished ones).
+    QUEUE_NAMES = <<~SQL
+      WITH RECURSIVE states(state) AS (
+        SELECT MIN(state) FROM bobbin_jobs
+        UNION ALL
+        SELECT (SELECT MIN(state) FROM bobbin_jobs WHERE state > states.state) FROM states WHERE states.state IS NOT NULL
+      ), names(state, queue) AS (
+        SELECT states.state, (SELECT MIN(queue) FROM bobbin_jobs WHERE state = states.state) FROM states WHERE states.state IS NOT NULL
+        UNION ALL
+        SELECT names.state, (SELECT MIN(queue) FROM bobbin_jobs WHERE state = names.state AND queue > names.queue)
+        FROM names WHERE names.queue IS NOT NULL
+      )
+      SELECT DISTINCT queue FROM names WHERE queue IS NOT NULL ORDER BY queue
+    SQL
+
     private
+      def queue_names = JobRecord.with_connection { |connection| connection.select_values(QUEUE_NAMES, "Bobbin queue names") }
+
       def mission_control_scope(relation)
         scope = filter_of(relation).scope
         scope = scope.where(run_at: relation.scheduled_at) if relation.scheduled_at

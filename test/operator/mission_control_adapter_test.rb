@@ -2,6 +2,8 @@
 
 require_relative "operator_helper"
 require "active_job/errors/job_not_found_error" # mission_control-jobs' own error, which its controllers redirect on
+require "active_job/queue" # and its queue list, in which ActiveJob::Base#queue finds a job's queue by name
+require "active_job/queues"
 
 # The Mission Control adapter's actions, without Mission Control's pages (test/rails/mission_control_test.rb drives
 # those in a browser, once per run): what it answers when the job changed after the page showed it.
@@ -21,6 +23,24 @@ class MissionControlAdapterTest < Bobbin::TestCase
     assert_raises(ActiveJob::Errors::JobNotFoundError) { adapter.discard_job(Job.new("bobbin-#{running}"), :failed_relation) }
     assert_equal "running", Bobbin::JobRecord.where(id: running).pick(:state)
     assert_raises(ActiveJob::Errors::JobNotFoundError) { adapter.retry_job(Job.new("bobbin-0"), :failed_relation) }
+  end
+
+  # Mission Control links a job to its queue, found by name in the adapter's list (ActiveJob::Base#queue): a finished or
+  # discarded job whose queue had nothing waiting, running or failed got nil there, and its pages failed (500).
+  test "queues lists every queue a job is in, finished and discarded jobs' too, and the paused ones; those without waiting jobs show 0" do
+    now = Time.now.utc
+    insert_jobs(2, queue: "default", state: "succeeded", attempts: 1, finished_at: now)
+    insert_jobs(1, queue: "drained", state: "discarded", finished_at: now)
+    insert_jobs(3, queue: "busy")
+    insert_jobs(1, queue: "broken", **failed_attributes)
+    Bobbin::Operator.pause("idle")
+
+    queues = adapter.queues
+    assert_equal({ "busy" => [ 3, true ], "broken" => [ 0, true ], "idle" => [ 0, false ], "default" => [ 0, true ], "drained" => [ 0, true ] },
+                 queues.to_h { |queue| [ queue[:name], [ queue[:size], queue[:active] ] ] })
+    found = ActiveJob::Queues.new(queues.map { |queue| ActiveJob::Queue.new(queue[:name], size: queue[:size], active: queue[:active], queue_adapter: adapter) })
+    %w[default drained busy broken idle].each { |name| assert_equal name, found[name]&.name, "Mission Control finds queue #{name}" }
+    assert_equal 5, queues.size, "each queue once"
   end
 
   # Mission Control shows "Run now" on its Scheduled and Blocked pages. A blocked job's run_at set to now sent it behind

@@ -13,11 +13,24 @@ class InstallGeneratorTest < Bobbin::TestCase
   VERSION = Bobbin::Schema::VERSION
 
   setup do
+    @database_url = ENV.delete("DATABASE_URL") # the generator reads it: each test sets it or not
     @app = Dir.mktmpdir("bobbin-generator")
     write("config/application.rb", "module App\n  class Application < Rails::Application\n    config.load_defaults 8.1\n  end\nend\n")
   end
 
-  teardown { FileUtils.rm_rf(@app) }
+  teardown do
+    FileUtils.rm_rf(@app)
+    @database_url ? ENV["DATABASE_URL"] = @database_url : ENV.delete("DATABASE_URL")
+  end
+
+  # Runs the block with `env` set in ENV (nil: unset), then puts ENV back.
+  def with_env(env)
+    saved = ENV.to_h.slice(*env.keys)
+    env.each { |key, value| value.nil? ? ENV.delete(key) : ENV[key] = value }
+    yield
+  ensure
+    env.each_key { |key| saved.key?(key) ? ENV[key] = saved[key] : ENV.delete(key) }
+  end
 
   def write(file, text) = FileUtils.mkdir_p(File.dirname(path(file))).then { File.write(path(file), text) }
 
@@ -159,7 +172,62 @@ class InstallGeneratorTest < Bobbin::TestCase
     YAML
     assert_equal "postgres://db.internal/app_queue", entry["url"]
     assert_equal "production_queue", entry["database"]
-    assert_match(/config\/database.yml: production's queue database reads QUEUE_DATABASE_URL/, output)
+    assert_match(/config\/database.yml: the queue database of production reads QUEUE_DATABASE_URL \(the primary of production is named by a URL\)/, output)
+    assert_match(/^Set QUEUE_DATABASE_URL to the queue database's URL wherever the primary database's comes from a URL \(DATABASE_URL\)/, output)
+  end
+
+  # `rails new -d postgresql` names each primary database and leaves the server to DATABASE_URL, which Rails merges
+  # into the primary only: a queue entry copying the primary's settings went to the local server, and db:prepare failed.
+  RAILS_NEW_POSTGRESQL = <<~YAML
+    default: &default
+      adapter: postgresql
+      encoding: unicode
+      max_connections: <%= ENV.fetch("RAILS_MAX_THREADS") { 5 } %>
+
+    development:
+      <<: *default
+      database: shop_development
+
+    test:
+      <<: *default
+      database: shop_test
+
+    production:
+      primary: &primary_production
+        <<: *default
+        database: shop_production
+        username: shop
+        password: <%= ENV["SHOP_DATABASE_PASSWORD"] %>
+      queue:
+        <<: *primary_production
+        database: shop_production_queue
+        migrations_paths: db/queue_migrate
+  YAML
+
+  test "queue database with DATABASE_URL set: each queue entry added reads QUEUE_DATABASE_URL, and the summary says to set it" do
+    write("config/database.yml", RAILS_NEW_POSTGRESQL)
+    output = with_env("DATABASE_URL" => "postgres://db.internal/shop") { generate("--environments", "all") }
+    assert_match(/^config\/database.yml: the queue database of development and test reads QUEUE_DATABASE_URL \(DATABASE_URL is set here\)\.$/, output)
+    assert_match(/^DATABASE_URL is set here. Set QUEUE_DATABASE_URL to the queue database's URL wherever .* Rails merges DATABASE_URL into the primary database only/, output)
+    entries = ->(queue_url) { with_env("QUEUE_DATABASE_URL" => queue_url) { YAML.safe_load(ERB.new(File.read(path("config/database.yml"))).result, aliases: true) } }
+    config = entries.call("postgres://db.internal/shop_queue")
+    %w[development test].each do |env|
+      assert_equal({ "adapter" => "postgresql", "encoding" => "unicode", "max_connections" => 5, "url" => "postgres://db.internal/shop_queue",
+                     "database" => "#{env == 'test' ? 'shop_test' : 'shop_development'}_queue", "migrations_paths" => "db/queue_migrate" }, config.dig(env, "queue"))
+      assert_equal "shop_#{env}", config.dig(env, "primary", "database")
+    end
+    assert_equal "shop_production_queue", config.dig("production", "queue", "database")
+    assert_nil config.dig("production", "queue", "url"), "an entry the app has is left as it is"
+    assert_nil entries.call(nil).dig("development", "queue", "url"), "QUEUE_DATABASE_URL unset: the entry's own settings"
+
+    output = with_env("DATABASE_URL" => "postgres://db.internal/shop") { generate("--environments", "all") }
+    assert_no_match(/config\/database.yml:/, output, "nothing added")
+    assert_match(/^DATABASE_URL is set here. Set QUEUE_DATABASE_URL to the queue database's URL/, output, "said again: production's entry (Solid Queue's) reads it too")
+
+    write("config/database.yml", RAILS_NEW_POSTGRESQL)
+    output = generate("--environments", "all")
+    assert_nil entries.call("postgres://db.internal/shop_queue").dig("development", "queue", "url"), "without DATABASE_URL, the primary's settings"
+    assert_no_match(/QUEUE_DATABASE_URL/, output)
   end
 
   test "Kamal's config/deploy.yml, as rails new writes it, runs Bobbin in Puma and on a job role instead of Solid Queue; again, nothing" do

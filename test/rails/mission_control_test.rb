@@ -137,6 +137,37 @@ class MissionControlTest < BrowserTestCase
     end
   end
 
+  # Mission Control links each job to its queue, which it looks up by name in the adapter's queue list: a finished or
+  # discarded job whose queue had nothing waiting, running or failed made its list and its page fail (500).
+  test "Mission Control shows finished and discarded jobs whose queue has nothing waiting, running or failed" do
+    with_mission_control
+    ids = JSON.parse(app.run!("bin/rails", "runner", <<~RUBY).lines.last)
+      Bobbin::JobRecord.delete_all
+      Bobbin::QueuePause.delete_all
+      finished = FileJob.perform_later("mc-finished")
+      discarded = FileJob.set(queue: "drained").perform_later("mc-discarded")
+      Bobbin::Operator.discard(discarded.provider_job_id, by: "test")
+      puts [ finished.job_id, discarded.job_id ].to_json
+    RUBY
+    app.run!("bin/bobbin", "work", "--threads", "2", "--drain")
+    assert_equal %w[discarded succeeded], JSON.parse(app.run!("bin/rails", "runner", "puts Bobbin::JobRecord.order(:state).pluck(:state).to_json").lines.last)
+
+    serving_mission_control do
+      paths = [ "/jobs/finished/jobs", "/jobs/finished/jobs?filter%5Bqueue_name%5D=default", "/jobs/jobs/#{ids[0]}", "/jobs/jobs/#{ids[1]}",
+                "/jobs/queues/default", "/jobs/queues/drained" ]
+      codes = paths.to_h { |path| [ path, Net::HTTP.get_response(URI("#{Capybara.app_host}#{path}")).code ] }
+      assert_equal paths.to_h { |path| [ path, "200" ] }, codes
+      visit "/jobs/finished/jobs"
+      assert_selector "tr.job", text: "FileJob", count: 1
+      click_link "default"
+      assert_text "default"
+      visit "/jobs/jobs/#{ids[1]}"
+      assert_text "drained"
+      visit "/jobs"
+      assert_text "drained"
+    end
+  end
+
   # Mission Control 1.3.1 drops a date range from its bulk buttons' URLs (it writes filter[enqueued_at]=RANGE but
   # reads filter[enqueued_at_start]), so the pages select by queue and class; the date window is its Ruby API's.
   test "Mission Control's Discard, Discard selection, date-filtered discard_all and Retry all act on exactly the failed jobs they select" do

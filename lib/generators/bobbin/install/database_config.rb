@@ -7,16 +7,25 @@ module Bobbin
     # Adds a `queue` database to config/database.yml for an environment, as `rails new` lays out its own (primary,
     # cache, queue): a flat environment becomes `primary:` plus `queue:`; the queue entry copies the primary's
     # settings with its own database and migrations path. Edits the text, so the file's comments and ERB stay.
+    # `database_url`: DATABASE_URL is set where the generator runs, so the app may take its primary from it.
     class DatabaseConfig
-      def initialize(text)
+      def initialize(text, database_url: false)
         @text = text
-        @notes = []
+        @database_url = database_url
+        @url_queues = {}
       end
 
       attr_reader :text
 
-      # What the user should know about the entries added (an environment whose queue database reads a URL).
-      attr_reader :notes
+      # What the user should know about the entries added: the queues that read QUEUE_DATABASE_URL, and why.
+      def notes
+        return [] if @url_queues.empty?
+
+        reasons = @url_queues.group_by(&:last).map do |reason, pairs|
+          reason == :url ? "the primary of #{sentence(pairs.map(&:first))} is named by a URL" : "DATABASE_URL is set here"
+        end
+        [ "the queue database of #{sentence(@url_queues.keys)} reads QUEUE_DATABASE_URL (#{reasons.join('; ')})" ]
+      end
 
       # True when `env` already has a queue database (or is not in the file).
       def queue?(env)
@@ -54,18 +63,23 @@ module Bobbin
 
         # The primary's settings but its database, URL and migrations. A primary named by a URL (`url:`, or no
         # database name: DATABASE_URL) gets a queue read from QUEUE_DATABASE_URL: copied, the primary's URL would win
-        # over the queue's name and put the queue in the primary.
+        # over the queue's name and put the queue in the primary. So does any primary (but SQLite's) when DATABASE_URL
+        # is set here: Rails merges it into the primary only, and the copied settings (no host) would send the queue
+        # to the local server. QUEUE_DATABASE_URL unset, the `url:` line is empty (YAML null) and the settings apply.
         def queue_lines(primary, env)
           settings = primary.reject { |line| line.strip.empty? || line.match?(/\A\s*(database|migrations_paths|url):/) }
           settings = settings.map { |line| line.sub(/<<: \*primary_(\w+)/, "<<: *default") }
           named = primary.find { |line| line.match?(/\A\s*database:/) }
           sqlite = sqlite?(env)
           database = named ? queue_database(named) : "database: #{sqlite ? "storage/#{env}_queue.sqlite3" : "#{env}_queue"}\n"
-          url = !sqlite && (named.nil? || primary.any? { |line| line.match?(/\A\s*url:/) })
-          @notes << "#{env}'s queue database reads QUEUE_DATABASE_URL (its primary is named by a URL); set it" if url
+          by_url = named.nil? || primary.any? { |line| line.match?(/\A\s*url:/) }
+          url = !sqlite && (by_url || @database_url)
+          @url_queues[env] = by_url ? :url : :database_url if url
           [ "  queue:\n", *settings.map { |line| "  #{line}" }, *("    url: <%= ENV[\"QUEUE_DATABASE_URL\"] %>\n" if url),
             "    #{database}", "    migrations_paths: db/queue_migrate\n" ]
         end
+
+        def sentence(words) = words.size > 1 ? "#{words[0..-2].join(', ')} and #{words.last}" : words.first.to_s
 
         # True when `env`'s primary database is SQLite.
         def sqlite?(env)

@@ -110,6 +110,13 @@ module Bobbin
         TEXT
         say "Kamal (config/deploy.yml) runs Bobbin now: BOBBIN_IN_PUMA, or bin/bobbin start on a job role." if @deploy_changed
         @database_notes&.each { |note| say "config/database.yml: #{note}." }
+        if @database_notes.present? || (separate? && database_url?)
+          say "#{'DATABASE_URL is set here. ' if database_url?}Set QUEUE_DATABASE_URL to the #{database} database's URL wherever the primary " \
+              "database's comes from a URL (DATABASE_URL): Rails merges DATABASE_URL into the primary database only (Solid Queue's " \
+              "queue database has the same rule), QUEUE_DATABASE_URL into the #{database} database; without it, the #{database} " \
+              "database is looked for with config/database.yml's own settings (by default on the local server), and " \
+              "bin/rails db:prepare fails there."
+        end
         solid_queue_tasks = exist?("config/recurring.yml") ? read("config/recurring.yml").scan(/^\s+([\w-]+):\n\s+command: "SolidQueue::/).flatten : []
         if solid_queue_tasks.any?
           say "config/recurring.yml keeps Solid Queue's #{solid_queue_tasks.join(', ')}: Bobbin runs it now; remove it when Solid Queue goes."
@@ -121,6 +128,9 @@ module Bobbin
 
       private
         def separate? = database != "primary"
+
+        # DATABASE_URL set where the generator runs: the app may take its primary database from it.
+        def database_url? = ENV["DATABASE_URL"].to_s.strip != ""
 
         def database = options[:database]
 
@@ -157,7 +167,7 @@ module Bobbin
           return unless exist?(path)
 
           environments = all? ? %w[development test production] : %w[production]
-          config = environments.reduce(DatabaseConfig.new(read(path))) { |yml, env| yml.add_queue(env) }
+          config = environments.reduce(DatabaseConfig.new(read(path), database_url: database_url?)) { |yml, env| yml.add_queue(env) }
           write(path, config.text)
           @database_notes = config.notes
         end
