@@ -25,6 +25,20 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_operator ConcurrencyCounter.seen.max, :<=, 2
   end
 
+  test "a worker letting waiting jobs through logs no SQL for it at debug, as housekeeping's queries are held back" do
+    ConcurrencyCounter.add_keys(%w[q])
+    4.times { |i| LimitedJob.enqueue("q", i) }
+    log = StringIO.new
+    was = ActiveRecord::Base.logger
+    ActiveRecord::Base.logger = ActiveSupport::Logger.new(log, level: :debug) # development's level
+    drain(threads: 4)
+    assert_equal %w[succeeded] * 4, states("LimitedJob/q")
+    assert_includes log.string, "LimitedJob", "the log does see the jobs' own SQL"
+    refute_includes log.string, "Bobbin Promote"
+  ensure
+    ActiveRecord::Base.logger = was
+  end
+
   # Letting a job through takes its key's lock; inside the app's transaction that lock (PostgreSQL's advisory lock
   # lasts as long as the transaction) stopped every worker finishing a job of the key until the app committed.
   test "enqueued inside the app's transaction, a limited job is let through once it commits, and holds no lock before" do
