@@ -93,8 +93,19 @@ module Bobbin
 
     def find_recurring_task(task_id) = RecurringTask.find_by(key: task_id)&.then { |task| recurring_task_attributes(task) }
 
-    # Bobbin's schedulers enqueue ticks; an extra run from Mission Control is not offered.
-    def can_enqueue_recurring_task?(_task_id) = false
+    # Mission Control's "Run now": the task's job enqueued now, recorded as a run of the task (so it is listed with the
+    # task's other jobs), as Solid Queue's adapter does. Offered for a task whose job can be built here.
+    def can_enqueue_recurring_task?(task_id)
+      task = recurring_task(task_id)
+      task.present? && task.job_row.present?
+    rescue ConfigurationError, NameError
+      false
+    end
+
+    def enqueue_recurring_task(task_id)
+      task = recurring_task(task_id)
+      RecurringRun.claim(task.key, Time.now.utc, task.job_row) if task
+    end
 
     # The queue names of bobbin_jobs, found without reading its rows: no index leads with queue (the claim's
     # bobbin_jobs_claim_by_queue holds ready jobs only), so a skip scan of bobbin_jobs_state_queue (state, queue,
@@ -116,6 +127,17 @@ module Bobbin
     SQL
 
     private
+      # The task as this process configured it, else as the schedulers stored it.
+      def recurring_task(task_id)
+        record = RecurringTask.find_by(key: task_id)
+        return unless record
+
+        Bobbin.config.recurring_tasks[record.key] || Recurring::Task.parse(record.key, {
+          "schedule" => record.schedule, "class" => record.class_name, "command" => record.command,
+          "args" => (record.parsed_arguments unless record.command), "queue" => record.queue, "priority" => record.priority
+        }.compact, "recurring task #{record.key}")
+      end
+
       def queue_names = JobRecord.with_connection { |connection| connection.select_values(QUEUE_NAMES, "Bobbin queue names") }
 
       def mission_control_scope(relation)

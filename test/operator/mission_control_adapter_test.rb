@@ -25,6 +25,19 @@ class MissionControlAdapterTest < Bobbin::TestCase
     assert_raises(ActiveJob::Errors::JobNotFoundError) { adapter.retry_job(Job.new("bobbin-0"), :failed_relation) }
   end
 
+  test "Run now of a recurring task enqueues its job, listed with the task's runs; a task whose class is gone is not offered" do
+    tasks = [ Bobbin::Recurring::Task.parse("tick", { schedule: "every day at 3am", class: "TickJob", args: [ "now" ], queue: "ticks" }, "t"),
+              Bobbin::Recurring::Task.parse("gone", { schedule: "every day at 3am", class: "NoSuchJob" }, "t") ]
+    Bobbin::RecurringTask.sync(tasks)
+    assert adapter.can_enqueue_recurring_task?("tick")
+    assert_not adapter.can_enqueue_recurring_task?("gone")
+    assert_not adapter.can_enqueue_recurring_task?("unknown")
+
+    id = adapter.enqueue_recurring_task("tick")
+    assert_equal [ "TickJob", "ticks", '["now"]' ], Bobbin::JobRecord.where(id: id).pick(:class_name, :queue, :arguments)
+    assert_equal [ id ], Bobbin::RecurringRun.where(task_key: "tick").pluck(:job_id)
+  end
+
   # Mission Control links a job to its queue, found by name in the adapter's list (ActiveJob::Base#queue): a finished or
   # discarded job whose queue had nothing waiting, running or failed got nil there, and its pages failed (500).
   test "queues lists every queue a job is in, finished and discarded jobs' too, and the paused ones; those without waiting jobs show 0" do
