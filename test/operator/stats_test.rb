@@ -6,6 +6,8 @@ require_relative "operator_helper"
 class OperatorStatsTest < Bobbin::TestCase
   include OperatorHelper
 
+  setup { Bobbin::Operator::Stats.forget_throughput } # an earlier test's rows, gone now, in the kept minutes
+
   test "counts by state split ready from scheduled" do
     insert_jobs(3, run_at: Time.now.utc - 1)
     insert_jobs(2, run_at: Time.now.utc + 600)
@@ -79,6 +81,52 @@ class OperatorStatsTest < Bobbin::TestCase
     assert_equal [ 3, 0 ], minutes.last.drop(1)
     assert_equal [ 0, 2 ], minutes[-3].drop(1)
     assert_equal 5, minutes.sum { |_, succeeded, failed| succeeded + failed }
+  end
+
+  test "throughput keeps complete minutes' counts and reads only the minutes it does not know, with the same answer" do
+    now = Time.at((Time.now.utc.to_i / 60 - 10) * 60 + 20).utc # 20 s into a minute, ten minutes ago
+    at = ->(minutes_before, second = 5) { Time.at((now.to_i / 60 - minutes_before) * 60 + second).utc }
+    insert_jobs(3, state: "succeeded", finished_at: at.(0)) # the minute going on
+    insert_jobs(2, **failed_attributes(at.(1, 50))) # ended 10 s ago: not kept yet (a late write may come)
+    insert_jobs(4, state: "succeeded", finished_at: at.(3))
+    insert_jobs(1, **failed_attributes(at.(4, 59)))
+    insert_jobs(6, state: "succeeded", finished_at: at.(6)) # before the window
+    # Per minute as counted from the rows, each on its own.
+    counted = lambda do |time|
+      Array.new(5) do |i|
+        minute = Time.at((time.to_i / 60 - 4 + i) * 60).utc
+        [ minute, *%w[succeeded failed].map { |state| Bobbin::JobRecord.where(state: state, finished_at: minute...minute + 60).count } ]
+      end
+    end
+    read_from = lambda do |time|
+      froms = []
+      subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+        froms << payload[:binds].find { |bind| bind.name == "finished_at" }.value if payload[:sql].include?("GROUP BY")
+      end
+      [ Bobbin::Operator::Stats.throughput(minutes: 5, now: time), froms ]
+    ensure
+      ActiveSupport::Notifications.unsubscribe(subscriber)
+    end
+
+    minutes, froms = read_from.(now)
+    assert_equal counted.(now), minutes
+    assert_equal [ 3, 0 ], minutes.last.drop(1)
+    assert_equal [ at.(4, 0) ], froms, "nothing kept yet: the whole window"
+
+    insert_jobs(5, state: "succeeded", finished_at: at.(0, 50)) # more finish before the current minute ends
+    minutes, froms = read_from.(now + 60)
+    assert_equal counted.(now + 60), minutes
+    assert_equal [ 8, 0 ], minutes[-2].drop(1), "the minute that ended since counts its jobs"
+    assert_equal [ at.(1, 0) ], froms, "from the first minute not kept (it ended 10 s before the first call)"
+
+    minutes, froms = read_from.(now + 120)
+    assert_equal counted.(now + 120), minutes
+    assert_equal [ at.(0, 0) ], froms
+
+    assert_equal 2, Bobbin::Operator.retry_all({ state: "failed", finished_after: at.(1, 0) }, by: "test")
+    minutes, = read_from.(now + 120)
+    assert_equal counted.(now + 120), minutes, "a failed job retried leaves its kept minute"
+    assert_equal 0, minutes.sum { |_, _, failed| failed }
   end
 
   test "processes show a live worker's pool, busy jobs, memory and connections from its heartbeat" do

@@ -58,6 +58,7 @@ module Bobbin
           break deleted if ids.empty?
 
           deleted += JobRecord.where(id: ids, state: states, finished_at: ...before).delete_all # not one retried and finished since
+          Stats.forget_throughput # the chart's kept minutes may have lost rows
         end
       end
 
@@ -68,6 +69,7 @@ module Bobbin
                            .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
                                        claimed_by: nil, claimed_at: nil, **stamp("retried", by))
         let_through(ids) if retried.positive?
+        Stats.forget_throughput if retried.positive? # a failed job retried leaves its minute's count
         woken(retried)
       end
 
@@ -75,6 +77,7 @@ module Bobbin
         selected.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)).tap do |count|
           next unless count.positive?
 
+          Stats.forget_throughput # a failed job discarded leaves its minute's count
           let_through(ids) # a discarded holder's slot frees now, not at the next promotion pass
           Instrumentation.instrument(:discard, ids: ids, count: count, by: by)
         end

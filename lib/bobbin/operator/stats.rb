@@ -68,16 +68,62 @@ module Bobbin
              .sort_by { |queue| [ -queue.ready, queue.name ] }
       end
 
+      # A minute's counts are kept once it ended this long ago: outcomes are written within milliseconds of the
+      # finished_at they carry (the worker's clock), so this leaves room for a delayed write and clocks a little apart.
+      SETTLED = 30
+      # Kept counts older than this are let go.
+      KEPT = 86_400
+      @settled = {} # { database config => { minute (Integer, Unix time / 60) => [succeeded, failed] } }
+      @settled_lock = Mutex.new # Puma's threads share them
+
       # Succeeded and failed jobs per minute over the last `minutes`: [[minute start (Time), succeeded, failed], …],
-      # one entry per minute, oldest first. Reads the (state, finished_at) index over the window only.
+      # one entry per minute, oldest first. A minute's counts do not change once it is over (finished_at is written
+      # as a job finishes; only retention deletes finished rows, after `retention`), so this process keeps those of
+      # complete minutes and reads the (state, finished_at) index only from the first minute it does not know:
+      # normally the current one, however busy the queue (counting an hour of 1.27M jobs each refresh took 2 s).
       def throughput(minutes: 60, now: Time.now.utc)
-        start = Time.at((now.to_i / 60 - minutes + 1) * 60).utc
-        counts = JobRecord.where(state: %w[succeeded failed], finished_at: start..)
-                          .group(:state, Arel.sql(minute_sql)).count
-        Array.new(minutes) do |i|
-          minute = start + i * 60
-          key = minute.strftime("%Y-%m-%d %H:%M")
-          [ minute, counts.fetch([ "succeeded", key ], 0), counts.fetch([ "failed", key ], 0) ]
+        first = now.to_i / 60 - minutes + 1
+        window = (first...first + minutes)
+        known = settled_counts(now)
+        from = window.find { |minute| !known.key?(minute) } || window.end
+        counts = from < window.end ? count_per_minute(from, window.end) : {}
+        settle(counts, from, now)
+        window.map { |minute| [ Time.at(minute * 60).utc, *(minute < from ? known.fetch(minute) : counts.fetch(minute, [ 0, 0 ])) ] }
+      end
+
+      # Forgets the counts kept for past minutes. For when finished rows of the last hour change: an operator retried,
+      # discarded or deleted some (Operator's actions call it; another process's are not seen here), or rows were
+      # written with a past finished_at (a restore, a test).
+      def forget_throughput = @settled_lock.synchronize { @settled.clear }
+
+      # { minute => [succeeded, failed] } of the jobs that finished from minute `from` up to minute `to`.
+      def count_per_minute(from, to)
+        minutes = (from...to).to_h { |minute| [ Time.at(minute * 60).utc.strftime("%Y-%m-%d %H:%M"), minute ] }
+        counts = Hash.new { |hash, minute| hash[minute] = [ 0, 0 ] }
+        JobRecord.where(state: %w[succeeded failed], finished_at: Time.at(from * 60).utc..).group(:state, Arel.sql(minute_sql)).count
+                 .each { |(state, key), count| counts[minutes[key]][state == "succeeded" ? 0 : 1] = count if minutes.key?(key) }
+        counts
+      end
+
+      # This database's kept counts (a copy: other threads add to them), without the minutes retention may have
+      # deleted rows of since.
+      def settled_counts(now)
+        kept = @settled_lock.synchronize { @settled.fetch(JobRecord.connection_db_config, {}).dup }
+        retention = Bobbin.config.retention
+        retention ? kept.select { |minute, _| minute * 60 >= now.to_i - retention } : kept
+      end
+
+      # Keeps the counts of the minutes from `from` that ended SETTLED seconds ago, by this machine's clock too (a
+      # `now` ahead of it must not settle a minute still going on).
+      def settle(counts, from, now)
+        over = ([ now, Time.now.utc ].min.to_i - SETTLED) / 60 # minutes before this one are over
+        return if from >= over
+
+        oldest = (Time.now.utc.to_i - KEPT) / 60
+        @settled_lock.synchronize do
+          settled = (@settled[JobRecord.connection_db_config] ||= {})
+          (from...over).each { |minute| settled[minute] = counts.fetch(minute, [ 0, 0 ]).dup.freeze }
+          settled.delete_if { |minute, _| minute < oldest }
         end
       end
 
