@@ -45,6 +45,7 @@ module Bobbin
   autoload :ConnectionBudget, "bobbin/connection_budget"
   autoload :FiberSafety, "bobbin/fiber_safety"
   autoload :LogSubscriber, "bobbin/log_subscriber"
+  autoload :Printable, "bobbin/printable"
   autoload :CLI, "bobbin/cli"
   autoload :Operator, "bobbin/operator"
   autoload :Dashboard, "bobbin/dashboard"

@@ -123,10 +123,11 @@ module Bobbin
 
         boot(options)
         changed = Bobbin.public_send(command, queue).positive?
+        shown = Printable.printable(queue) # `bobbin pause $'\e[2J'` cleared the screen as it confirmed
         if command == "pause"
-          puts(changed ? "paused #{queue}" : "paused #{queue} (it already was)")
+          puts(changed ? "paused #{shown}" : "paused #{shown} (it already was)")
         else
-          puts(changed ? "resumed #{queue}" : "was not paused: #{queue}")
+          puts(changed ? "resumed #{shown}" : "was not paused: #{shown}")
         end
         0
       end

@@ -15,11 +15,13 @@ module Bobbin
   # Enqueue, claim and perform lines are debug (Active Job logs its own performs at info); discards and releases
   # are info. Retries, failures, stalls, recoveries and process starts/stops are logged where they happen.
   class LogSubscriber < ActiveSupport::LogSubscriber
+    include Printable
+
     # One line per enqueue statement.
     def enqueue(event)
       payload = event.payload
       debug do
-        "Bobbin Enqueued #{count(payload[:count])} (#{payload[:class_names].join(', ')}) to #{payload[:queues].join(', ')} " \
+        "Bobbin Enqueued #{count(payload[:count])} (#{printable(payload[:class_names].join(', '))}) to #{printable(payload[:queues].join(', '))} " \
           "(#{event.duration.round(1)}ms) ids: #{ids(payload[:ids])}"
       end
     end
@@ -34,7 +36,7 @@ module Bobbin
     # A job starts.
     def perform_start(event)
       job = event.payload
-      debug { "Bobbin Performing #{job[:class_name]} #{job[:id]} from #{job[:queue]} (attempt #{job[:attempts]})" }
+      debug { "Bobbin Performing #{printable(job[:class_name])} #{job[:id]} from #{printable(job[:queue])} (attempt #{job[:attempts]})" }
     end
     subscribe_log_level :perform_start, :debug
 
@@ -43,8 +45,8 @@ module Bobbin
     def perform(event)
       job = event.payload
       debug do
-        ended = job[:state] || "interrupted by the shutdown (#{job[:exception]&.first})"
-        "Bobbin Performed #{job[:class_name]} #{job[:id]} from #{job[:queue]} in #{event.duration.round(1)}ms: #{ended}"
+        ended = job[:state] || "interrupted by the shutdown (#{printable(job[:exception]&.first)})"
+        "Bobbin Performed #{printable(job[:class_name])} #{job[:id]} from #{printable(job[:queue])} in #{event.duration.round(1)}ms: #{ended}"
       end
     end
     subscribe_log_level :perform, :debug
@@ -53,7 +55,7 @@ module Bobbin
     def discard(event)
       ids, count, by = event.payload.values_at(:ids, :count, :by)
       listed = " #{ids.first(10).join(', ')}#{' …' if count > 10}" if count == ids.size # else some of the ids were not discardable
-      info { "Bobbin Discarded #{count == 1 ? 'job' : "#{count} jobs"}#{listed}#{" by #{by}" if by}" }
+      info { "Bobbin Discarded #{count == 1 ? 'job' : "#{count} jobs"}#{listed}#{" by #{printable(by)}" if by}" }
     end
     subscribe_log_level :discard, :info
 
@@ -66,7 +68,7 @@ module Bobbin
     # A recurring task's tick was enqueued.
     def recurring(event)
       tick = event.payload[:run_at].utc.iso8601
-      info { "Bobbin Enqueued recurring #{event.payload[:key]} tick #{tick} as job #{event.payload[:job_id]}" }
+      info { "Bobbin Enqueued recurring #{printable(event.payload[:key])} tick #{tick} as job #{event.payload[:job_id]}" }
     end
     subscribe_log_level :recurring, :info
 

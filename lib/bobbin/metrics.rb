@@ -42,7 +42,8 @@ module Bobbin
     end
 
     def jobs(registry, now)
-      gauge = registry.gauge(:bobbin_jobs, docstring: "Jobs by state (above 10,000 a state on PostgreSQL, the planner's estimate)",
+      gauge = registry.gauge(:bobbin_jobs, docstring: "Jobs by state; a count above 10,000 is an estimate on PostgreSQL " \
+                                                      "(the planner's, which can be 10-20% off), as the dashboard's ≈ says",
                                            labels: [ :state ])
       counts = Operator::Stats.counts(now)
       counts.by_state.each { |state, count| gauge.set(count, labels: { state: state }) }
@@ -53,7 +54,7 @@ module Bobbin
       latency = registry.gauge(:bobbin_queue_latency_seconds, docstring: "Age of the queue's oldest due job (0 when none waits)", labels: [ :queue ])
       paused = registry.gauge(:bobbin_queue_paused, docstring: "1 when the queue is paused", labels: [ :queue ])
       Operator::Stats.queues(now).each do |queue|
-        labels = { queue: queue.name }
+        labels = { queue: Printable.utf8(queue.name) } # one queue's bad bytes failed the whole scrape
         %i[ready scheduled blocked running failed].each { |state| size.set(queue.public_send(state), labels: labels.merge(state: state)) }
         latency.set(queue.latency, labels: labels)
         paused.set(queue.paused ? 1 : 0, labels: labels)
@@ -85,7 +86,8 @@ module Bobbin
       labels = %i[process kind name hostname os_pid mode] # `pid` is the client library's own label
       gauges = PROCESS_GAUGES.to_h { |name, (doc, _)| [ name, registry.gauge(:"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
       Operator::ProcessView.all(now).each do |view|
-        set = { process: view.id, kind: view.kind, name: view.name, hostname: view.hostname, os_pid: view.pid, mode: view.mode || "" }
+        text = { kind: view.kind, name: view.name, hostname: view.hostname, mode: view.mode }.transform_values { |value| Printable.utf8(value) }
+        set = { process: view.id, os_pid: view.pid, **text }
         PROCESS_GAUGES.each do |name, (_, value)|
           number = value.call(view)
           gauges[name].set(number, labels: set) if number.is_a?(Numeric)

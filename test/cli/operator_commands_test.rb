@@ -26,6 +26,17 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/--limit 0: a page has 1 row or more/, err)
   end
 
+  test "jobs and queues show a row's bytes that are not UTF-8 replaced, instead of failing with a backtrace" do
+    skip_unless_invalid_utf8_kept
+    id = insert_invalid_utf8_job
+    status, out, err = run_bobbin("jobs")
+    assert_equal [ 0, "" ], [ status.exitstatus, err ]
+    assert_match(/\A#{id}\s+failed\s+bad\uFFFD\s+Bad\uFFFDJob\s+1\/1\s+\S+ \S+\s+RuntimeError: boom \uFFFD here$/, out.lines[1])
+    status, out, err = run_bobbin("queues")
+    assert_equal [ 0, "" ], [ status.exitstatus, err ]
+    assert_match(/\Abad\uFFFD\s+0\s+0\s+0\s+0\s+1\s/, out.lines[1])
+  end
+
   test "jobs shows every class name whole, and the crashes that took attempts past the maximum" do
     insert_jobs(1, class_name: "Billing::Reports::QuarterlyReconciliationJob", state: "running", claimed_by: 1, attempts: 3, crashes: 2)
     status, out, err = run_bobbin("jobs", "--state", "running")

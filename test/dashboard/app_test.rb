@@ -9,6 +9,8 @@ class DashboardAppTest < Bobbin::TestCase
 
   LOCAL = { "REMOTE_ADDR" => "127.0.0.1" }.freeze # a request from this machine
 
+  setup { Bobbin::Operator::Stats.forget_throughput } # an earlier test's rows, gone now, in the chart's kept minutes
+
   def get(app, path) = Rack::MockRequest.new(app).get(path, LOCAL)
 
   # GETs `page` as a browser would, then POSTs to `action` with that page's session cookie and the CSRF token of the
@@ -241,5 +243,34 @@ class DashboardAppTest < Bobbin::TestCase
       ActiveRecord::Base.connection.execute("DROP DATABASE IF EXISTS #{closed}") if closed
     end
     assert_equal 200, get(app, "/").status
+  end
+
+  test "a row whose text is not UTF-8 shows on every page with its bad bytes replaced, not a 500" do
+    skip_unless_invalid_utf8_kept
+    id = insert_invalid_utf8_job
+    app = Bobbin::Dashboard.new(environment: "development")
+    [ "/", "/jobs", "/jobs?state=failed", "/queues", "/metrics", "/jobs/#{id}" ].each do |path|
+      assert_equal 200, get(app, path).status, path
+    end
+    page = get(app, "/jobs/#{id}").body
+    assert_match(%r{<h1>Bad\uFFFDJob <small>}, page)
+    assert_match(%r{<pre class="code" id="arguments">\[\s*&quot;a\uFFFD&quot;\s*\]</pre>}, page)
+    assert_match(/RuntimeError<\/strong>: boom \uFFFD here/, page)
+    assert_includes get(app, "/queues").body, "bad\uFFFD"
+    assert_includes get(app, "/metrics").body, %(bobbin_queue_jobs{queue="bad\uFFFD",state="failed"} 1.0)
+  end
+
+  test "an unexpected error answers a plain 500 without a backtrace, and the log has the error with its backtrace" do
+    app = Bobbin::Dashboard.new(environment: "development")
+    Bobbin::Record.connection.execute("ALTER TABLE bobbin_pauses RENAME TO bobbin_pauses_away") # every queues read fails
+    response = nil
+    log = bobbin_log { response = get(app, "/queues") }
+    assert_equal 500, response.status
+    assert_equal "Something went wrong; the server's log has the details.\n", response.body
+    assert_match(%r{\Atext/plain}, response.headers["content-type"])
+    assert_match(/bobbin dashboard: GET \/queues failed: ActiveRecord::StatementInvalid: .*bobbin_pauses/, log)
+    assert_match(%r{lib/bobbin/operator/stats\.rb:\d+}, log, "with its backtrace")
+  ensure
+    Bobbin::Record.connection.execute("ALTER TABLE bobbin_pauses_away RENAME TO bobbin_pauses") if response
   end
 end

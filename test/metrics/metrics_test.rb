@@ -11,6 +11,8 @@ class MetricsTest < Bobbin::TestCase
   include OperatorHelper
   include CLIHelper
 
+  setup { Bobbin::Operator::Stats.forget_throughput } # an earlier test's rows, gone now, in the last minute's kept counts
+
   # { "name{labels}" => value } from the exposition text.
   def samples(text) = text.lines.grep_v(/\A#/).to_h { |line| name, value = line.rpartition(" ").values_at(0, 2); [ name, Float(value) ] }
 
@@ -103,5 +105,20 @@ class MetricsTest < Bobbin::TestCase
     assert_match(/bobbin metrics on 0\.0\.0\.0 is reachable from other machines: give it --auth-token TOKEN/, err)
   ensure
     FileUtils.rm_f([ quiet, output ].compact)
+  end
+
+  test "a queue name that is not UTF-8 is reported with its bad bytes replaced, and costs no other metric" do
+    skip_unless_invalid_utf8_kept
+    insert_invalid_utf8_job
+    insert_jobs(2, queue: "mail")
+    values = samples(Bobbin::Metrics.text)
+    assert_equal 1.0, values["bobbin_queue_jobs{queue=\"bad\uFFFD\",state=\"failed\"}"]
+    assert_equal 2.0, values['bobbin_queue_jobs{queue="mail",state="ready"}']
+    assert_equal 1.0, values['bobbin_jobs{state="failed"}']
+    assert_equal 200, Rack::MockRequest.new(Bobbin::Metrics.rack_app).get("/metrics").status
+  end
+
+  test "the help of the per-state gauge says counts above 10,000 are estimates" do
+    assert_match(/^# HELP bobbin_jobs .*above 10,000 is an estimate on PostgreSQL/, Bobbin::Metrics.text)
   end
 end

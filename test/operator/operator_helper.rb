@@ -14,6 +14,27 @@ module OperatorHelper
     Bobbin::JobRecord.insert_all(rows, returning: [ :id ]).rows.flatten
   end
 
+  # True when the database keeps bytes that are not UTF-8 as an outside writer gives them: SQLite, and PostgreSQL in a
+  # SQL_ASCII database (which hands them back as binary Strings). A UTF8 PostgreSQL database refuses them.
+  def keeps_invalid_utf8?
+    !postgres? || Bobbin::JobRecord.connection.select_value("SHOW server_encoding") == "SQL_ASCII"
+  end
+
+  def skip_unless_invalid_utf8_kept = (skip("a UTF8 PostgreSQL database refuses bytes that are not UTF-8") unless keeps_invalid_utf8?)
+
+  # A failed job whose queue ("bad" + 0xFF), class name, arguments and error message hold the byte 0xFF, as an outside
+  # writer could store them (Active Record would not write them): raw SQL. Returns its id.
+  def insert_invalid_utf8_job
+    now = Bobbin::Store.timestamp(Time.now.utc)
+    ff = ->(text) { postgres? ? "E'#{text.gsub('%', '\\\\xff')}'" : "'#{text.gsub('%', "' || X'ff' || '")}'" } # % stands for the byte
+    Bobbin::JobRecord.connection.execute(<<~SQL)
+      INSERT INTO bobbin_jobs (queue, class_name, arguments, priority, state, run_at, attempts, max_attempts, enqueued_at, finished_at,
+                               last_error_class, last_error_message)
+      VALUES (#{ff.('bad%')}, #{ff.('Bad%Job')}, #{ff.('["a%"]')}, 0, 'failed', '#{now}', 1, 1, '#{now}', '#{now}', 'RuntimeError', #{ff.('boom % here')})
+    SQL
+    Bobbin::JobRecord.maximum(:id)
+  end
+
   def failed_attributes(at = Time.now.utc)
     { state: "failed", attempts: 1, finished_at: at, last_error_class: "RuntimeError", last_error_message: "boom" }
   end

@@ -20,6 +20,17 @@ class FailuresTest < Bobbin::TestCase
     assert_match(/jobs\.rb:\d+/, job.last_error_backtrace)
   end
 
+  test "a failure's log lines show control characters in its message escaped; the row keeps the message as raised" do
+    key = "\e[2J\e]0;pwned\a"
+    id = FlakyJob.enqueue(key, 99)
+    log = bobbin_log { drain(fibers: 2) }
+    lines = log.lines.grep(/FlakyJob #{id} failed/)
+    assert_equal 4, lines.size, log
+    assert lines.none? { |line| line.match?(/[\e\a]/) }, "raw escapes: #{lines.inspect}"
+    assert_includes lines.last, "ArgumentError: flaky \\e[2J\\e]0;pwned\\a"
+    assert_equal "flaky #{key}", Bobbin::JobRecord.find(id).last_error_message
+  end
+
   test "retries back off exponentially with jitter" do
     job_class = Class.new(FlakyJob) { bobbin_options backoff: 10 }
     Object.const_set(:SlowRetryJob, job_class)

@@ -137,4 +137,19 @@ class InstrumentationTest < Bobbin::TestCase
     ActiveSupport::Notifications.unsubscribe(starts)
     Bobbin.config.recurring_tasks.clear
   end
+
+  test "the log subscriber's lines show control characters in a job's class, its queue and who discarded it escaped, not raw" do
+    log = logged do
+      id = LedgerJob.enqueue("escaped")
+      Bobbin::JobRecord.where(id: id).update_all(class_name: "Ledger\e[31mJob", queue: "q\e]0;pwned\a") # as an outside writer could
+      drain(threads: 1)
+      Bobbin::Operator.discard(LedgerJob.enqueue("x"), by: "ann\e[2J")
+    end
+    lines = log.lines.grep(/Bobbin (Performing|Performed|Discarded)/)
+    assert_equal 3, lines.size, log
+    assert lines.none? { |line| line.match?(/[\e\a]/) }, "raw escapes: #{lines.inspect}"
+    assert_match(/Bobbin Performing Ledger\\e\[31mJob \d+ from q\\e\]0;pwned\\a \(attempt 1\)/, log)
+    assert_match(/Bobbin Performed Ledger\\e\[31mJob \d+ from q\\e\]0;pwned\\a in [\d.]+ms: failed/, log)
+    assert_includes log, "by ann\\e[2J"
+  end
 end

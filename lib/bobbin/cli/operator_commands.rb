@@ -6,6 +6,8 @@ module Bobbin
     # plain aligned text for people (and `cut`/`awk`); exit 0 when done, 1 when an action could not be done to a
     # job it named (missing, or in a state the action leaves alone), 64 for a bad command line.
     class OperatorCommands
+      include Printable
+
       # Rows a `bobbin jobs` page may ask for: a page is loaded whole, and 100,000,000 took 1.6 GB for 500,000 rows.
       MAX_LIMIT = 10_000
 
@@ -142,7 +144,7 @@ module Bobbin
         # pass the maximum), and the first line of a failure's error, or the key a blocked job waits on.
         def job_cells(job)
           at = job.finished_at || job.started_at || job.run_at
-          error = if job.state == "failed" then "#{job.last_error_class}: #{job.last_error_message}".lines.first.to_s.strip[0, 60]
+          error = if job.state == "failed" then "#{utf8(job.last_error_class)}: #{utf8(job.last_error_message)}".lines.first.to_s.strip[0, 60]
           elsif job.shown_state == "blocked" then "waiting on #{job.concurrency_key} (limit #{job.concurrency_limit})"
           else ""
           end
@@ -201,7 +203,7 @@ module Bobbin
           puts(format("%-6s %-10s %-24s %-13s %-8s %-9s %-9s %-8s %-7s %-13s %s", "ID", "KIND", "HOST:PID", "MODE", "BUSY", "RUNNING",
                       "BEAT AGO", "RSS", "DB", "LAG/MAX MS", "STALLS"))
           list.each do |p|
-            puts(format("%-6d %-10s %-24s %-13s %-8s %-9d %-9s %-8s %-7s %-13s %s%s", p.id, p.kind, "#{printable(p.hostname)[0, 16]}:#{p.pid}", "#{p.mode || '-'}#{',quiet' if p.quiet?}",
+            puts(format("%-6d %-10s %-24s %-13s %-8s %-9d %-9s %-8s %-7s %-13s %s%s", p.id, printable(p.kind), "#{printable(p.hostname)[0, 16]}:#{p.pid}", "#{printable(p.mode || '-')}#{',quiet' if p.quiet?}",
                         p.capacity ? "#{p.busy}/#{p.capacity}" : "-", p.running, duration(p.heartbeat_age), p.rss_kb ? "#{p.rss_kb / 1024}M" : "-",
                         p.db_pool ? "#{p.db_in_use}/#{p.db_pool}" : "-", lag(p.health), p.health["stalls"] || "-", p.stale? ? "  STALE" : ""))
           end
@@ -213,10 +215,6 @@ module Bobbin
           now, max = health.values_at("loop_lag_ms", "max_loop_lag_ms")
           now ? "#{now.round}/#{max.to_f.round}" : "-"
         end
-
-        # Job data (an error's message, a queue's name) printed to a terminal: its control characters shown escaped
-        # (`\e[2J`), not obeyed — an error raised with text from outside could clear the screen or retitle the window.
-        def printable(text) = text.to_s.scrub.gsub(/\p{Cc}/) { |char| char.dump[1..-2] }
 
         def duration(seconds) = seconds < 120 ? "#{seconds.round(1)}s" : "#{(seconds / 60).round}m"
     end

@@ -27,7 +27,8 @@ module Bobbin
         end.freeze
       end
 
-      plugin :render, views: File.expand_path("views", __dir__), escape: true, layout: "layout"
+      # Every `<%= %>` escaped by Helpers#h, which also makes the bytes of a row valid UTF-8.
+      plugin :render, views: File.expand_path("views", __dir__), escape: true, layout: "layout", template_opts: { escapefunc: "h" }
       plugin :content_security_policy do |csp|
         csp.default_src :none
         csp.script_src :self
@@ -41,6 +42,14 @@ module Bobbin
       plugin :default_headers, "X-Content-Type-Options" => "nosniff", "Referrer-Policy" => "same-origin", "Cache-Control" => "no-store",
                                "X-Frame-Options" => "DENY"
       plugin :halt
+      # Anything unexpected: a plain page, the details (a backtrace, names of files and tables) in the log only; the
+      # server's own error page shows the backtrace to whoever asked, with --auth-token from other hosts too.
+      plugin :error_handler do |error|
+        Bobbin.logger.error("bobbin dashboard: #{request.request_method} #{Printable.printable(request.path)} failed: " \
+                            "#{error.class}: #{Printable.printable(error.message)}\n#{Array(error.backtrace).join("\n")}")
+        response["Content-Type"] = "text/plain; charset=utf-8"
+        "Something went wrong; the server's log has the details.\n"
+      end
       plugin :head # HEAD answers as GET does, without the body (uptime checks)
       include Helpers
 

@@ -5,13 +5,14 @@ require "uri"
 
 module Bobbin
   class Dashboard
-    # View helpers. Those returning markup escape every value they put in it (ERB::Util.h).
+    # View helpers. Those returning markup escape every value they put in it (h, also every `<%= %>`'s escaper).
     module Helpers
       NAV = [ [ "Overview", "/" ], [ "Queues", "/queues" ], [ "Ready", "/jobs?state=ready" ], [ "Scheduled", "/jobs?state=scheduled" ],
               [ "Blocked", "/jobs?state=blocked" ], [ "Running", "/jobs?state=running" ], [ "Failed", "/jobs?state=failed" ], [ "Finished", "/jobs?state=succeeded" ],
               [ "All jobs", "/jobs" ], [ "Processes", "/processes" ], [ "Recurring", "/recurring" ] ].freeze
 
-      def h(value) = ERB::Util.html_escape(value.to_s)
+      # HTML-escaped, and valid UTF-8 whatever bytes the row held: one such row failed the whole page.
+      def h(value) = ERB::Util.html_escape(Printable.utf8(value))
 
       # `relative` under the mount point.
       def path(relative) = "#{request.script_name}#{relative}"
@@ -75,9 +76,10 @@ module Bobbin
 
       # Arguments as indented JSON (the stored text when it does not parse).
       def pretty_arguments(job)
-        JSON.pretty_generate(JSON.parse(job.arguments))
+        arguments = Printable.utf8(job.arguments)
+        JSON.pretty_generate(JSON.parse(arguments))
       rescue JSON::ParserError
-        job.arguments
+        arguments
       end
     end
   end

@@ -1,0 +1,23 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # Text from the database or a job (a queue's name, an error's message) shown to people: on a page, in a metric's
+  # label, on a terminal, in a log line. Whatever bytes an outside writer stored (SQLite keeps any; PostgreSQL in a
+  # SQL_ASCII database too, handing them back as binary), it comes out as valid UTF-8, so one bad row cannot fail
+  # the page, the scrape or the command that shows it.
+  module Printable
+    module_function
+
+    # `text` as valid UTF-8: a binary String's bytes read as UTF-8, bytes that are not UTF-8 replaced by U+FFFD.
+    def utf8(text)
+      text = text.to_s
+      text = text.dup.force_encoding(Encoding::UTF_8) if text.encoding == Encoding::BINARY
+      text = text.encode(Encoding::UTF_8, invalid: :replace, undef: :replace) unless text.encoding == Encoding::UTF_8
+      text.valid_encoding? ? text : text.scrub
+    end
+
+    # For a terminal or a log line: utf8, and control characters shown escaped (`\e[2J`), not obeyed — an error
+    # raised with text from outside could otherwise clear the screen or retitle the window.
+    def printable(text) = utf8(text).gsub(/\p{Cc}/) { |char| char.dump[1..-2] }
+  end
+end
