@@ -162,7 +162,7 @@ module Bobbin
         Bobbin.logger.info("bobbin supervisor: #{signal}, stopping workers #{graceful ? 'gracefully' : 'now'}")
         @slots.each { |slot| slot.stop(graceful: graceful) }
         deadline = monotonic + (graceful ? Bobbin.config.shutdown_timeout : 0) + KILL_GRACE
-        wait_for_workers(deadline)
+        wait_for_workers(deadline, graceful)
         @slots.each(&:kill)
         reap
         left_to_recovery
@@ -171,10 +171,17 @@ module Bobbin
       # Waits until every worker has ended or `deadline`, beating meanwhile: a long graceful stop must not look
       # like a dead supervisor to the other hosts. Beats go on a thread of their own, so a database that does not
       # answer cannot hold the wait past its deadline.
-      def wait_for_workers(deadline)
+      # A stop signal meanwhile (QUIT, or TERM or INT again: a second Ctrl-C) stops them now, as QUIT does.
+      def wait_for_workers(deadline, graceful = false)
         beat_at = monotonic + Bobbin.config.heartbeat_interval
         until @slots.none?(&:alive?) || monotonic > deadline
-          sleep(0.05)
+          if graceful && SIGNALS.include?(again = next_signal(0.05))
+            Bobbin.logger.info("bobbin supervisor: #{again} while stopping, stopping workers now")
+            @slots.each { |slot| slot.stop(graceful: false) }
+            deadline = [ deadline, monotonic + KILL_GRACE ].min
+            graceful = false
+          end
+          sleep(0.05) unless graceful
           next if monotonic < beat_at || @stop_beat&.alive?
 
           beat_at = monotonic + Bobbin.config.heartbeat_interval

@@ -90,8 +90,8 @@ module Bobbin
     # each running job is (Backtraces). Owns the process: when jobs refuse to stop, it exits with EXIT_STUCK and
     # leaves them to be recovered once it is gone. `held_signals` came before these traps (a forked worker booting).
     def start(held_signals: [])
-      handlers = { "TERM" => -> { stop(signal: "TERM") }, "INT" => -> { stop(signal: "INT") }, "QUIT" => -> { stop(timeout: 0, signal: "QUIT") },
-                   QUIET_SIGNAL => -> { quiet },
+      handlers = { "TERM" => -> { stop(signal: "TERM", again: "TERM") }, "INT" => -> { stop(signal: "INT", again: "INT") },
+                   "QUIT" => -> { stop(timeout: 0, signal: "QUIT") }, QUIET_SIGNAL => -> { quiet },
                    Backtraces::SIGNAL => -> { Backtraces.log_later([ self ]) } }
       previous = handlers.to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
       held_signals.each { |signal| handlers[signal]&.call }
@@ -107,8 +107,14 @@ module Bobbin
     # Runs until no job is due and none is running, then returns.
     def run_until_empty = work(drain: true)
 
-    # Asks the worker to stop claiming and shut down (safe from a signal handler); `signal` is named in the log.
-    def stop(timeout: nil, signal: nil)
+    # Asks the worker to stop claiming and shut down (safe from a signal handler); `signal` is named in the log. A
+    # timeout given while a stop waits for running jobs shortens that wait (QUIT after TERM); `again` (a signal): asked
+    # twice, it stops at once, as QUIT does (a second Ctrl-C waited out the whole shutdown_timeout all the same).
+    def stop(timeout: nil, signal: nil, again: nil)
+      if again && @stopping
+        timeout = 0
+        @hurried = again
+      end
       @stop_signal ||= signal
       @shutdown_timeout = timeout if timeout
       @stopping_at ||= monotonic
@@ -355,8 +361,9 @@ module Bobbin
       def shut_down(services)
         @executor.drop_queued
         stopping if @stopping
-        wait_until_idle(@shutdown_timeout)
+        wait_until_idle
         if @executor.busy.positive?
+          Bobbin.logger.info("bobbin worker #{@process_id}: #{@hurried} again, interrupting the running jobs now") if @hurried
           @executor.interrupt_all
           wait_until_idle(STOP_GRACE)
           @executor.kill_stuck
@@ -413,9 +420,12 @@ module Bobbin
         true
       end
 
-      def wait_until_idle(seconds)
-        deadline = monotonic + seconds
-        wait([ deadline - monotonic, 0.05 ].min) while @executor.busy.positive? && monotonic < deadline
+      # Waits while jobs run, up to `seconds`, or the shutdown_timeout as it is now (a later QUIT sets it to 0).
+      def wait_until_idle(seconds = nil)
+        began = monotonic
+        while @executor.busy.positive? && (left = began + (seconds || @shutdown_timeout) - monotonic) > 0
+          wait([ left, 0.05 ].min)
+        end
       end
 
       # Jobs that ignore their interrupt cannot be returned to ready while they run. A process of its own exits

@@ -47,6 +47,24 @@ class SupervisorTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "every process deregistered"
   end
 
+  # Signalled alone (kill PID, not the group, as systemd's KillMode=mixed or an operator does), the supervisor read no
+  # signal while it waited for its workers: a QUIT after TERM was lost and the stop took the whole shutdown_timeout.
+  test "QUIT to the supervisor while its TERM waits for long jobs stops the workers at once" do
+    Bobbin.enqueue_all(Array.new(2) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] })
+    pids = []
+    log = File.join(Dir.mktmpdir, "start.log")
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "2", "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
+      wait_for("2 jobs started") { StartEntry.count == 2 }
+      Process.kill(:TERM, pids.first)
+      wait_for("the stop to begin") { File.read(log).include?("stopping workers gracefully") }
+      Process.kill(:QUIT, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, "well within its 60 s shutdown_timeout:\n#{File.read(log)}"
+    end
+    assert_match(/QUIT while stopping, stopping workers now/, File.read(log))
+    assert_equal({ "ready" => 2, "running" => 0 }, Bobbin.counts.slice("ready", "running"))
+  end
+
   # A TERM that reached a worker between its fork and its own traps ran the supervisor's inherited handler and was
   # lost: the worker then ran until killed, shutdown_timeout + KILL_GRACE later (a CI run's supervisor took > 30 s).
   test "TERM while a worker is still forking: the worker stops as it boots, and the supervisor exits at once" do

@@ -40,6 +40,26 @@ class ShutdownTest < Bobbin::TestCase
     assert_equal 3, Bobbin.counts["ready"]
   end
 
+  # An operator who sent TERM and will not wait out a long shutdown_timeout sends QUIT, or presses Ctrl-C again: both
+  # were ignored, the stop waiting its whole timeout all the same.
+  [ %i[TERM QUIT], %i[INT INT] ].each do |first, second|
+    test "#{second} while a #{first} waits for long jobs stops at once, returning them to ready" do
+      Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
+      pids = []
+      log = File.join(Dir.mktmpdir, "work.log")
+      ensure_killed(pids) do
+        pids << spawn_bobbin("work", "--fibers", "5", "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
+        wait_for("3 jobs running") { Bobbin.counts["running"] == 3 }
+        Process.kill(first, pids.first)
+        wait_for("the stop to begin") { File.read(log).include?("stopping on #{first}") }
+        Process.kill(second, pids.first)
+        assert wait_exit(pids.first, timeout: 20)&.success?, "stopped well within its 60 s shutdown_timeout:\n#{File.read(log)}"
+      end
+      assert_equal 3, Bobbin.counts["ready"]
+      assert_match(/INT again, interrupting the running jobs now/, File.read(log)) if second == :INT
+    end
+  end
+
   %w[fibers threads].each do |mode|
     test "QUIT with #{mode} mid-transaction: jobs go back only once stopped, whole transactions, no connection reused" do
       Bobbin.enqueue_all(Array.new(8) { |i| [ TransactionLoopJob, [ "job-#{i}", 1_500 ] ] })
