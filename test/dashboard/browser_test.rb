@@ -96,13 +96,13 @@ class DashboardBrowserTest < BrowserTestCase
     visit "/queues"
     status = page.evaluate_async_script(<<~JS)
       var done = arguments[0];
-      fetch("/queues/mail/pause", { method: "POST", credentials: "same-origin" }).then(function (r) { done(r.status); });
+      fetch("/queues/pause", { method: "POST", body: new URLSearchParams({ queue: "mail" }), credentials: "same-origin" }).then(function (r) { done(r.status); });
     JS
     assert_equal 403, status
     assert_empty Bobbin::QueuePause.all
     forged = page.evaluate_async_script(<<~JS)
-      var done = arguments[0], body = new URLSearchParams({ _csrf: "forged" });
-      fetch("/queues/mail/pause", { method: "POST", body: body, credentials: "same-origin" }).then(function (r) { done(r.status); });
+      var done = arguments[0], body = new URLSearchParams({ _csrf: "forged", queue: "mail" });
+      fetch("/queues/pause", { method: "POST", body: body, credentials: "same-origin" }).then(function (r) { done(r.status); });
     JS
     assert_equal 403, forged
     assert_empty Bobbin::QueuePause.all

@@ -101,10 +101,14 @@ module Bobbin
           end
         end
 
-        r.post("queues", String, %w[pause resume]) do |escaped, operation|
+        # The queue's name comes in a form field, not the path: a browser resolves a segment "." or ".." (or "%2e")
+        # before it sends the request, so a queue so named could not be paused (a trial).
+        r.post("queues", %w[pause resume]) do |operation|
           writable!
-          queue = Rack::Utils.unescape_path(escaped).force_encoding(Encoding::UTF_8) # the segment as the form's URL escaped it
-          raise ArgumentError, "a queue's name must be valid UTF-8" unless queue.valid_encoding?
+          queue = r.params["queue"]
+          raise ArgumentError, "a queue's name must be valid UTF-8" unless queue.is_a?(String) && queue.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+
+          queue = queue.dup.force_encoding(Encoding::UTF_8)
           Operator.public_send(operation, queue)
           flash["notice"] = "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}."
           r.redirect(path("/queues"))
