@@ -404,8 +404,8 @@ class GvlKeepingCallJob
   bobbin_options retries: 0
 
   def perform(ms, key)
+    Blocking.record(key) # a query first (on PostgreSQL it yields: the loop turns), then the call, then the job ends
     Blocking::USLEEP_KEEPING_GVL.call(ms * 1000)
-    Blocking.record(key)
   end
 end
 

@@ -18,11 +18,11 @@ module Bobbin
     # A C call that keeps the GVL (a libc sleep, a blocking read through an extension that does not let go of it, a
     # C parser busy for seconds) lets no other thread run, the watchdog included, so no look sees it; the watchdog's
     # first look comes once the loop thread lets go of the GVL, at its next blocking call. A job that ends with the
-    # loop's stamp older than the threshold and from before its start held the loop from its start to its end (a
-    # fiber that yields goes back through the loop, whose overdue ticker then stamps the time): `ended` notes it on the
-    # loop (a clock read per job), and the next look reports it, with the clocks of the look before it for what to
-    # excuse (GC, waiting for a CPU, other threads) and no line (none was seen). Such a call followed by a yield before
-    # the job ends shows as loop lag on the process row, and names no job.
+    # loop's stamp older than the threshold held the loop since that stamp or its start, whichever is later (a fiber
+    # that yields goes back through the loop, whose overdue ticker then stamps the time): `ended` notes it on the loop
+    # (a clock read per job), and the next look reports it, with the clocks of the look before it for what to excuse
+    # (GC, waiting for a CPU, other threads) and no line (none was seen). Such a call followed by a yield before the
+    # job ends shows as loop lag on the process row, and names no job.
     class StallDetector
       # The fiber-locals a job fiber keeps its job id and start (monotonic seconds) in while it runs the job.
       JOB = :bobbin_job_id
@@ -71,14 +71,20 @@ module Bobbin
         reset
       end
 
-      # Job `id`, started at `started` (monotonic), ends; called on the loop. When the loop has not turned since it
-      # started, for the threshold or more, it held the loop all along out of the watchdog's sight: the next look
-      # reports it.
+      # Job `id`, started at `started` (monotonic), ends; called on the loop. When the loop has not turned for the
+      # threshold or more, since its last stamp or the job's start if later, the job held it since, out of the
+      # watchdog's sight (it was resumed after that stamp: a fiber running at a stamp would have kept the ticker from
+      # it): the next look reports it. One job per stamp (another that ends before the loop turns was held up too).
       def ended(id, started)
-        return unless started && started > @beat && @suspect&.fetch(:id) != id
+        beat = @beat
+        return unless started && beat != @unseen_beat && @suspect&.fetch(:id) != id
 
+        since = [ started, beat ].max
         now = monotonic
-        @unseen = { id: id, job: @jobs.call(id), since: started, ended: now } if now - started >= @threshold
+        return if now - since < @threshold
+
+        @unseen_beat = beat
+        @unseen = { id: id, job: @jobs.call(id), since: since, ended: now }
       end
 
       # True while a job is known to hold the loop past the threshold (read from other threads: one boolean).
@@ -135,9 +141,11 @@ module Bobbin
         # Reports the job `ended` found holding the loop since its start, measured from the previous look.
         def ended_unseen
           unseen = @unseen
-          return unless unseen && @previous
+          return unless unseen
 
           @unseen = nil
+          return unless @previous # no clocks from before it to excuse what was no job's doing: not blamed
+
           report(unseen.merge(at: unseen[:since], clocks: @previous), [], unseen[:ended])
         end
 
