@@ -51,17 +51,8 @@ class SupervisorTest < Bobbin::TestCase
   # signal while it waited for its workers: a QUIT after TERM was lost and the stop took the whole shutdown_timeout.
   test "QUIT to the supervisor while its TERM waits for long jobs stops the workers at once" do
     Bobbin.enqueue_all(Array.new(2) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] })
-    pids = []
-    log = File.join(Dir.mktmpdir, "start.log")
-    ensure_killed(pids) do
-      pids << spawn_bobbin("start", "--fibers", "2", "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
-      wait_for("2 jobs started") { StartEntry.count == 2 }
-      Process.kill(:TERM, pids.first)
-      wait_for("the stop to begin") { File.read(log).include?("stopping workers gracefully") }
-      Process.kill(:QUIT, pids.first)
-      assert wait_exit(pids.first, timeout: 30)&.success?, "well within its 60 s shutdown_timeout:\n#{File.read(log)}"
-    end
-    assert_match(/QUIT while stopping, stopping workers now/, File.read(log))
+    log = stop_twice(%w[start --fibers 2], :TERM, :QUIT, begun: "stopping workers gracefully", running: 2)
+    assert_match(/QUIT while stopping, stopping workers now/, log)
     assert_equal({ "ready" => 2, "running" => 0 }, Bobbin.counts.slice("ready", "running"))
   end
 

@@ -40,6 +40,22 @@ module TestProcesses
     Process.spawn(env, *command, chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
   end
 
+  # Starts `bobbin *args` (shutdown_timeout 60 s) and, once `running` jobs run, sends it `first` and, when its log says
+  # `begun`, `second`; asserts it exits cleanly well within that timeout; returns its log.
+  def stop_twice(args, first, second, begun:, running:)
+    pids = []
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    ensure_killed(pids) do
+      pids << spawn_bobbin(*args, "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
+      wait_for("#{running} jobs running") { Bobbin.counts["running"] == running }
+      Process.kill(first, pids.first)
+      wait_for("the stop to begin") { File.read(log).include?(begun) }
+      Process.kill(second, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, "well within its 60 s shutdown_timeout:\n#{File.read(log)}"
+    end
+    File.read(log)
+  end
+
   # The Ruby that runs the processes the tests start, with Bootsnap's cache (boot_cache.rb).
   def ruby = [ RbConfig.ruby, "-r", BOOT_CACHE ]
 

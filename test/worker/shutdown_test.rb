@@ -45,18 +45,9 @@ class ShutdownTest < Bobbin::TestCase
   [ %i[TERM QUIT], %i[INT INT] ].each do |first, second|
     test "#{second} while a #{first} waits for long jobs stops at once, returning them to ready" do
       Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
-      pids = []
-      log = File.join(Dir.mktmpdir, "work.log")
-      ensure_killed(pids) do
-        pids << spawn_bobbin("work", "--fibers", "5", "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
-        wait_for("3 jobs running") { Bobbin.counts["running"] == 3 }
-        Process.kill(first, pids.first)
-        wait_for("the stop to begin") { File.read(log).include?("stopping on #{first}") }
-        Process.kill(second, pids.first)
-        assert wait_exit(pids.first, timeout: 20)&.success?, "stopped well within its 60 s shutdown_timeout:\n#{File.read(log)}"
-      end
+      log = stop_twice(%w[work --fibers 5], first, second, begun: "stopping on #{first}", running: 3)
       assert_equal 3, Bobbin.counts["ready"]
-      assert_match(/INT again, interrupting the running jobs now/, File.read(log)) if second == :INT
+      assert_match(/INT again, interrupting the running jobs now/, log) if second == :INT
     end
   end
 
