@@ -17,12 +17,11 @@ module Bobbin
     #
     # A C call that keeps the GVL (a libc sleep, a blocking read through an extension that does not let go of it, a
     # C parser busy for seconds) lets no other thread run, the watchdog included, so no look sees it; the watchdog's
-    # first look comes once the loop thread lets go of the GVL, at its next blocking call. A job that ends with the
-    # loop's stamp older than the threshold held the loop since that stamp or its start, whichever is later (a fiber
-    # that yields goes back through the loop, whose overdue ticker then stamps the time): `ended` notes it on the loop
-    # (a clock read per job), and the next look reports it, with the clocks of the look before it for what to excuse
-    # (GC, waiting for a CPU, other threads) and no line (none was seen). Such a call followed by a yield before the
-    # job ends shows as loop lag on the process row, and names no job.
+    # first look comes once the loop thread lets go of the GVL, at its next blocking call. A job that ran from its
+    # start to its end without the loop turning, for the threshold or more, is named as it ends (`ended`, on the loop:
+    # a clock read per job), with the clocks of the look before it and at its end for what to excuse (GC, waiting for
+    # a CPU, other threads) and no line (none was seen). Such a call in a job that yields before or after it (a query,
+    # an HTTP call) shows as loop lag on the process row, and names no job.
     class StallDetector
       # The fiber-locals a job fiber keeps its job id and start (monotonic seconds) in while it runs the job.
       JOB = :bobbin_job_id
@@ -71,20 +70,20 @@ module Bobbin
         reset
       end
 
-      # Job `id`, started at `started` (monotonic), ends; called on the loop. When the loop has not turned for the
-      # threshold or more, since its last stamp or the job's start if later, the job held it since, out of the
-      # watchdog's sight (it was resumed after that stamp: a fiber running at a stamp would have kept the ticker from
-      # it): the next look reports it. One job per stamp (another that ends before the loop turns was held up too).
+      # Job `id`, started at `started` (monotonic), ends; called on the loop. When the loop's ticker has not stamped
+      # the time since it started, for the threshold or more, the job ran from its start to its end without yielding
+      # (a fiber that yields goes back through the loop, whose overdue ticker then stamps the time) and held the loop
+      # all along, out of the watchdog's sight: the next look reports it. A job that yielded before is not judged: the
+      # stamp cannot tell its own hold from other fibers' turns after it, each short (they were blamed, under load).
       def ended(id, started)
-        beat = @beat
-        return unless started && beat != @unseen_beat && @suspect&.fetch(:id) != id
+        return unless started && started > @beat && @suspect&.fetch(:id) != id
 
-        since = [ started, beat ].max
         now = monotonic
-        return if now - since < @threshold
+        return if now - started < @threshold
 
-        @unseen_beat = beat
-        @unseen = { id: id, job: @jobs.call(id), since: since, ended: now }
+        # The clocks now, on the loop: the look that reports it may come much later, and what the process's threads
+        # did meanwhile (a loaded host: seconds) is no part of this stall, to excuse or not.
+        @unseen = { id: id, job: @jobs.call(id), since: started, ended: now, clocks_at_end: clocks }
       end
 
       # True while a job is known to hold the loop past the threshold (read from other threads: one boolean).
@@ -220,7 +219,7 @@ module Bobbin
         # GC decides nothing (a collection that fell in a quick job is no stall of its), but within a stall it counts:
         # the job's own allocations set it off, and a job building strings for 5 s was reported as holding the loop 1 s.
         def report(suspect, backtrace, ended)
-          gc, waits = excused_since(suspect[:clocks])
+          gc, waits = excused_since(suspect[:clocks], suspect[:clocks_at_end] || clocks)
           duration = (ended - suspect[:since]) * 1000 - waits
           return if duration - gc < @threshold * 1000 || (ended - suspect[:at]) * 1000 - waits - gc < @threshold * 500
 
@@ -238,18 +237,17 @@ module Bobbin
             "a line no look saw (a C call that kept the GVL until the job ended)"
         end
 
-        # Milliseconds since `before` (a `clocks` reading) that may be no job's doing: GC, then the waits — the loop
+        # Milliseconds between `before` and `now` (two `clocks` readings) that may be no job's doing: GC, then the waits — the loop
         # thread waiting for a CPU on a busy machine (Linux's schedstat), and the other threads of this process on a
         # CPU (a thread running Ruby holds the GVL the loop needs: a thread-pool lane job, Bobbin's outcome writer on
         # SQLite).
-        def excused_since(before)
-          now = clocks
+        def excused_since(before, now)
           others = now[:others].sum { |tid, ms| ms - before[:others].fetch(tid, 0) }
           [ now[:gc] - before[:gc], now[:queued] - before[:queued] + others ]
         end
 
         def clocks
-          others = (Thread.list - [ @loop_thread, Thread.current ]).filter_map(&:native_thread_id)
+          others = (Thread.list - [ @loop_thread, @watchdog, Thread.current ]).filter_map(&:native_thread_id) # read on either
           { gc: GC.stat(:time), queued: queued(@loop_thread.native_thread_id), others: others.to_h { |tid| [ tid, cpu_time(tid) ] } }
         end
 
