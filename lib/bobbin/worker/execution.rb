@@ -47,7 +47,7 @@ module Bobbin
       # raises): the job is recorded failed with that error, so it is not left running with no outcome, and its slot
       # goes on to the next job.
       def unhandled(job, error)
-        @logger.error("bobbin: could not record how #{Printable.printable(job.class_name)} #{job.id} ended (#{describe(error)}); recording it as failed")
+        @logger.error("bobbin: could not record how #{named(job)} ended (#{describe(error)}); recording it as failed")
         error_outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
       end
 
@@ -189,17 +189,20 @@ module Bobbin
         def retried(job, job_class, error)
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
           delay = [ base * (2**(job.attempts - 1)), MAX_BACKOFF ].min * rand(0.75..1.25)
-          @logger.info("bobbin: #{Printable.printable(job.class_name)} #{job.id} failed attempt #{job.attempts}/#{job.max_attempts} " \
+          @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{job.max_attempts} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
           error_outcome(job, job.concurrency_key ? "blocked" : "ready", error, run_at: Store.timestamp(Time.now + delay))
         end
 
         def failed(job, error)
-          @logger.warn("bobbin: #{Printable.printable(job.class_name)} #{job.id} failed after #{job.attempts} attempt(s): #{describe(error)}")
+          @logger.warn("bobbin: #{named(job)} failed after #{job.attempts} attempt(s): #{describe(error)}")
           Instrumentation.instrument(:fail, event_payload(job, error))
           error_outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
         end
+
+        # A job as log lines name it: its class (control characters escaped) and id.
+        def named(job) = "#{Printable.printable(job.class_name)} #{job.id}"
 
         def event_payload(job, error) = { id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts, error: error }
 
