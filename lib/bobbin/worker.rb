@@ -90,7 +90,7 @@ module Bobbin
     # each running job is (Backtraces). Owns the process: when jobs refuse to stop, it exits with EXIT_STUCK and
     # leaves them to be recovered once it is gone. `held_signals` came before these traps (a forked worker booting).
     def start(held_signals: [])
-      handlers = { "TERM" => -> { stop(signal: "TERM", again: "TERM") }, "INT" => -> { stop(signal: "INT", again: "INT") },
+      handlers = { "TERM" => -> { stop(signal: "TERM", again: true) }, "INT" => -> { stop(signal: "INT", again: true) },
                    "QUIT" => -> { stop(timeout: 0, signal: "QUIT") }, QUIET_SIGNAL => -> { quiet },
                    Backtraces::SIGNAL => -> { Backtraces.log_later([ self ]) } }
       previous = handlers.to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
@@ -108,12 +108,12 @@ module Bobbin
     def run_until_empty = work(drain: true)
 
     # Asks the worker to stop claiming and shut down (safe from a signal handler); `signal` is named in the log. A
-    # timeout given while a stop waits for running jobs shortens that wait (QUIT after TERM); `again` (a signal): asked
-    # twice, it stops at once, as QUIT does (a second Ctrl-C waited out the whole shutdown_timeout all the same).
-    def stop(timeout: nil, signal: nil, again: nil)
+    # timeout given while a stop waits for running jobs shortens that wait (QUIT after TERM); with `again`, a signal
+    # asked twice stops it at once, as QUIT does (a second Ctrl-C waited out the whole shutdown_timeout all the same).
+    def stop(timeout: nil, signal: nil, again: false)
       if again && @stopping
         timeout = 0
-        @hurried = again
+        @hurried = signal
       end
       @stop_signal ||= signal
       @shutdown_timeout = timeout if timeout
