@@ -17,7 +17,7 @@ Gem::Specification.new do |spec|
   spec.require_paths = [ "lib" ]
 
   spec.add_dependency "activerecord", ">= 7.2"
-  spec.add_dependency "async", ">= 2.20"
+  spec.add_dependency "async", ">= 2.27" # Task#stop(cause:)
   spec.add_dependency "fugit", "~> 1.11"
   spec.add_dependency "roda", "~> 3.100"   # the dashboard: routing, CSRF, escaping, rendering (Jeremy Evans; Sequel's author)
   spec.add_dependency "tilt", "~> 2.4"     # templates for Roda's render plugin

@@ -141,10 +141,12 @@ rescue LoadError => error
 else
   ActiveJob::QueueAdapters.autoload(:BobbinAdapter, File.expand_path("active_job/queue_adapters/bobbin_adapter", __dir__))
   require_relative "bobbin/concurrency/controls"
+  require_relative "bobbin/interrupted_jobs"
   ActiveSupport.on_load(:active_job) do
     ActiveJob::QueueAdapters.const_get(:BobbinAdapter) # loads it with Active Job
     include Bobbin::Concurrency::Controls
     include Bobbin::RunsOn
+    include Bobbin::InterruptedJobs
   end
 end
 

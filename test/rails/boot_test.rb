@@ -30,24 +30,40 @@ class RailsBootTest < Bobbin::TestCase
   # Sentry, Honeybadger and the like hear of a job's error through Rails.error, as under Solid Queue or Sidekiq: the app's
   # executor, which Bobbin runs each job in, reports what escapes it. Once per failed attempt, with the job's error.
   test "a failing job's error reaches the app's error reporter (Rails.error)" do
-    reporter = Tempfile.create([ "reporter", ".rb" ])
-    reporter.write(<<~RUBY)
-      Rails.error.subscribe(Class.new do
-        def report(error, handled:, severity:, context:, source: nil)
-          LedgerEntry.create!(key: "reported \#{error.class}: \#{error.message} handled=\#{handled} source=\#{source}", pid: Process.pid)
+    with_error_ledger do |reporter|
+      status, output = run_in_rails_app("-e", 'require "./config/environment"; FailingJob.perform_later("boom")', env: "production")
+      assert status.success?, output
+      status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", "-r", reporter, env: "production")
+      assert status.success?, output
+      assert_equal [ "failed" ], Bobbin::JobRecord.where(class_name: "FailingJob").pluck(:state), output
+      assert_equal 1, LedgerEntry.where("key LIKE 'reported ArgumentError: boom handled=false source=application.%'").count,
+                   LedgerEntry.pluck(:key).inspect + output
+    end
+  end
+
+  # A stop (a deploy) interrupts the jobs still running when its shutdown_timeout passes, and they go back to their
+  # queue. Active Job ran such a job's after_discard and the app's executor reported the interrupt to Rails.error,
+  # once per job and deploy (a trial: Solid Queue and GoodJob do neither).
+  { "fibers" => %w[--fibers 5], "threads" => %w[--threads 2] }.each do |pool, size|
+    test "a job a stopping worker interrupts (#{pool}) goes back to its queue: no after_discard, no report to Rails.error" do
+      with_error_ledger do |reporter|
+        status, output = run_in_rails_app("-e", 'require "./config/environment"; WaitingJob.perform_later("cut")', env: "production")
+        assert status.success?, output
+        Tempfile.create("worker-output") do |log|
+          worker = spawn_in_rails_app(File.join(TestProcesses::ROOT, "exe/bobbin"), "work", "--queues", "rails_app", *size,
+                                      "--shutdown-timeout", "1", "-r", reporter, env: "production", log: log)
+          status = ensure_killed(worker) do
+            wait_for("the job to start") { LedgerEntry.exists?(key: "cut started") }
+            Process.kill(:TERM, worker)
+            wait_exit(worker, timeout: 60)
+          end
+          output = File.read(log.path)
+          assert status&.success?, output
+          assert_equal [ "ready" ], Bobbin::JobRecord.where(class_name: "WaitingJob").pluck(:state), output
+          assert_equal [ "cut started" ], LedgerEntry.pluck(:key), "neither after_discard nor Rails.error heard of the interrupt\n#{output}"
         end
-      end.new)
-    RUBY
-    reporter.close
-    status, output = run_in_rails_app("-e", 'require "./config/environment"; FailingJob.perform_later("boom")', env: "production")
-    assert status.success?, output
-    status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", "-r", reporter.path, env: "production")
-    assert status.success?, output
-    assert_equal [ "failed" ], Bobbin::JobRecord.where(class_name: "FailingJob").pluck(:state), output
-    assert_equal 1, LedgerEntry.where("key LIKE 'reported ArgumentError: boom handled=false source=application.%'").count,
-                 LedgerEntry.pluck(:key).inspect + output
-  ensure
-    FileUtils.rm_f(reporter.path) if reporter
+      end
+    end
   end
 
   test "bobbin work in an environment whose Active Job uses another adapter runs, and says perform_later does not reach it " \
@@ -63,4 +79,20 @@ class RailsBootTest < Bobbin::TestCase
     assert_match(/bobbin worker \d+ \(pid \d+\) started/, output, "the log reaches the output")
     assert_no_match(/perform_later here does not reach/, output, "the test adapter in test is Rails' convention, not a mistake")
   end
+
+  private
+    # Yields the path of a file that, required in the app, records each error Rails.error hears of in the ledger.
+    def with_error_ledger
+      Tempfile.create([ "reporter", ".rb" ]) do |reporter|
+        reporter.write(<<~RUBY)
+          Rails.error.subscribe(Class.new do
+            def report(error, handled:, severity:, context:, source: nil)
+              LedgerEntry.create!(key: "reported \#{error.class}: \#{error.message} handled=\#{handled} source=\#{source}", pid: Process.pid)
+            end
+          end.new)
+        RUBY
+        reporter.close
+        yield reporter.path
+      end
+    end
 end

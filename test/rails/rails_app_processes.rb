@@ -16,14 +16,19 @@ module RailsAppProcesses
   # Runs `bundle exec ruby *args` in `app` with RAILS_ENV=`env` (and `variables`); returns [exit status, its output].
   def run_in_rails_app(*args, env:, app: APP, timeout: 120, variables: {})
     Tempfile.create("rails-app-output") do |log|
-      environment = { "BUNDLE_GEMFILE" => File.join(TestProcesses::ROOT, "Gemfile"), "RAILS_ENV" => env,
-                      "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url, "DATABASE_URL" => nil, **variables }
-      pid = Bundler.with_original_env { Process.spawn(environment, "bundle", "exec", "ruby", "-r", TestProcesses::BOOT_CACHE, *args, chdir: app, out: log, err: log) }
+      pid = spawn_in_rails_app(*args, env: env, app: app, variables: variables, log: log)
       status = ensure_killed(pid) { wait_exit(pid, timeout: timeout) }
       output = File.read(log.path)
       flunk("#{args.join(' ')} (#{env}) did not exit within #{timeout}s:\n#{output}") unless status
       [ status, output ]
     end
+  end
+
+  # Starts `bundle exec ruby *args` in `app` with RAILS_ENV=`env` (and `variables`), its output to `log`; returns its pid.
+  def spawn_in_rails_app(*args, env:, log:, app: APP, variables: {})
+    environment = { "BUNDLE_GEMFILE" => File.join(TestProcesses::ROOT, "Gemfile"), "RAILS_ENV" => env,
+                    "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url, "DATABASE_URL" => nil, **variables }
+    Bundler.with_original_env { Process.spawn(environment, "bundle", "exec", "ruby", "-r", TestProcesses::BOOT_CACHE, *args, chdir: app, out: log, err: log) }
   end
 
   # Runs `exe/bobbin *args` from the app's root (so it boots config/environment.rb); returns [status, output].

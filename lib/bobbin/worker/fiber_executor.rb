@@ -122,8 +122,9 @@ module Bobbin
 
         def current_runner = Async::Task.current
 
-        # Raises Async::Cancel (Async::Stop) inside the job's fiber at its current wait.
-        def interrupt(task) = task.stop
+        # Raises Async::Cancel (Async::Stop) inside the job's fiber at its current wait, caused by a Shutdown: that
+        # cause is what tells an Active Job job it was interrupted (InterruptedJobs), not discarded.
+        def interrupt(task) = task.stop(cause: Shutdown.new)
     end
   end
 end
