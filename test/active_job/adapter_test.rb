@@ -114,6 +114,20 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     assert_equal 50, LedgerEntry.count
   end
 
+  test "perform_all_later stores every job but one Bobbin refuses, which says why (successfully_enqueued? false, enqueue_error)" do
+    limit = Bobbin.config.max_argument_bytes
+    jobs = [ LedgerActiveJob.new("small"), LedgerActiveJob.new("big", suffix: "x" * (limit + 1)), LedgerActiveJob.new("also small") ]
+    ActiveJob.perform_all_later(jobs)
+    assert_equal 2, Bobbin::JobRecord.count
+    assert_equal [ true, false, true ], jobs.map(&:successfully_enqueued?)
+    assert_kind_of Bobbin::SerializationError, jobs[1].enqueue_error
+    assert_match(/LedgerActiveJob: serialized job is \d+ bytes, over the #{limit}-byte limit/, jobs[1].enqueue_error.message)
+    assert_nil jobs[1].provider_job_id
+    assert_equal [ jobs[0].provider_job_id, jobs[2].provider_job_id ], Bobbin::JobRecord.order(:id).pluck(:id)
+    drain(threads: 2)
+    assert_equal [ "also small", "small" ], LedgerEntry.pluck(:key).sort
+  end
+
   test "retry_on re-enqueues through the adapter until the job succeeds" do
     RetryingActiveJob.perform_later("r")
     drain(fibers: 5)
