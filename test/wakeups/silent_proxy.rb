@@ -2,9 +2,9 @@
 
 require "socket"
 
-# A TCP proxy on loopback in front of PostgreSQL that can cut the listening connection silently: `cut_listeners`
-# stops forwarding the connections that sent `LISTEN bobbin_jobs` but closes nothing — bytes either way stay unread
-# and no reset is sent, as when a NAT or firewall forgets an idle flow. Other connections, and any opened later
+# A TCP proxy on loopback in front of PostgreSQL that can cut connections silently: `cut_listeners` stops forwarding
+# the connections that sent `LISTEN bobbin_jobs` (`cut_all`: every connection open then) but closes nothing — bytes
+# either way stay unread and no reset is sent, as when a NAT or firewall forgets an idle flow. Other connections, and any opened later
 # (a reconnecting listener's), are forwarded as before. Never cut, it is a plain forwarder (e.g. on an address another
 # network namespace reaches).
 class SilentProxy
@@ -36,6 +36,12 @@ class SilentProxy
   # Makes the listening connections silent from now on; returns how many there were.
   def cut_listeners
     @lock.synchronize { @pairs.values.uniq.select(&:listening).each { |pair| pair.silent = true }.size }
+  end
+
+  # Makes every connection open now silent (a frozen pooler or proxy); returns how many there were. Connections
+  # opened later are forwarded.
+  def cut_all
+    @lock.synchronize { @pairs.values.uniq.each { |pair| pair.silent = true }.size }
   end
 
   # Stops forwarding and closes every socket.

@@ -377,17 +377,44 @@ module Bobbin
         # the result, which pg then clears: its libpq memory (2 KB and more, which pg reports to Ruby's GC) is freed
         # at once, not when a collection finds the result, so it does not add up to Ruby's malloc limits (a claim per
         # job; malloc past them since the last major collection forces one).
-        def exec(sql, binds, &)
+        def exec(sql, binds, &handle)
           raw = @adapter.raw_connection
           set_up(raw) unless @session == raw.backend_pid
-          return raw.exec_params(sql, binds, &) unless @prepared
-
-          raw.exec_prepared(@prepared[sql] ||= statement_name(sql).tap { |name| raw.prepare(name, sql) }, binds, &)
+          result = if @prepared
+            name = @prepared[sql] ||= statement_name(sql).tap { |new_name| answer(raw) { raw.send_prepare(new_name, sql) }.clear }
+            answer(raw) { raw.send_query_prepared(name, binds) }
+          else
+            answer(raw) { raw.send_query_params(sql, binds) }
+          end
+          handle ? handled(result, &handle) : result
         rescue PG::DuplicatePstatement, PG::InvalidSqlStatementName => error
           raise unless @prepared && raw.transaction_status == PG::PQTRANS_IDLE # nothing ran: safe to send it again
 
           unprepared(error)
-          raw.exec_params(sql, binds, &)
+          exec(sql, binds, &handle)
+        end
+
+        # The block's answer for `result`, which is cleared then (see `exec`).
+        def handled(result)
+          yield result
+        ensure
+          result.clear
+        end
+
+        # Sends a statement (the block) and waits for its answer at most half of process_alive_threshold. A session
+        # whose server, or a pooler or proxy on the way, stopped answering while the network still acknowledges (a
+        # frozen PgBouncer, a hung middlebox: no keepalive or tcp_user_timeout fires) left the worker's heartbeat,
+        # claims and outcome writes waiting without a word until other hosts declared it dead (a trial). It is now an
+        # outage like a lost connection: the session is closed (its late answer is never read) and the next call
+        # opens another. Bobbin's statements take milliseconds, and their lock waits at most Store.lock_wait.
+        def answer(raw)
+          yield
+          within = Bobbin.config.process_alive_threshold / 2.0
+          return raw.get_last_result if raw.block(within)
+
+          @adapter.disconnect!
+          raise PG::ConnectionBad, "PostgreSQL did not answer within #{format('%g', within)}s (half of process_alive_threshold): " \
+                                   "a server, pooler or network that stopped answering without closing the connection?"
         end
 
         # A name the statement's text decides. Through a pooler in transaction mode (before PgBouncer 1.21) sessions
@@ -414,7 +441,7 @@ module Bobbin
         # held by another session is waited for only Store.lock_wait (its statement raises Locked, and is tried again).
         def set_up(raw)
           @prepared&.clear
-          raw.exec("SET enable_sort = off; SET jit = off; SET lock_timeout = '#{Store.lock_timeout}'")
+          answer(raw) { raw.send_query("SET enable_sort = off; SET jit = off; SET lock_timeout = '#{Store.lock_timeout}'") }.clear
           @session = raw.backend_pid
         end
 
