@@ -63,6 +63,21 @@ class RecurringTaskTest < Bobbin::TestCase
     assert_equal [ Time.utc(2026, 3, 9, 6, 30) ], spring, "no 02:30 on the night the clocks skip it"
   end
 
+  # The hour a process's own zone repeats: times fugit handed back in that zone ("01:10 EDT") it could not read again.
+  test "in a process whose zone repeats an hour, every instant of it has a latest and a next tick" do
+    zone = ENV["TZ"]
+    ENV["TZ"] = "America/New_York"
+    every5 = task(schedule: "*/5 * * * *")
+    (Time.utc(2026, 11, 1, 4, 50).to_i..Time.utc(2026, 11, 1, 7, 10).to_i).step(60) do |seconds|
+      now = Time.at(seconds).utc
+      assert_equal Time.at(seconds - (seconds % 300)).utc, every5.latest_tick(now), "latest tick at #{now}"
+      assert_equal Time.at(seconds - (seconds % 300) + 300).utc, every5.next_time(now), "next tick after #{now}"
+    end
+    assert_equal Time.utc(2026, 11, 1, 5, 30), task(schedule: "30 1 * * * America/New_York").latest_tick(Time.utc(2026, 11, 1, 5, 40))
+  ensure
+    ENV["TZ"] = zone
+  end
+
   test "config/recurring.yml: the environment's section becomes tasks; another environment's is ignored" do
     Dir.mktmpdir do |dir|
       path = File.join(dir, "recurring.yml")

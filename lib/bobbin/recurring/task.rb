@@ -64,16 +64,18 @@ module Bobbin
 
       # The latest tick at or before `now` (fugit's previous_time is strictly before the current second).
       def latest_tick(now)
-        previous = cron.previous_time(now.utc).to_t
-        candidate = cron.next_time(previous).to_t
+        previous = cron.previous_time(now.utc).to_t.utc
+        candidate = cron.next_time(previous).to_t.utc
         latest = candidate <= now ? candidate : previous
         repeat?(latest) ? latest - 3600 : latest
       end
 
-      # The first tick after `now`.
+      # The first tick after `now`. Every time goes to fugit in UTC: given a local Time of the hour a process's own
+      # zone repeats (01:10 EDT, the night New York's clocks go back), et-orbi cannot tell the zone from "EDT" and
+      # raised, so the scheduler skipped that catch-up tick (a trial).
       def next_time(now = Time.now)
-        tick = cron.next_time(now.utc).to_t
-        tick = cron.next_time(tick).to_t while repeat?(tick)
+        tick = cron.next_time(now.utc).to_t.utc
+        tick = cron.next_time(tick).to_t.utc while repeat?(tick)
         tick
       end
 
