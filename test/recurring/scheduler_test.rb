@@ -30,6 +30,33 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_equal 1, Bobbin::JobRecord.where(class_name: "TickJob").count
   end
 
+  # A scheduler that cannot reach the database misses ticks as a stopped one does: after an 80 s outage a task of
+  # every 5 s ran 15 times at once, and "enqueuing only the latest" was logged every second of it for ticks never
+  # written (a trial).
+  test "after passes the database failed, a scheduler enqueues the latest missed tick once, and says so only then" do
+    now = Time.now.floor
+    rename = ->(from, to) { Bobbin::Record.with_connection { |c| c.execute("ALTER TABLE #{from} RENAME TO #{to}") } }
+    log = bobbin_log do
+      scheduler = Bobbin::Recurring::Scheduler.new([ every_second ])
+      scheduler.pass(now)
+      rename.("bobbin_recurring_runs", "bobbin_recurring_runs_away")
+      begin
+        [ 5, 10 ].each { |later| assert_raises(ActiveRecord::StatementInvalid) { scheduler.pass(now + later) } }
+      ensure
+        rename.("bobbin_recurring_runs_away", "bobbin_recurring_runs")
+        Bobbin::RecurringRun.reset_column_information # what Active Record learned while the table was away
+      end
+      assert_empty ticks, "nothing was written while the table was away"
+      Bobbin.logger.info("-- the database is back")
+      scheduler.pass(now + 20)
+      scheduler.pass(now + 22)
+    end
+    assert_equal [ now + 20, now + 21, now + 22 ], ticks.map(&:first), "the latest missed tick, then every tick again"
+    before, after = log.split("-- the database is back")
+    assert_no_match(/missed ticks/, before)
+    assert_equal 1, after.scan(/every_second missed ticks since #{Regexp.escape(now.utc.iso8601)} .*enqueued only the latest \(#{Regexp.escape((now + 20).utc.iso8601)}\)/).size, log
+  end
+
   # Active Job refuses an Integer hash key; the task's own check (JSON) does not.
   def unserializable = Bobbin::Recurring::Task.parse("bad_args", { schedule: "every second", class: "ProviderIdActiveJob", args: [ { 1 => "x" } ] }, "t")
 

@@ -8,8 +8,10 @@ module Bobbin
     #
     # Missed ticks. While a scheduler runs, every tick since its previous pass is enqueued, even when a pass
     # comes late. Ticks that fell while no scheduler ran (downtime) are caught up once: the latest of them is
-    # enqueued when a scheduler starts, the older ones are skipped (and logged). A task that never ran starts at
-    # its next tick. A pass more than MAX_BEHIND ticks late is treated like downtime.
+    # enqueued when a scheduler starts, the older ones are skipped (and logged once the latest is enqueued). A task
+    # that never ran starts at its next tick. A pass more than MAX_BEHIND ticks late is treated like downtime, and so
+    # is the pass after one the database failed: a scheduler that could not reach it missed those ticks as a stopped
+    # one does (after an 80 s outage, a task of every 5 s ran 15 times at once; a trial).
     class Scheduler
       MAX_BEHIND = 60
 
@@ -31,7 +33,11 @@ module Bobbin
         return if @tasks.empty?
 
         @tasks.each { |task| run(task, now) }
+        @failed = false
         @tasks.map { |task| task.next_time(now) }.min
+      rescue ActiveRecord::ActiveRecordError
+        @failed = true
+        raise
       end
 
       private
@@ -41,10 +47,12 @@ module Bobbin
         end
 
         def run(task, now)
-          due(task, now).each do |tick|
+          ticks, skipped_since = due(task, now)
+          ticks.each do |tick|
             enqueue(task, tick)
             @since[task.key] = tick
           end
+          skipped(task, skipped_since, ticks.last) if skipped_since
           @since[task.key] = now
         rescue StandardError => error
           raise if error.is_a?(ActiveRecord::ActiveRecordError) # the pass ends, and the next one tries these ticks again
@@ -53,30 +61,33 @@ module Bobbin
           @logger.error("bobbin recurring: #{error.is_a?(ConfigurationError) ? error.message : "task #{task.key}: #{error.class}: #{error.message}"}")
         end
 
-        # The ticks to enqueue now, by the missed-ticks policy above.
+        # The ticks to enqueue now, by the missed-ticks policy above, and when the ticks it skips began (nil: none).
         def due(task, now)
           since = @since[task.key]
-          return steady(task, since, now) if since
+          return steady(task, since, now) if since && !@failed
+          return resume(task, since, now) if since
 
           last = RecurringTask.last_run_at(task.key)
-          last ? resume(task, last, now) : []
+          last ? resume(task, last, now) : [ [] ]
         end
 
         # Every tick since this scheduler's previous pass, unless it fell that far behind.
         def steady(task, since, now)
           ticks = task.ticks(since, now, limit: MAX_BEHIND + 1)
-          ticks.size > MAX_BEHIND ? resume(task, since, now) : ticks
+          ticks.size > MAX_BEHIND ? resume(task, since, now) : [ ticks ]
         end
 
         # After downtime: the latest missed tick only.
         def resume(task, since, now)
           missed = task.ticks(since, now, limit: 2)
-          return missed if missed.size < 2
+          missed.size < 2 ? [ missed ] : [ [ task.latest_tick(now) ], since ]
+        end
 
-          latest = task.latest_tick(now)
+        # Said once the latest tick is enqueued: said before, it was said every second while the database was down,
+        # of a tick not written.
+        def skipped(task, since, latest)
           @logger.warn("bobbin recurring: #{task.key} missed ticks since #{since.utc.iso8601} (no scheduler ran, or none reached the database); " \
-                       "enqueuing only the latest (#{latest.utc.iso8601})")
-          [ latest ]
+                       "enqueued only the latest (#{latest.utc.iso8601})")
         end
 
         def enqueue(task, tick) = RecurringRun.claim(task.key, tick, task.job_row)
