@@ -1,0 +1,42 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Outcomes are written only to rows still running on their worker. A worker declared dead (cut off from the database,
+# or frozen, past process_alive_threshold) has its jobs taken back meanwhile, and they may run again elsewhere; its
+# late outcomes for them are dropped. That used to happen without a word (a trial: a woken host said only "took back 0
+# of its jobs" while 30 of 30 had run twice).
+class OutcomeBufferTest < Bobbin::TestCase
+  teardown { @store&.close }
+
+  test "outcomes of jobs taken back from the worker are dropped, and a warning counts them" do
+    process_id = Bobbin::ProcessRecord.register(kind: "test", name: "outcomes").id
+    @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))
+    ids = Array.new(3) { |i| SleepJob.enqueue(i) }
+    jobs = @store.claim(process_id, 3)
+    assert_equal ids, jobs.map(&:id)
+    Bobbin::JobRecord.where(id: ids.first(2)).update_all(state: "ready", claimed_by: nil) # another host's recovery
+
+    log = bobbin_log do
+      buffer = Bobbin::Worker::OutcomeBuffer.new(@store, process_id)
+      jobs.each { |job| buffer << Bobbin::Store::Outcome.new(job.id, "succeeded", Bobbin::Store.timestamp(Time.now), nil, nil, nil, nil, nil, job.queue, job.attempts) }
+      assert_equal 3, buffer.flush
+      assert_empty buffer.pending_ids
+    end
+    assert_equal %w[ready ready succeeded], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state)
+    assert_equal 1, log.scan(/bobbin worker #{process_id}: 2 finished jobs were no longer this worker's when their outcomes were written, and their outcomes were dropped/).size, log
+  end
+
+  test "outcomes all written say nothing" do
+    process_id = Bobbin::ProcessRecord.register(kind: "test", name: "outcomes").id
+    @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))
+    SleepJob.enqueue(0)
+    log = bobbin_log do
+      buffer = Bobbin::Worker::OutcomeBuffer.new(@store, process_id)
+      @store.claim(process_id, 1).each { |job| buffer << Bobbin::Store::Outcome.new(job.id, "succeeded", Bobbin::Store.timestamp(Time.now), nil, nil, nil, nil, nil, job.queue, job.attempts) }
+      assert_equal 1, buffer.flush
+    end
+    assert_equal %w[succeeded], Bobbin::JobRecord.pluck(:state)
+    assert_no_match(/no longer this worker's/, log)
+  end
+end
