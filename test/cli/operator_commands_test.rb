@@ -53,6 +53,16 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/blocked\s+default\s+SyncJob\s+0\/1\s+\S+ \S+\s+waiting on SyncJob\/acct-7 \(limit 2\)$/, out.lines[1])
   end
 
+  # A retry waiting for its time showed the start of the run that failed (in the past) and no error (a trial).
+  test "jobs shows when a waiting retry runs next, and the error it retries after" do
+    run_at = Time.now.utc.change(usec: 0) + 3600
+    insert_jobs(1, class_name: "SlowFail", state: "ready", attempts: 1, max_attempts: 3, run_at: run_at, started_at: Time.now.utc - 60,
+                   last_error_class: "RuntimeError", last_error_message: "slow boom\nsecond line")
+    status, out, err = run_bobbin("jobs", "--state", "scheduled")
+    assert_equal 0, status.exitstatus, err
+    assert_match(/scheduled\s+default\s+SlowFail\s+1\/3\s+#{run_at.strftime("%Y-%m-%d %H:%M:%S")}\s+RuntimeError: slow boom$/, out.lines[1])
+  end
+
   test "a lock another session holds on Bobbin's tables: queues and processes say who holds it and exit 75, not wait in silence" do
     skip_unless_postgres
     Bobbin::JobRecord.transaction do

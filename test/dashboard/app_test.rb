@@ -158,6 +158,17 @@ class DashboardAppTest < Bobbin::TestCase
     refute_match(/ReadyJob/, body)
   end
 
+  # A retry waiting for its time showed "17.9 s ago" (the run that failed) and no error (a trial).
+  test "the scheduled page shows when a waiting retry runs next and the error it retries after" do
+    run_at = Time.now.utc.change(usec: 0) + 3600
+    id = insert_jobs(1, class_name: "SlowFail", state: "ready", attempts: 1, max_attempts: 3, run_at: run_at, started_at: Time.now.utc - 60,
+                        last_error_class: "RuntimeError", last_error_message: "slow <boom>").first
+    row = get(Bobbin::Dashboard.new(environment: "development"), "/jobs?state=scheduled").body[%r{<tr>\s*<td class="n"><a href="/jobs/#{id}">.*?</tr>}m]
+    assert row, "the retry is listed"
+    assert_match(/<time datetime="#{Regexp.escape(run_at.iso8601)}"[^>]*>in (59|60) min<\/time>/, row)
+    assert_match(%r{<td class="error">RuntimeError: slow &lt;boom&gt;</td>}, row)
+  end
+
   test "the recurring page shows a task's own queue, and no queue name for a task that leaves it to its job class" do
     now = Time.now.utc
     Bobbin::RecurringTask.create!(key: "nightly", schedule: "every day at 2am", class_name: "ReportJob", queue: "reports", created_at: now, updated_at: now)

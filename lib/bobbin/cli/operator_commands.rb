@@ -141,15 +141,14 @@ module Bobbin
         end
 
         # A job's line: its attempts with the crashes it was in flight at (recovery gives those back, so attempts may
-        # pass the maximum), and the first line of a failure's error, or the key a blocked job waits on.
+        # pass the maximum), when it runs, started or ended, and the first line of a failure's or a waiting retry's
+        # error, or the key a blocked job waits on.
         def job_cells(job)
-          at = job.finished_at || job.started_at || job.run_at
-          error = if job.state == "failed" then "#{utf8(job.last_error_class)}: #{utf8(job.last_error_message)}".lines.first.to_s.strip[0, 60]
-          elsif job.shown_state == "blocked" then "waiting on #{job.concurrency_key} (limit #{job.concurrency_limit})"
-          else ""
+          error = if job.shown_state == "blocked" then "waiting on #{job.concurrency_key} (limit #{job.concurrency_limit})"
+          else job.shown_error.to_s[0, 60]
           end
           attempts = "#{job.attempts}/#{job.max_attempts}#{" (#{job.crashes} crashes)" if job.crashes.to_i.positive?}"
-          [ job.id.to_s, job.shown_state, job.queue, job.class_name, attempts, at&.utc&.strftime("%Y-%m-%d %H:%M:%S").to_s, error ]
+          [ job.id.to_s, job.shown_state, job.queue, job.class_name, attempts, job.shown_at&.utc&.strftime("%Y-%m-%d %H:%M:%S").to_s, error ]
         end
 
         # Prints rows as columns as wide as their longest cell (the last one as it is).

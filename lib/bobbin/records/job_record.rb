@@ -23,6 +23,21 @@ module Bobbin
     # The state as operators see it: a waiting job whose run_at is still ahead is "scheduled".
     def shown_state(now = Time.now.utc) = WAITING.include?(state) && run_at > now ? "scheduled" : state
 
+    # The time a list shows for the job: when a waiting job runs (a retry's next run, not its last start), when a
+    # running one started, when a finished one ended.
+    def shown_at
+      return run_at if WAITING.include?(state)
+
+      state == "running" ? started_at : finished_at || started_at || run_at
+    end
+
+    # The error a list shows for the job, its first line: a failed job's, and a waiting retry's (why it runs again).
+    def shown_error
+      return unless last_error_class && (state == "failed" || (WAITING.include?(state) && attempts.positive?))
+
+      Printable.utf8("#{last_error_class}: #{last_error_message}").lines.first.to_s.strip
+    end
+
     # Puts job `id`, if failed or discarded, back in its queue to run now with a fresh attempt budget; true if it
     # did. A job in any other state (running under a worker, say) is left alone. (Operator.retry, by nobody.)
     def self.retry(id) = Operator.retry(id, by: nil)
