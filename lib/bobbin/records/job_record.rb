@@ -28,7 +28,7 @@ module Bobbin
     def shown_at
       return run_at if WAITING.include?(state)
 
-      state == "running" ? started_at : finished_at || started_at || run_at
+      state == "running" ? started_at || run_at : finished_at || started_at || run_at
     end
 
     # The error a list shows for the job, its first line: a failed job's, and a waiting retry's (why it runs again).
