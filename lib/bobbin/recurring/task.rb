@@ -31,7 +31,30 @@ module Bobbin
         require "fugit"
         cron = Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
                                                                                 "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
-        cron.timezone ? cron : Fugit::Cron.parse("#{cron.to_cron_s} UTC")
+        cron = Fugit::Cron.parse("#{cron.to_cron_s} UTC") unless cron.timezone
+        check_interval(schedule.to_s, cron, where)
+        cron
+      end
+
+      # Seconds in each unit "every N <unit>" may name.
+      UNITS = { "second" => 1, "minute" => 60, "hour" => 3600 }.freeze
+
+      # "every 90 seconds" has no cron: fugit reads it as every minute ("every 36 hours" as daily, "every 7 minutes" as
+      # minutes 0, 7, …, 56, then 0 again), and it passed at boot (a trial). Such a schedule is refused, saying what
+      # fugit read it as.
+      def self.check_interval(schedule, cron, where)
+        count, unit = schedule.strip.downcase.match(/\Aevery\s+(\d+)\s*(second|minute|hour)s?\z/)&.captures
+        return unless count
+
+        wanted = count.to_i * UNITS.fetch(unit)
+        start = Time.utc(2026, 1, 1)
+        ticks = [ cron.next_time(start).to_t ]
+        ticks << cron.next_time(ticks.last).to_t while ticks.last < start + [ 2 * wanted, UNITS.fetch(unit) * 120 ].max # past the next unit's turn
+        return if ticks.each_cons(2).all? { |a, b| b - a == wanted }
+
+        raise ConfigurationError, "#{where}.schedule: #{schedule.inspect} cannot be kept by cron (fugit reads it as " \
+                                  "\"#{cron.to_cron_s.delete_suffix(' UTC')}\"); use an interval that divides the next unit evenly " \
+                                  "(every 30 seconds, every 20 minutes, every 6 hours) or a cron expression"
       end
 
       def self.target(hash, where)
