@@ -150,8 +150,15 @@ module Bobbin
         return puts("no recurring tasks (a supervisor records them when it starts)") if tasks.empty?
 
         tasks.each do |task|
-          puts(format("%-30s %-24s last %-25s next %s", task.key, task.schedule, task.last_run_at&.utc&.iso8601 || "never", task.next_run_at.utc.iso8601))
+          line = format("%-30s %-24s last %-25s next %s", task.key, task.schedule, task.last_run_at&.utc&.iso8601 || "never", task.next_run_at.utc.iso8601)
+          puts(Printable.printable("#{line}#{last_job(task)}"))
         end
+      end
+
+      # How the task's last job went, while its row is kept: " (job 42 failed: RuntimeError: boom)"; "" without one.
+      def last_job(task)
+        job = task.last_job or return ""
+        " (job #{job.id} #{job.shown_state}#{": #{job.shown_error[0, 60]}" if job.shown_error})"
       end
 
       # start's and doctor's options: a pool's, without work's --drain (a supervisor has no end to drain to).
