@@ -65,15 +65,11 @@ class OperatorCommandsTest < Bobbin::TestCase
 
   # It showed the last tick's time only: a task whose jobs all failed looked healthy (a trial).
   test "recurring lists each task with its last run and how its job went" do
-    now = Time.now.utc
-    Bobbin::RecurringTask.create!(key: "nightly", schedule: "0 2 * * *", class_name: "ReportJob", created_at: now, updated_at: now)
-    Bobbin::RecurringTask.create!(key: "fresh", schedule: "0 3 * * *", class_name: "ReportJob", created_at: now, updated_at: now)
-    job = insert_jobs(1, class_name: "ReportJob", **failed_attributes, last_error_message: "report broke").first
-    Bobbin::RecurringRun.create!(task_key: "nightly", run_at: now.change(usec: 0) - 60, job_id: job, created_at: now)
+    job, tick = recurring_with_failed_job("report broke")
     status, out, err = run_bobbin("recurring")
     assert_equal 0, status.exitstatus, err
     assert_match(/\Afresh\s+0 3 \* \* \*\s+last never\s+next \S+$/, out.lines[0])
-    assert_match(/\Anightly\s+0 2 \* \* \*\s+last #{Regexp.escape((now.change(usec: 0) - 60).iso8601)}\s+next \S+ \(job #{job} failed: RuntimeError: report broke\)$/, out.lines[1])
+    assert_match(/\Anightly\s+0 2 \* \* \*\s+last #{Regexp.escape(tick.iso8601)}\s+next \S+ \(job #{job} failed: RuntimeError: report broke\)$/, out.lines[1])
   end
 
   test "a lock another session holds on Bobbin's tables: queues and processes say who holds it and exit 75, not wait in silence" do

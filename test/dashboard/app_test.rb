@@ -180,11 +180,7 @@ class DashboardAppTest < Bobbin::TestCase
 
   # The page showed a task's last tick but not how its job went: a failing task looked healthy (a trial).
   test "the recurring page shows each task's last job, its state and its error" do
-    now = Time.now.utc
-    Bobbin::RecurringTask.create!(key: "nightly", schedule: "every day at 2am", class_name: "ReportJob", created_at: now, updated_at: now)
-    Bobbin::RecurringTask.create!(key: "fresh", schedule: "every day at 3am", class_name: "ReportJob", created_at: now, updated_at: now)
-    job = insert_jobs(1, class_name: "ReportJob", **failed_attributes, last_error_message: "report <broke>").first
-    Bobbin::RecurringRun.create!(task_key: "nightly", run_at: now - 60, job_id: job, created_at: now)
+    job, = recurring_with_failed_job("report <broke>")
     body = get(Bobbin::Dashboard.new(environment: "development"), "/recurring").body
     assert_match(%r{<td>nightly</td>.*?<a href="/jobs/#{job}">#{job}</a> <span class="badge[^"]*"[^>]*>failed</span> RuntimeError: report &lt;broke&gt;</td>}m, body)
     assert_match(%r{<td>fresh</td>.*?<span class="muted">—</span></td>}m, body, "a task that never ran has no job")

@@ -35,6 +35,18 @@ module OperatorHelper
     Bobbin::JobRecord.maximum(:id)
   end
 
+  # Two recurring tasks, "nightly" and "fresh" (never run); nightly's last tick, a minute ago, enqueued a job that failed
+  # with `message`. Returns [that job's id, the tick].
+  def recurring_with_failed_job(message)
+    now = Time.now.utc.change(usec: 0)
+    { "nightly" => "0 2 * * *", "fresh" => "0 3 * * *" }.each do |key, schedule|
+      Bobbin::RecurringTask.create!(key: key, schedule: schedule, class_name: "ReportJob", created_at: now, updated_at: now)
+    end
+    job = insert_jobs(1, class_name: "ReportJob", **failed_attributes, last_error_message: message).first
+    Bobbin::RecurringRun.create!(task_key: "nightly", run_at: now - 60, job_id: job, created_at: now)
+    [ job, now - 60 ]
+  end
+
   def failed_attributes(at = Time.now.utc)
     { state: "failed", attempts: 1, finished_at: at, last_error_class: "RuntimeError", last_error_message: "boom" }
   end
