@@ -17,7 +17,8 @@ module Bobbin
         unknown = hash.keys - KEYS
         raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?
 
-        new(key: key.to_s, schedule: hash["schedule"].to_s, cron: cron(hash["schedule"], where), **target(hash, where),
+        cron = cron(hash["schedule"], where).tap { |parsed| check_interval(hash["schedule"].to_s, parsed, where) }
+        new(key: key.to_s, schedule: hash["schedule"].to_s, cron: cron, **target(hash, where),
             queue: hash["queue"]&.to_s, priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
       end
 
@@ -31,9 +32,7 @@ module Bobbin
         require "fugit"
         cron = Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
                                                                                 "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
-        cron = Fugit::Cron.parse("#{cron.to_cron_s} UTC") unless cron.timezone
-        check_interval(schedule.to_s, cron, where)
-        cron
+        cron.timezone ? cron : Fugit::Cron.parse("#{cron.to_cron_s} UTC")
       end
 
       # Seconds in each unit "every N <unit>" may name.
@@ -41,7 +40,7 @@ module Bobbin
 
       # "every 90 seconds" has no cron: fugit reads it as every minute ("every 36 hours" as daily, "every 7 minutes" as
       # minutes 0, 7, …, 56, then 0 again), and it passed at boot (a trial). Such a schedule is refused, saying what
-      # fugit read it as.
+      # fugit read it as, where the configuration is read (not each time a stored task's next run is shown).
       def self.check_interval(schedule, cron, where)
         count, unit = schedule.strip.downcase.match(/\Aevery\s+(\d+)\s*(second|minute|hour)s?\z/)&.captures
         return unless count
