@@ -149,15 +149,18 @@ module Bobbin
         tasks = RecurringTask.order(:key).to_a
         return puts("no recurring tasks (a supervisor records them when it starts)") if tasks.empty?
 
+        last_runs = RecurringTask.last_runs(tasks.map(&:key))
         tasks.each do |task|
-          line = format("%-30s %-24s last %-25s next %s", task.key, task.schedule, task.last_run_at&.utc&.iso8601 || "never", task.next_run_at.utc.iso8601)
-          puts(Printable.printable("#{line}#{last_job(task)}"))
+          last_run_at, job = last_runs[task.key]
+          line = format("%-30s %-24s last %-25s next %s", task.key, task.schedule, last_run_at&.utc&.iso8601 || "never", task.next_run_at.utc.iso8601)
+          puts(Printable.printable("#{line}#{outcome(job)}"))
         end
       end
 
-      # How the task's last job went, while its row is kept: " (job 42 failed: RuntimeError: boom)"; "" without one.
-      def last_job(task)
-        job = task.last_job or return ""
+      # How a task's last job went, while its row is kept: " (job 42 failed: RuntimeError: boom)"; "" without one.
+      def outcome(job)
+        return "" unless job
+
         " (job #{job.id} #{job.shown_state}#{": #{job.shown_error[0, 60]}" if job.shown_error})"
       end
 

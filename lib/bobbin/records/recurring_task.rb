@@ -19,6 +19,15 @@ module Bobbin
       end
     end
 
+    # The latest tick of each of the tasks `keys` that ran, with its job while the job's row is kept:
+    # `{ key => [run_at, JobRecord or nil] }`, in three statements however many tasks a list shows.
+    def self.last_runs(keys)
+      latest = RecurringRun.where(task_key: keys).group(:task_key).maximum(:run_at)
+      runs = RecurringRun.where(task_key: latest.keys, run_at: latest.values.uniq).select { |run| latest[run.task_key] == run.run_at }
+      jobs = JobRecord.where(id: runs.filter_map(&:job_id)).index_by(&:id)
+      runs.to_h { |run| [ run.task_key, [ run.run_at, jobs[run.job_id] ] ] }
+    end
+
     # The tick of task `key` last enqueued (by any scheduler), or nil.
     def self.last_run_at(key) = RecurringRun.where(task_key: key).maximum(:run_at)
 
