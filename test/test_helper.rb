@@ -23,6 +23,11 @@ module Bobbin
       Bobbin::Recovery.instance_variable_set(:@reachable_since, nil)
     end
 
+    # A test may change Bobbin.config (set, configure, a config file loaded in this process): the next one finds the
+    # settings this one found (a threshold left at 2 s once failed the config file's tests, in one order of many).
+    setup { @config_before = Bobbin.config.dup }
+    teardown { Bobbin.instance_variable_set(:@config, @config_before) }
+
     teardown { FileUtils.rm_f(Dir[File.expand_path("../tmp/gate-*-#{Process.pid}*", __dir__)]) } # GatedJob's gates and start marks
 
     def postgres? = TestDatabase.postgres?

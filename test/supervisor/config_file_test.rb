@@ -4,9 +4,6 @@ require "test_helper"
 require "tempfile"
 
 class ConfigFileTest < Bobbin::TestCase
-  setup { @saved = Bobbin.config.dup }
-  teardown { Bobbin.instance_variable_set(:@config, @saved) }
-
   def load(yaml, env: "production")
     file = Tempfile.create([ "bobbin", ".yml" ])
     file.write(yaml)

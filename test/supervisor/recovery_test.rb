@@ -56,7 +56,6 @@ class RecoveryTest < Bobbin::TestCase
   end
 
   test "each process is judged by the threshold it runs with, a row that does not say by this process's" do
-    was = [ Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold ]
     Bobbin.config.set(heartbeat_interval: 40, process_alive_threshold: 120)
     patient = Bobbin::ProcessRecord.register(kind: "worker", name: "beats every 40 s")
     Bobbin.config.set(heartbeat_interval: 10, process_alive_threshold: 45) # not the built-in 60
@@ -73,8 +72,6 @@ class RecoveryTest < Bobbin::TestCase
     patient.update_columns(last_heartbeat_at: Time.now.utc - 130)
     assert_equal 1, Bobbin::Recovery.prune(threshold: 45)
     assert_equal [ "ready" ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state)
-  ensure
-    Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1])
   end
 
   # A host's whole Bobbin killed at once (kill -9 of its process group, an OOM kill of its container) leaves rows that

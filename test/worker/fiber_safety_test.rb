@@ -127,7 +127,6 @@ class FiberSafetyTest < Bobbin::TestCase
   # The job's 3 s are CPU time: on a loaded host it holds the loop longer (a CI run's took over 10 s), so the waits are
   # long and the heartbeat longer still; a worker left running by a failed wait is stopped, not left to the next test.
   test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later" do
-    was = [ Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold ]
     Bobbin.config.set(heartbeat_interval: 120, process_alive_threshold: 360)
     BusyRubyJob.enqueue(3_000, "busy-row")
     SleepJob.enqueue(6, "keeps the worker on after the stall")
@@ -141,7 +140,6 @@ class FiberSafetyTest < Bobbin::TestCase
   ensure
     worker&.stop(timeout: 0)
     thread&.join(30)
-    Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1])
   end
 
   # A job busy in Ruby holds the GVL too: the watchdog looks only when Ruby hands it over (every 100 ms or later, behind

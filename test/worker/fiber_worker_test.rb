@@ -75,7 +75,6 @@ class FiberWorkerTest < Bobbin::TestCase
   end
 
   test "a worker beats as it starts, not a heartbeat_interval after registering (a slow boot was silence to prune)" do
-    was = Bobbin.config.heartbeat_interval, Bobbin.config.process_alive_threshold
     Bobbin.config.set(heartbeat_interval: 30, process_alive_threshold: 90)
     SleepJob.enqueue(15, "keeps it running")
     worker = Bobbin::Worker.new(queues: [ "*" ], fibers: 2)
@@ -85,7 +84,6 @@ class FiberWorkerTest < Bobbin::TestCase
   ensure
     worker&.stop(timeout: 0)
     thread&.join(30)
-    Bobbin.config.set(heartbeat_interval: was[0], process_alive_threshold: was[1]) if was
   end
 
   test "the worker registers its process while it runs and removes it when it stops" do

@@ -10,7 +10,6 @@ class UnexpectedErrorsTest < Bobbin::TestCase
 
   teardown do
     drop_trigger
-    Bobbin.config.set(heartbeat_interval: @heartbeat_interval) if @heartbeat_interval
     if @worker_thread&.alive?
       @worker.stop(timeout: 0)
       @worker_thread.join(30)
@@ -167,7 +166,6 @@ class UnexpectedErrorsTest < Bobbin::TestCase
   end
 
   test "a heartbeat that fails for another reason than an outage is logged, and the heartbeats go on" do
-    @heartbeat_interval = Bobbin.config.heartbeat_interval
     Bobbin.config.set(heartbeat_interval: 0.2)
     beat_at = -> { Bobbin::ProcessRecord.where(kind: "worker").pick(:last_heartbeat_at) }
     log = bobbin_log(level: Logger::INFO) do |so_far|
