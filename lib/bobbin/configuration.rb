@@ -77,6 +77,13 @@ module Bobbin
       @recurring_tasks = {}
     end
 
+    # A copy (the tests keep one to put back) has hooks and recurring tasks of its own.
+    def initialize_copy(source)
+      super
+      @perform_hooks = source.perform_hooks.dup
+      @recurring_tasks = source.recurring_tasks.dup
+    end
+
     # Adds (or replaces) recurring task `key`: `recurring "nightly", schedule: "every day at 3am", class: "ReportJob",
     # args: [1]` or `command: "Session.expired.delete_all"`; also queue:, priority:, description:. Raises
     # ConfigurationError for a schedule fugit cannot parse or a task without exactly one of class/command.

@@ -4,8 +4,6 @@ require "test_helper"
 require "support/active_jobs"
 
 class RecurringSchedulerTest < Bobbin::TestCase
-  teardown { Bobbin.config.recurring_tasks.clear }
-
   def every_second = Bobbin::Recurring::Task.parse("every_second", { schedule: "every second", class: "TickJob", args: [ "s" ] }, "t")
 
   def ticks = Bobbin::RecurringRun.where(task_key: "every_second").order(:run_at).pluck(:run_at, :job_id)

@@ -103,8 +103,6 @@ class RecurringTaskTest < Bobbin::TestCase
       tasks = Bobbin::Recurring.load_file(path, env: "production")
       assert_equal [ [ "nightly", "reports", 5 ] ], tasks.map { |t| [ t.key, t.queue, t.priority ] }
       assert_equal tasks.first, Bobbin.config.recurring_tasks["nightly"]
-    ensure
-      Bobbin.config.recurring_tasks.clear
     end
   end
 end

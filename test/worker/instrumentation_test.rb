@@ -60,7 +60,6 @@ class InstrumentationTest < Bobbin::TestCase
 
   test "around_perform hooks wrap every job in order, see the job, and an error in a hook fails that job" do
     calls = []
-    saved = Bobbin.config.perform_hooks.dup
     Bobbin.around_perform { |job, run| calls << "outer #{job.class_name}"; run.call; calls << "outer done" }
     Bobbin.around_perform(->(job, &run) { calls << "inner #{job.id}"; raise ArgumentError, "hook says no" if job.arguments.include?("veto"); run.call })
     id = LedgerJob.enqueue("ok")
@@ -69,8 +68,6 @@ class InstrumentationTest < Bobbin::TestCase
     assert_equal [ "outer LedgerJob", "inner #{id}", "outer done" ], calls.first(3)
     assert_equal [ "ok" ], LedgerEntry.pluck(:key)
     assert_equal [ "failed", "hook says no" ], Bobbin::JobRecord.where(id: vetoed).pick(:state, :last_error_message)
-  ensure
-    Bobbin.config.instance_variable_set(:@perform_hooks, saved)
   end
 
   test "a worker stopped with jobs in flight publishes release: its process id and how many jobs went back to ready" do
@@ -135,7 +132,6 @@ class InstrumentationTest < Bobbin::TestCase
     assert_includes log, "Bobbin Discarded job #{@discarded} by ann"
   ensure
     ActiveSupport::Notifications.unsubscribe(starts)
-    Bobbin.config.recurring_tasks.clear
   end
 
   test "the log subscriber's lines show control characters in a job's class, its queue and who discarded it escaped, not raw" do
