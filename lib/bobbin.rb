@@ -62,6 +62,9 @@ module Bobbin
     # Bobbin's logger (Bobbin.config.logger).
     def logger = config.logger
 
+    # Seconds on the monotonic clock, which Bobbin's deadlines, intervals and durations are measured by.
+    def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+
     # Connects Active Record (and so Bobbin) to `url`: "postgres://…", "sqlite3:path/to/db.sqlite3".
     # Outside a Rails app it also makes Active Record isolate connections per fiber, which fiber pools need.
     def connect(url = ENV["DATABASE_URL"])

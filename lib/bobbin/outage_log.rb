@@ -29,7 +29,7 @@ module Bobbin
     # Records a failure of the task (an exception or a message); logs it unless a line said so less than `repeat` s ago.
     def failed(error)
       reason = error.is_a?(Exception) ? "#{error.message.lines.first&.strip}#{Store.driver_said(error)}" : error.to_s.lines.first&.strip
-      now = monotonic
+      now = Bobbin.monotonic
       if @since.nil?
         @since = @said = now
         logger.warn("#{@task} failed: #{reason}; retrying")
@@ -46,13 +46,11 @@ module Bobbin
     def succeeded
       return if @since.nil?
 
-      logger.info("#{@task} works again after #{(monotonic - @since).round}s")
+      logger.info("#{@task} works again after #{(Bobbin.monotonic - @since).round}s")
       @since = nil
     end
 
     private
       def logger = @logger || Bobbin.logger
-
-      def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end
 end

@@ -34,7 +34,7 @@ module Bobbin
 
     # Notes that this process could not reach the database, so silences are not trusted for a while.
     def unreachable!
-      @reachable_since = monotonic
+      @reachable_since = Bobbin.monotonic
     end
 
     # Recovers the jobs of supervisor `supervisor_id`'s worker rows for OS process `pid` (the supervisor saw it exit).
@@ -124,8 +124,6 @@ module Bobbin
       recover(id, reason, beside: siblings.select { |sibling| rows.where(id: sibling).delete_all == 1 })
     end
 
-    def trusted_silence?(threshold) = @reachable_since.nil? || monotonic - @reachable_since >= threshold
-
-    def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+    def trusted_silence?(threshold) = @reachable_since.nil? || Bobbin.monotonic - @reachable_since >= threshold
   end
 end

@@ -23,7 +23,7 @@ module Bobbin
       return Sweep.new(0, false) if retention.nil?
 
       cutoff = Time.now.utc - retention
-      deadline = monotonic + budget
+      deadline = Bobbin.monotonic + budget
       deleted = 0
       FINISHED.each do |state|
         batch = expired(state, cutoff)
@@ -31,7 +31,7 @@ module Bobbin
           count = JobRecord.transaction { JobRecord.where(id: batch.pluck(:id)).delete_all }
           deleted += count
           break if count < BATCH
-          return Sweep.new(deleted, true) if monotonic >= deadline
+          return Sweep.new(deleted, true) if Bobbin.monotonic >= deadline
         end
       end
       Sweep.new(deleted, false)
@@ -46,7 +46,5 @@ module Bobbin
     def expired(state, cutoff)
       JobRecord.where(state: state, finished_at: ...cutoff).order(:finished_at).limit(BATCH).lock("FOR UPDATE SKIP LOCKED") # SQLite drops the lock
     end
-
-    def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end
 end

@@ -58,7 +58,7 @@ module Bobbin
           reap
           return database_replaced if @database_file&.replaced?
 
-          beat_at = beat if monotonic >= beat_at
+          beat_at = beat if Bobbin.monotonic >= beat_at
           ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
         end
       end
@@ -117,11 +117,11 @@ module Bobbin
       # within a second while the database is unavailable or retention is behind.
       def beat
         heartbeat
-        monotonic + Maintenance.run("supervisor")
+        Bobbin.monotonic + Maintenance.run("supervisor")
       rescue ActiveRecord::ActiveRecordError => error
         Recovery.unreachable! if Store.outage?(error)
         @outage.failed(error)
-        monotonic + Maintenance::SOON
+        Bobbin.monotonic + Maintenance::SOON
       end
 
       # Writes the heartbeat. A supervisor pruned as dead while alive (its host stalled past the threshold)
@@ -161,7 +161,7 @@ module Bobbin
         @stopping = true
         Bobbin.logger.info("bobbin supervisor: #{signal}, stopping workers #{graceful ? 'gracefully' : 'now'}")
         @slots.each { |slot| slot.stop(graceful: graceful) }
-        deadline = monotonic + (graceful ? Bobbin.config.shutdown_timeout : 0) + KILL_GRACE
+        deadline = Bobbin.monotonic + (graceful ? Bobbin.config.shutdown_timeout : 0) + KILL_GRACE
         wait_for_workers(deadline, graceful)
         @slots.each(&:kill)
         reap
@@ -173,18 +173,18 @@ module Bobbin
       # answer cannot hold the wait past its deadline.
       # A stop signal meanwhile (QUIT, or TERM or INT again: a second Ctrl-C) stops them now, as QUIT does.
       def wait_for_workers(deadline, graceful = false)
-        beat_at = monotonic + Bobbin.config.heartbeat_interval
-        until @slots.none?(&:alive?) || monotonic > deadline
+        beat_at = Bobbin.monotonic + Bobbin.config.heartbeat_interval
+        until @slots.none?(&:alive?) || Bobbin.monotonic > deadline
           if graceful && SIGNALS.include?(again = next_signal(0.05))
             Bobbin.logger.info("bobbin supervisor: #{again} while stopping, stopping workers now")
             @slots.each { |slot| slot.stop(graceful: false) }
-            deadline = [ deadline, monotonic + KILL_GRACE ].min
+            deadline = [ deadline, Bobbin.monotonic + KILL_GRACE ].min
             graceful = false
           end
           sleep(0.05) unless graceful
-          next if monotonic < beat_at || @stop_beat&.alive?
+          next if Bobbin.monotonic < beat_at || @stop_beat&.alive?
 
-          beat_at = monotonic + Bobbin.config.heartbeat_interval
+          beat_at = Bobbin.monotonic + Bobbin.config.heartbeat_interval
           @stop_beat = Thread.new do
             heartbeat
           rescue ActiveRecord::ActiveRecordError => error
@@ -234,7 +234,5 @@ module Bobbin
 
         @signal_reader.gets&.strip
       end
-
-      def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end
 end

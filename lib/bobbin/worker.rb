@@ -117,7 +117,7 @@ module Bobbin
       end
       @stop_signal ||= signal
       @shutdown_timeout = timeout if timeout
-      @stopping_at ||= monotonic
+      @stopping_at ||= Bobbin.monotonic
       @stopping = true
       Worker.mark_stopping(self, true)
       @waker.wake
@@ -213,7 +213,7 @@ module Bobbin
     end
 
     def exit_if_stop_overdue
-      return unless @owns_process && @stopping_at && monotonic - @stopping_at > @shutdown_timeout + STOP_GRACE + STOP_OVERDUE
+      return unless @owns_process && @stopping_at && Bobbin.monotonic - @stopping_at > @shutdown_timeout + STOP_GRACE + STOP_OVERDUE
 
       abandon(@executor.held_ids)
     end
@@ -391,7 +391,7 @@ module Bobbin
       # process, and recovery returns them to ready once its last heartbeat is process_alive_threshold old (those
       # whose outcome was not written run again).
       def release_unfinished
-        unwritten = flush_outcomes_until((@stopping_at || monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
+        unwritten = flush_outcomes_until((@stopping_at || Bobbin.monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
         unwritten_jobs = "#{unwritten} #{'finished job'.pluralize(unwritten)} whose outcome could not be written"
         released = @claimer.release_all(keep: unreleasable)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready" \
@@ -407,11 +407,11 @@ module Bobbin
       def flush_outcomes_until(deadline)
         delay = 0.1
         until @outcomes.flush
-          return false if monotonic + delay > deadline
+          return false if Bobbin.monotonic + delay > deadline
 
           if delay == 0.1
             held = @outcomes.pending_ids.size
-            Bobbin.logger.warn("bobbin worker #{@process_id} stopping: waiting up to #{(deadline - monotonic).round}s (shutdown_timeout) " \
+            Bobbin.logger.warn("bobbin worker #{@process_id} stopping: waiting up to #{(deadline - Bobbin.monotonic).round}s (shutdown_timeout) " \
                                "for the database, to write the outcomes of #{held} #{'finished job'.pluralize(held)}")
           end
           sleep(delay)
@@ -422,8 +422,8 @@ module Bobbin
 
       # Waits while jobs run, up to `seconds`, or the shutdown_timeout as it is now (a later QUIT sets it to 0).
       def wait_until_idle(seconds = nil)
-        began = monotonic
-        while @executor.busy.positive? && (left = began + (seconds || @shutdown_timeout) - monotonic) > 0
+        began = Bobbin.monotonic
+        while @executor.busy.positive? && (left = began + (seconds || @shutdown_timeout) - Bobbin.monotonic) > 0
           wait([ left, 0.05 ].min)
         end
       end
@@ -470,7 +470,5 @@ module Bobbin
       def process_event = { process_id: @process_id, kind: "worker", name: @name, pid: ::Process.pid }
 
       def wait(timeout) = @waker.wait(timeout)
-
-      def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end
 end

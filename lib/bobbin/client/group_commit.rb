@@ -82,8 +82,8 @@ module Bobbin
         # When the last batch came from several callers, wait a moment (at most GATHER) for as many again: they
         # are on their way back from the last commit, and one statement for all of them beats one each.
         def gather
-          deadline = monotonic + GATHER
-          sleep(GATHER / 8) while @lock.synchronize { @waiting.size } < @last_size && monotonic < deadline
+          deadline = Bobbin.monotonic + GATHER
+          sleep(GATHER / 8) while @lock.synchronize { @waiting.size } < @last_size && Bobbin.monotonic < deadline
         end
 
         def take
@@ -94,8 +94,6 @@ module Bobbin
                     .tap { |batch| @last_size = batch.size }
           end
         end
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
 
         # Passes the pen to the first waiter (under the lock, so `abandon` sees who holds it), or puts it down.
         def hand_over

@@ -110,11 +110,11 @@ module Bobbin
       # seconds: SQLite's lock is not fair, and workers writing outcomes back to back can keep a waiting writer out
       # that long on a loaded machine. The statement only changes rows still in the states it names, so running it
       # again is safe.
-      def patiently(deadline = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) + PATIENCE)
+      def patiently(deadline = Bobbin.monotonic + PATIENCE)
         yield
       rescue ActiveRecord::StatementTimeout => error
         raise unless defined?(SQLite3::BusyException) && error.cause.is_a?(SQLite3::BusyException) &&
-                     ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) < deadline
+                     Bobbin.monotonic < deadline
 
         sleep(rand(0.001..0.02)) # not in step with the writers that won the last round
         retry

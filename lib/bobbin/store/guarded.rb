@@ -16,7 +16,7 @@ module Bobbin
         @store = store
         @lock = Mutex.new
         @broken = false
-        @used_at = monotonic
+        @used_at = Bobbin.monotonic
       end
 
       # Each forwards its arguments with `...` and the block: no Array or Hash per call (a claim per job).
@@ -39,12 +39,12 @@ module Bobbin
             @broken = true
             raise Unavailable, "database unavailable during #{name}: #{Store.reason(error)}"
           ensure
-            @used_at = monotonic
+            @used_at = Bobbin.monotonic
           end
         end
 
         def dropped_while_idle?
-          return false unless monotonic - @used_at >= IDLE && @store.dropped?
+          return false unless Bobbin.monotonic - @used_at >= IDLE && @store.dropped?
 
           Bobbin.logger.debug { "bobbin: the server closed an idle session; reconnecting" }
           true
@@ -57,8 +57,6 @@ module Bobbin
         rescue StandardError => error
           raise Unavailable, "database still unavailable: #{Store.reason(error)}"
         end
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

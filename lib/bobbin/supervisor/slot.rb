@@ -24,7 +24,7 @@ module Bobbin
 
       # Starts the worker (fork or thread) for this slot.
       def start(supervisor)
-        @started_at = monotonic
+        @started_at = Bobbin.monotonic
         if supervisor[:async]
           @thread = Thread.new { run_thread(supervisor) }
         else
@@ -33,7 +33,7 @@ module Bobbin
       end
 
       # True when nothing runs for this slot and its restart delay has passed.
-      def due? = !running? && monotonic >= @restart_at
+      def due? = !running? && Bobbin.monotonic >= @restart_at
 
       # True while the slot's process or thread exists.
       def running? = !!(@pid || @thread)
@@ -55,8 +55,8 @@ module Bobbin
         return unless status
 
         @pid = @status = nil
-        @failures = monotonic - @started_at < QUICK_DEATH ? @failures + 1 : 0
-        @restart_at = monotonic + (@failures.zero? ? 0 : [ 2**@failures, 30 ].min)
+        @failures = Bobbin.monotonic - @started_at < QUICK_DEATH ? @failures + 1 : 0
+        @restart_at = Bobbin.monotonic + (@failures.zero? ? 0 : [ 2**@failures, 30 ].min)
         status
       end
 
@@ -160,8 +160,6 @@ module Bobbin
           @thread = nil
           result
         end
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

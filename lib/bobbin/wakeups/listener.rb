@@ -49,9 +49,9 @@ module Bobbin
         listening.exec("LISTEN #{channel}").clear
         sender = Store::OwnConnections.open(db_config)
         sender.raw_connection.exec("NOTIFY #{channel}").clear
-        deadline = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) + PROBE_TIMEOUT
+        deadline = Bobbin.monotonic + PROBE_TIMEOUT
         heard = nil
-        until heard == channel || (left = deadline - ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)) <= 0
+        until heard == channel || (left = deadline - Bobbin.monotonic) <= 0
           heard = listening.wait_for_notify(left)
           break if heard.nil?
         end
@@ -129,14 +129,14 @@ module Bobbin
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
           tell(nil) # work may have arrived while this process was not listening yet (or any more)
           @healthy = true
-          @heard_at = monotonic
+          @heard_at = Bobbin.monotonic
           @lost = false
         end
 
         def receive
           half = Wakeups.polling_interval.clamp(QUIET) / 2
-          @heard_at = monotonic if notified?(half)
-          ping(half) if monotonic - @heard_at >= half
+          @heard_at = Bobbin.monotonic if notified?(half)
+          ping(half) if Bobbin.monotonic - @heard_at >= half
         end
 
         # True when notifications came within `timeout` seconds (or were read before); delivers them. Returns early,
@@ -169,11 +169,11 @@ module Bobbin
         # read meanwhile stay queued in libpq for the next wait.
         def ping(half)
           @connection.send_query(PING)
-          sent = monotonic
+          sent = Bobbin.monotonic
           late_at = sent + half
           deadline = sent + [ PING_TIMEOUT, half ].max
           until answered? || stopping?
-            now = monotonic
+            now = Bobbin.monotonic
             late if now >= late_at
             raise PG::ConnectionBad, "PostgreSQL did not answer within #{(deadline - sent).round(1)}s (a network cut that dropped the connection silently?)" if now >= deadline
 
@@ -182,7 +182,7 @@ module Bobbin
           return if stopping?
 
           @connection.get_last_result&.clear # as the store's results are: see Store::PostgreSQL#exec
-          @heard_at = monotonic
+          @heard_at = Bobbin.monotonic
           @healthy = true
         end
 
@@ -245,8 +245,6 @@ module Bobbin
         end
 
         def stopping? = !@stop.empty?
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

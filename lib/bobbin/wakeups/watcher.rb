@@ -54,8 +54,8 @@ module Bobbin
           @last_id = @db.get_first_value("SELECT COALESCE(MAX(id), 0) FROM bobbin_jobs").to_i
           read_paused
           @healthy = true
-          @changed_at = monotonic
-          look until @stop.pop(timeout: wait(monotonic - @changed_at)) == :stop
+          @changed_at = Bobbin.monotonic
+          look until @stop.pop(timeout: wait(Bobbin.monotonic - @changed_at)) == :stop
         rescue StandardError => error
           @logger.warn("bobbin: cannot watch the SQLite database for new jobs (#{error.class}: #{error.message}); idle workers poll")
         ensure
@@ -66,13 +66,11 @@ module Bobbin
         # Seconds until the next look, `quiet` seconds after the last change: `interval`, growing to QUIET_INTERVAL.
         def wait(quiet) = (quiet / QUIET * QUIET_INTERVAL).clamp(@interval, [ @interval, QUIET_INTERVAL ].max)
 
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
-
         def look
           current = version
           return if current == @version
 
-          @changed_at = monotonic
+          @changed_at = Bobbin.monotonic
           return if Wakeups.inserting? # this process's own insert may be in the change: look again once its ids are noted
 
           @version = current

@@ -15,7 +15,7 @@ module Bobbin
         @store = store
         @executor = executor
         @rate = 0.0
-        @rate_at = monotonic
+        @rate_at = Bobbin.monotonic
         @rate_done = executor.completed
         @backlog = false
         @suspect = nil
@@ -74,8 +74,8 @@ module Bobbin
         # With work waiting, jobs that started together end together: rather than one claim per freed slot,
         # wait up to GATHER seconds for a quarter of the pool to free up, then claim them in one statement.
         def gather(wait)
-          deadline = monotonic + GATHER
-          wait.call(deadline - monotonic) while room < @executor.capacity / 4 && monotonic < deadline
+          deadline = Bobbin.monotonic + GATHER
+          wait.call(deadline - Bobbin.monotonic) while room < @executor.capacity / 4 && Bobbin.monotonic < deadline
         end
 
         # How many jobs to claim now: the free slots plus the prefetch, less those already waiting for a slot.
@@ -85,7 +85,7 @@ module Bobbin
         # its next job at once: as many as this worker finishes in PREFETCH_WINDOW, at most a quarter of the
         # pool. Slow jobs get none, so a job never waits here while another worker could run it.
         def prefetch
-          now = monotonic
+          now = Bobbin.monotonic
           if now - @rate_at >= 0.25
             done = @executor.completed
             @rate = (done - @rate_done) / (now - @rate_at)
@@ -167,8 +167,6 @@ module Bobbin
         rescue Store::Unavailable
           nil # polling finds them
         end
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -79,7 +79,7 @@ module Bobbin
 
         # Fiber-locals the stall detector reads from its own thread: which job the loop runs, since when.
         def started!(id)
-          Thread.current[StallDetector::STARTED] = id && ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+          Thread.current[StallDetector::STARTED] = id && Bobbin.monotonic
           Thread.current[StallDetector::JOB] = id
         end
 

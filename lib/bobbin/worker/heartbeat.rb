@@ -27,18 +27,18 @@ module Bobbin
         title
         beat_now # the row's registration is its last beat until this one: no interval more of silence at boot
         maintain_at = maintain
-        last = monotonic
+        last = Bobbin.monotonic
         until (signal = @signal.pop(timeout: [ TICK, @interval ].min)) == :stop
           begin
             orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
             @worker.exit_if_stop_overdue
             @worker.stop_if_database_replaced
             @worker.stall_log&.flush(@store)
-            if signal == :beat || monotonic - last >= @interval || stall_to_show?
-              last = monotonic
+            if signal == :beat || Bobbin.monotonic - last >= @interval || stall_to_show?
+              last = Bobbin.monotonic
               beat
             end
-            maintain_at = maintain if monotonic >= maintain_at
+            maintain_at = maintain if Bobbin.monotonic >= maintain_at
           rescue StandardError => error
             failed(error)
           end
@@ -101,14 +101,14 @@ module Bobbin
         # The elected worker keeps house: the heartbeat's services now, the Clock's on their own timing. Returns when
         # to look again: after Maintenance's own wait when elected, else at the next beat.
         def maintain
-          return monotonic + @interval unless @maintain && Maintenance.quietly { Maintenance.elected?(@worker.process_id) }
+          return Bobbin.monotonic + @interval unless @maintain && Maintenance.quietly { Maintenance.elected?(@worker.process_id) }
 
           wait = Maintenance.run("worker #{@worker.process_id}")
           @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}")
-          monotonic + wait
+          Bobbin.monotonic + wait
         rescue ActiveRecord::ActiveRecordError => error
           Maintenance.skipped("worker #{@worker.process_id}", error)
-          monotonic + @interval
+          Bobbin.monotonic + @interval
         end
 
         # An error that is not an outage (those are handled where they happen): logged, and the next tick goes on.
@@ -122,8 +122,6 @@ module Bobbin
           @supervisor_pid = nil
           @worker.stop
         end
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -50,7 +50,7 @@ module Bobbin
       # Starts the ticker as a child of `task` (the loop's top task) and the watchdog thread.
       def start(task)
         @loop_thread = Thread.current
-        @beat = monotonic
+        @beat = Bobbin.monotonic
         @ticker = task.async(transient: true) { tick while sleep(@interval) }
         @watchdog = Thread.new { watch }.tap { |thread| thread.name = "bobbin-stall-watch" }
       end
@@ -58,7 +58,7 @@ module Bobbin
       # Forgets the lag so far: the loop held by the worker's own boot (its heap settling) is no job's, and shown as
       # the process's worst lag it set off alerts on the gauge of a worker that had run nothing. Called on the loop.
       def booted
-        @beat = monotonic
+        @beat = Bobbin.monotonic
         @lock.synchronize { @lag = @max_lag = 0.0 }
       end
 
@@ -78,7 +78,7 @@ module Bobbin
       def ended(id, started)
         return unless started && started > @beat && @suspect&.fetch(:id) != id
 
-        now = monotonic
+        now = Bobbin.monotonic
         return if now - started < @threshold
 
         # The clocks now, on the loop: the look that reports it may come much later, and what the process's threads
@@ -91,7 +91,7 @@ module Bobbin
 
       # Loop lag now and the longest seen (ms), stalls so far and the recent ones, for the process row.
       def health
-        lag = @beat ? [ @lag, monotonic - @beat - @interval ].max.clamp(0, nil) : 0.0
+        lag = @beat ? [ @lag, Bobbin.monotonic - @beat - @interval ].max.clamp(0, nil) : 0.0
         @lock.synchronize do # the longest includes one going on now (the row showed lag 1841.6, max 4.3)
           { loop_lag_ms: (lag * 1000).round(1), max_loop_lag_ms: ([ @max_lag, lag ].max * 1000).round(1), stalls: @stalls,
             recent_stalls: @recent.map { |stall| stall.to_h.except(:backtrace) } }
@@ -100,7 +100,7 @@ module Bobbin
 
       private
         def tick
-          now = monotonic
+          now = Bobbin.monotonic
           @lag = (now - @beat - @interval).clamp(0, nil)
           @max_lag = @lag if @lag > @max_lag
           @beat = now
@@ -121,7 +121,7 @@ module Bobbin
           job = @loop_thread[JOB]
           seen(job)
           let_go(job) if @suspect && (@switched_at || job != @suspect[:id])
-          age = monotonic - @beat
+          age = Bobbin.monotonic - @beat
           if @suspect.nil?
             suspect(job) if job && age >= @threshold / 2
           elsif !@confirmed
@@ -152,7 +152,7 @@ module Bobbin
         # midpoint is the estimate (so jobs that held the loop one after another in one turn are not charged each
         # other's time).
         def seen(job)
-          now = monotonic
+          now = Bobbin.monotonic
           @current_since = since_between(@last_look, now) if job != @current_job
           @current_job = job
           @last_look = now
@@ -172,7 +172,7 @@ module Bobbin
         # (a thread that holds the GVL lets the watchdog look only every 100 ms or so).
         def let_go(job)
           started = @loop_thread[STARTED]
-          ended = @switched_at || (job && started && started > @suspect[:at] ? started : monotonic)
+          ended = @switched_at || (job && started && started > @suspect[:at] ? started : Bobbin.monotonic)
           report(@suspect, @backtrace, ended) if @confirmed || ended - @suspect[:at] >= @interval
           reset
         end
@@ -182,9 +182,9 @@ module Bobbin
         # lets go of the GVL, and a job busy in Ruby runs on meanwhile.
         def suspect(job)
           since = [ @beat, @loop_thread[STARTED] || @beat, @current_since ].max
-          at = monotonic
+          at = Bobbin.monotonic
           @backtrace = stack
-          @trace = TracePoint.new(:fiber_switch) { @switched_at ||= monotonic }
+          @trace = TracePoint.new(:fiber_switch) { @switched_at ||= Bobbin.monotonic }
           @trace.enable(target_thread: @loop_thread)
           return reset if @loop_thread[JOB] != job # it switched before the trace was on
 
@@ -201,7 +201,7 @@ module Bobbin
 
         # A stall still going on after ONGOING seconds is logged once, so a job that never returns is named too.
         def ongoing
-          held = monotonic - @suspect[:since]
+          held = Bobbin.monotonic - @suspect[:since]
           return if @ongoing_logged || held < ONGOING
 
           @ongoing_logged = true
@@ -267,8 +267,6 @@ module Bobbin
         rescue SystemCallError
           0
         end
-
-        def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
     end
   end
 end

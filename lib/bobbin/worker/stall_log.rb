@@ -40,7 +40,7 @@ module Bobbin
 
       private
         def log(stall, repeats)
-          now = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+          now = Bobbin.monotonic
           skipped = @lock.synchronize do
             if @logged_at && now - @logged_at < 1
               @skipped += 1
