@@ -78,6 +78,8 @@ module Bobbin
       self
     rescue ActiveRecord::NoDatabaseError => error # Active Record's own advice is for a Rails app (config/database.yml)
       raise ConfigurationError, DatabaseProblem.describe(error)
+    rescue URI::InvalidURIError
+      raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil
     end
 
     # Creates or upgrades Bobbin's tables; idempotent.
