@@ -16,6 +16,10 @@ module Bobbin
   class Dashboard
     LOCAL = %w[development test].freeze
     LOOPBACK = %w[127.0.0.1 ::1].freeze
+    # The names a browser on this machine reaches a loopback server by; another name is a proxy's or a rebinding one's.
+    LOOPBACK_HOSTS = %w[localhost 127.0.0.1 [::1]].freeze
+    # Headers a proxy adds to say whom it forwards for: X-Forwarded-*, Forwarded, X-Real-IP, Via, and the CDNs' own.
+    PROXY_HEADER = /\AHTTP_(X_FORWARDED_\w+|FORWARDED|X_REAL_IP|VIA|CF_CONNECTING_IP|\w*CLIENT_IP)\z/
 
     class << self
       # The instance `mount Bobbin::Dashboard` serves; set it to configure auth for a mounted dashboard.
@@ -55,13 +59,15 @@ module Bobbin
 
     private
       # Without an auth hook: in development and test (or with no environment set at all), to this machine alone: the
-      # peer's own address (not Rack's request.ip, which believes X-Forwarded-For from any private address), and no
-      # proxy in between (a proxy on this machine would make every visitor local). Development alone is not enough:
-      # rackup sets RACK_ENV=development when nothing is set, and `rackup -o 0.0.0.0` served every visitor.
+      # peer's own address (not Rack's request.ip, which believes X-Forwarded-For from any private address), no proxy
+      # in between (a proxy on this machine would make every visitor local: nginx's common `X-Real-IP` alone did), and
+      # a loopback name in Host (a page on a name rebound to 127.0.0.1 would otherwise read and act on it). Development
+      # alone is not enough: rackup sets RACK_ENV=development when nothing is set, and `rackup -o 0.0.0.0` served all.
       def open_to?(request)
-        return false unless local_environment?
+        return false unless local_environment? && LOOPBACK.include?(request.get_header("REMOTE_ADDR"))
 
-        LOOPBACK.include?(request.get_header("REMOTE_ADDR")) && !request.has_header?("HTTP_X_FORWARDED_FOR") && !request.has_header?("HTTP_FORWARDED")
+        host = request.get_header("HTTP_HOST")
+        (host.nil? || LOOPBACK_HOSTS.include?(host.downcase.sub(/:\d+\z/, ""))) && request.env.each_key.none? { |key| PROXY_HEADER.match?(key) }
       end
 
       def local_environment? = @environments.all? { |name| LOCAL.include?(name) }
@@ -69,8 +75,8 @@ module Bobbin
       def auth_missing(request)
         this = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set"
         why = if local_environment?
-          "Without an auth hook the Bobbin dashboard serves only requests from this machine, with no proxy in between (#{this}, and " \
-            "the request does not come from this machine)."
+          "Without an auth hook the Bobbin dashboard serves only requests from this machine to localhost, with no proxy in between " \
+            "(#{this}, and the request does not come from this machine, or names another host, or came through a proxy)."
         else
           "The Bobbin dashboard needs an auth hook outside development and test (#{this})."
         end

@@ -7,7 +7,7 @@ require "rack/mock"
 class DashboardAppTest < Bobbin::TestCase
   include OperatorHelper
 
-  LOCAL = { "REMOTE_ADDR" => "127.0.0.1" }.freeze # a request from this machine
+  LOCAL = { "REMOTE_ADDR" => "127.0.0.1", "HTTP_HOST" => "localhost:9292" }.freeze # a request from this machine
 
   setup { Bobbin::Operator::Stats.forget_throughput } # an earlier test's rows, gone now, in the chart's kept minutes
 
@@ -66,21 +66,42 @@ class DashboardAppTest < Bobbin::TestCase
     names = %w[BOBBIN_ENV RAILS_ENV RACK_ENV]
     saved = ENV.to_h.slice(*names)
     names.each { |name| ENV.delete(name) }
-    from = ->(ip, **headers) { Rack::MockRequest.new(Bobbin::Dashboard.new).get("/queues", "REMOTE_ADDR" => ip, **headers) }
+    from = ->(ip, **headers) { Rack::MockRequest.new(Bobbin::Dashboard.new).get("/queues", "REMOTE_ADDR" => ip, "HTTP_HOST" => "localhost:9292", **headers) }
     assert_equal [ 200, 200 ], [ from.("127.0.0.1").status, from.("::1").status ]
+    assert_equal [ 200, 200, 200 ], %w[127.0.0.1:9292 [::1]:9292 LOCALHOST].map { |host| from.("127.0.0.1", "HTTP_HOST" => host).status }
     refused = from.("10.0.0.5")
     assert_equal 403, refused.status
-    assert_match(/serves only requests from this machine, with no proxy in between \(no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine\)/, refused.body)
+    assert_match(/serves only requests from this machine to localhost, with no proxy in between \(no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set, and the request does not come from this machine, or names another host, or came through a proxy\)/, refused.body)
     assert_equal 403, from.("10.0.0.5", "HTTP_X_FORWARDED_FOR" => "127.0.0.1").status, "Rack would take 127.0.0.1 for the client"
-    assert_equal 403, from.("127.0.0.1", "HTTP_X_FORWARDED_FOR" => "203.0.113.7").status, "a proxy on this machine"
-    assert_equal 403, from.("127.0.0.1", "HTTP_FORWARDED" => "for=203.0.113.7").status, "a proxy on this machine (RFC 7239)"
+    # A proxy on this machine: each header one may add alone (nginx's common `proxy_set_header X-Real-IP` did, with Host
+    # rewritten to the upstream's 127.0.0.1:port) and RFC 7239's.
+    { "HTTP_X_FORWARDED_FOR" => "203.0.113.7", "HTTP_FORWARDED" => "for=203.0.113.7", "HTTP_X_REAL_IP" => "203.0.113.7", "HTTP_VIA" => "1.1 nginx",
+      "HTTP_X_FORWARDED_HOST" => "jobs.example.com", "HTTP_CF_CONNECTING_IP" => "203.0.113.7", "HTTP_TRUE_CLIENT_IP" => "203.0.113.7",
+      "HTTP_X_CLIENT_IP" => "203.0.113.7" }.each do |header, value|
+      assert_equal 403, from.("127.0.0.1", "HTTP_HOST" => "127.0.0.1:9441", header => value).status, "#{header}: a proxy on this machine"
+    end
+    assert_equal 403, from.("127.0.0.1", "HTTP_HOST" => "attacker.example:9292").status, "a page on a name rebound to 127.0.0.1 (DNS rebinding)"
     ENV["RACK_ENV"] = "development" # what rackup sets when nothing is: `rackup -o 0.0.0.0` must not open it to all
     assert_equal [ 200, 403 ], [ from.("127.0.0.1").status, from.("10.0.0.5").status ]
-    assert_match(/\(this is development, and the request does not come from this machine\)/, from.("10.0.0.5").body)
+    assert_match(/\(this is development, and the request does not come from this machine, or names another host/, from.("10.0.0.5").body)
     ENV["BOBBIN_ENV"] = "production"
     assert_match(/this is production \/ development/, from.("127.0.0.1").body)
   ensure
     names.each { |name| saved&.key?(name) ? ENV[name] = saved[name] : ENV.delete(name) }
+  end
+
+  test "mounted in an app with a session of its own (Rails), the dashboard keeps its own: the app's is neither copied nor changed" do
+    app_session = { "user_note" => "USER-SESSION-DATA-#{'x' * 5_000}" }
+    app = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development"))
+    id = insert_jobs(1, **failed_attributes).first
+    page = app.get("/jobs/#{id}", **LOCAL, "rack.session" => app_session)
+    assert_equal 200, page.status, "the app's 5 KB session is not in the dashboard's cookie (past 4 KB every page failed)"
+    cookie = page.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
+    assert_operator cookie.bytesize, :<, 1_000
+    assert_equal [ "user_note" ], app_session.keys, "no CSRF key or notice written into the app's session"
+    token = page.body[%r{<form method="post" action="/jobs/#{id}/retry"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"}, 1]
+    retried = app.post("/jobs/#{id}/retry", **LOCAL, "HTTP_COOKIE" => cookie, "rack.session" => app_session, params: { "_csrf" => token })
+    assert_equal [ 302, "ready" ], [ retried.status, Bobbin::JobRecord.find(id).state ], "the CSRF key comes from its own cookie"
   end
 
   test "a bulk action is retry or discard, named exactly: any other operation is refused, not taken for discard" do

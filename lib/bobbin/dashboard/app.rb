@@ -14,11 +14,13 @@ module Bobbin
       ).freeze
       ASSETS = { "app.css" => "text/css", "app.js" => "text/javascript" }.freeze
 
-      # A subclass bound to `dashboard` (auth, read-only) with its own session secret.
+      # A subclass bound to `dashboard` (auth, read-only) with its own session secret. Its session is its own, under a
+      # key of its own in env: under rack.session, in a Rails app, it took the app's session and wrote all of it into
+      # the dashboard's cookie (readable for 30 days with Bobbin's secret; past 4 KB every page failed).
       def self.configured(dashboard, secret)
         Class.new(self) do
           opts[:dashboard] = dashboard
-          plugin :sessions, secret: secret, key: "bobbin.dashboard", cookie_options: { same_site: :strict, httponly: true }
+          plugin :sessions, secret: secret, key: "bobbin.dashboard", env_key: "bobbin.dashboard.session", cookie_options: { same_site: :strict, httponly: true }
           plugin :flash # what an action did, shown once on the page it redirects to (from a URL, anyone could plant text)
           plugin :route_csrf, require_request_specific_tokens: true do |_request|
             response.status = 403
