@@ -6,6 +6,12 @@ module Bobbin
   # SQL_ASCII database too, handing them back as binary), it comes out as valid UTF-8, so one bad row cannot fail
   # the page, the scrape or the command that shows it.
   module Printable
+    # Unicode's bidirectional embedding, override and isolate controls (the "Trojan Source" set): invisible, and they
+    # reorder the text after them, so an error reading `report\u202Efdp.exe` shows as "reportexe.pdf".
+    BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/
+    # What a terminal or a log line shows escaped: control characters, and the bidi controls.
+    UNPRINTABLE = /\p{Cc}|#{BIDI_CONTROLS}/
+
     module_function
 
     # `text` as valid UTF-8: a binary String's bytes read as UTF-8, bytes that are not UTF-8 replaced by U+FFFD.
@@ -16,8 +22,13 @@ module Bobbin
       text.valid_encoding? ? text : text.scrub
     end
 
-    # For a terminal or a log line: utf8, and control characters shown escaped (`\e[2J`), not obeyed — an error
-    # raised with text from outside could otherwise clear the screen or retitle the window.
-    def printable(text) = utf8(text).gsub(/\p{Cc}/) { |char| char.dump[1..-2] }
+    # For a terminal or a log line: utf8, and control characters shown escaped (`\e[2J`, `\u202E`), not obeyed — an
+    # error raised with text from outside could otherwise clear the screen, retitle the window or reverse the text.
+    def printable(text) = escaped(utf8(text), UNPRINTABLE)
+
+    # For a page (which shows control characters as they are, harmless): utf8, and the bidi controls shown escaped.
+    def displayable(text) = escaped(utf8(text), BIDI_CONTROLS)
+
+    def escaped(text, pattern) = text.gsub(pattern) { |char| char.dump[1..-2] }
   end
 end

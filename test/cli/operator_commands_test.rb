@@ -95,12 +95,12 @@ class OperatorCommandsTest < Bobbin::TestCase
   end
 
   test "control characters in job data are shown escaped, not sent to the terminal" do
-    insert_jobs(1, queue: "q\e]0;title\a", class_name: "EchoJob", **failed_attributes, last_error_message: "boom \e[2J\r\e[31mred\b end")
+    insert_jobs(1, queue: "q\e]0;title\a", class_name: "EchoJob", **failed_attributes, last_error_message: "boom \e[2J\r\e[31mred\b end report\u202Efdp.exe\u2066")
     status, out, err = run_bobbin("jobs", "--state", "failed")
     assert_equal 0, status.exitstatus, err
-    assert_no_match(/[\e\a\b\r]/, out)
+    assert_no_match(/[\e\a\b\r\u202E\u2066]/, out)
     assert_includes out.lines[1], 'q\e]0;title\a'
-    assert_includes out.lines[1], 'boom \e[2J\r\e[31mred\b end'
+    assert_includes out.lines[1], 'boom \e[2J\r\e[31mred\b end report\u202Efdp.exe\u2066'
     status, out, err = run_bobbin("queues")
     assert_equal 0, status.exitstatus, err
     assert_no_match(/[\e\a]/, out)

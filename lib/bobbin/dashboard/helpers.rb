@@ -11,8 +11,9 @@ module Bobbin
               [ "Blocked", "/jobs?state=blocked" ], [ "Running", "/jobs?state=running" ], [ "Failed", "/jobs?state=failed" ], [ "Finished", "/jobs?state=succeeded" ],
               [ "All jobs", "/jobs" ], [ "Processes", "/processes" ], [ "Recurring", "/recurring" ] ].freeze
 
-      # HTML-escaped, and valid UTF-8 whatever bytes the row held: one such row failed the whole page.
-      def h(value) = ERB::Util.html_escape(Printable.utf8(value))
+      # HTML-escaped, and valid UTF-8 whatever bytes the row held: one such row failed the whole page; bidi controls
+      # shown as `\u202E`, not obeyed.
+      def h(value) = ERB::Util.html_escape(Printable.displayable(value))
 
       # `relative` under the mount point.
       def path(relative) = "#{request.script_name}#{relative}"
