@@ -223,6 +223,25 @@ class DashboardAppTest < Bobbin::TestCase
     end
   end
 
+  test "a pause of a name no queue can have, or of a field sent twice as text and list, is a 400 saying why, and pauses nothing" do
+    app = Bobbin::Dashboard.new(environment: "development")
+    insert_jobs(1, queue: "q") # queues on the page, one paused: their forms carry the tokens
+    insert_jobs(1, queue: "r")
+    Bobbin.pause("r")
+    %w[pause resume].each do |operation|
+      response = post_form(app, "/queues", "/queues/#{operation}", params: { "queue" => "q" * 5_000 })
+      assert_equal 400, response.status, "its notice overflowed the session cookie: a 500"
+      assert_includes CGI.unescapeHTML(response.body), "a queue's name is at most 255 bytes, got 5000"
+    end
+    page = get(app, "/queues")
+    token = page.body[/<form method="post" action="\/queues\/pause"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"/, 1]
+    twice = Rack::MockRequest.new(app).post("/queues/pause", **LOCAL, "HTTP_COOKIE" => page.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/],
+                                            input: "_csrf=#{CGI.escape(token)}&queue=x&queue[]=y", "CONTENT_TYPE" => "application/x-www-form-urlencoded")
+    assert_equal 400, twice.status
+    assert_equal [ "r" ], Bobbin::QueuePause.pluck(:queue)
+    assert_raises(ArgumentError) { Bobbin.pause("q" * 256) }
+  end
+
   test "the processes page shows a fiber pool's loop lag, stalls and the recent stalls, escaped" do
     stall = { id: 42, class_name: "<b>Job</b>", duration_ms: 312.4, location: "app/jobs/x.rb:7", at: "2026-11-24T22:00:00Z" }
     Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 5, busy: 1, recent_stalls: [ stall ] })
@@ -235,6 +254,16 @@ class DashboardAppTest < Bobbin::TestCase
 
     Bobbin::ProcessRecord.update_all(metadata: JSON.generate(mode: "fibers", quiet: true))
     assert_match(%r{<td>fibers · quiet</td>}, get(Bobbin::Dashboard.new(environment: "development"), "/processes").body)
+  end
+
+  test "bidi override and isolate characters in job data are shown escaped, not obeyed (text read reversed)" do
+    id = insert_jobs(1, queue: "q\u2066x", **failed_attributes, last_error_message: "report\u202Efdp.exe").first
+    app = Bobbin::Dashboard.new(environment: "development")
+    [ "/jobs?state=failed", "/jobs/#{id}", "/queues" ].each do |page|
+      body = get(app, page).body.force_encoding(Encoding::UTF_8)
+      assert_no_match(/[\u202A-\u202E\u2066-\u2069]/, body, page)
+      assert_includes body, page == "/queues" ? 'q\u2066x' : 'report\u202Efdp.exe', page
+    end
   end
 
   test "the queues page shows a queue's count past its cap as 10,000+" do

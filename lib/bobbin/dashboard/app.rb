@@ -115,7 +115,7 @@ module Bobbin
           flash["notice"] = "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}."
           r.redirect(path("/queues"))
         end
-      rescue ArgumentError => error
+      rescue ArgumentError, Rack::QueryParser::ParameterTypeError => error # a field sent as both `q=` and `q[]=`
         response.status = 400
         view(:refused, locals: { message: error.message })
       rescue *Store::CONNECTION_ERRORS => error # the details (hosts, sockets) go to the log, not to the page

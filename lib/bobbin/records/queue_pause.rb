@@ -8,15 +8,27 @@ module Bobbin
     # Pauses `queue` (idempotent) and tells every worker, so announcements of its new jobs wake none of them; returns
     # 1, or 0 when it was paused already.
     def self.pause(queue)
-      raise ArgumentError, "a queue's name must not be blank, got #{queue.inspect}" if queue.to_s.strip.empty?
-
-      insert_all([ { queue: queue.to_s, created_at: Time.now.utc } ], unique_by: :bobbin_pauses_queue)
-        .length.tap { Wakeups.announce([ queue.to_s ], paused: true) }
+      queue = checked(queue)
+      insert_all([ { queue: queue, created_at: Time.now.utc } ], unique_by: :bobbin_pauses_queue)
+        .length.tap { Wakeups.announce([ queue ], paused: true) }
     end
 
     # Resumes `queue` (idempotent) and wakes the workers that take it; returns 1, or 0 when it was not paused.
     def self.resume(queue)
-      where(queue: queue.to_s).delete_all.tap { |resumed| Wakeups.announce([ queue.to_s ], paused: false) if resumed.positive? }
+      queue = checked(queue)
+      where(queue: queue).delete_all.tap { |resumed| Wakeups.announce([ queue ], paused: false) if resumed.positive? }
+    end
+
+    # `queue` as a String that can name a queue: not blank, at most the bytes an enqueue allows (no job is in a longer
+    # one, and the dashboard's notice repeating a 5,000-byte name overflowed its cookie); else ArgumentError.
+    def self.checked(queue)
+      queue = queue.to_s
+      raise ArgumentError, "a queue's name must not be blank, got #{queue.inspect}" if queue.strip.empty?
+      if queue.bytesize > Client::Fields::QUEUE_BYTES
+        raise ArgumentError, "a queue's name is at most #{Client::Fields::QUEUE_BYTES} bytes, got #{queue.bytesize} (#{queue[0, 40].inspect}…)"
+      end
+
+      queue
     end
   end
 end
