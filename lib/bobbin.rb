@@ -85,6 +85,7 @@ module Bobbin
     # Creates or upgrades Bobbin's tables; idempotent.
     def migrate!
       Record.connection_pool.with_connection { |connection| Schema.up(connection) }
+      Schema.initialized_for_rails(Record.connection_pool) if defined?(::Rails.application) && ::Rails.application
     end
 
     # Enqueues many jobs in one INSERT: `Bobbin.enqueue_all([[FetchJob, ["a"]], [FetchJob, ["b"]]])`; returns ids.

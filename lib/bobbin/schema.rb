@@ -32,6 +32,15 @@ module Bobbin
       connection.clear_cache!
     end
 
+    # Gives Bobbin's database Rails' own tables (schema_migrations, ar_internal_metadata) where it has none. Rails'
+    # db:migrate and db:prepare load the schema dump into a database without schema_migrations, and a dump's
+    # `create_table ..., force: :cascade` dropped the jobs of tables `bobbin migrate` had made (a trial). With them, it
+    # runs the app's migrations instead: Bobbin's own find their work done.
+    def initialized_for_rails(pool)
+      pool.schema_migration.create_table
+      pool.internal_metadata.create_table_and_set_flags(pool.db_config.env_name)
+    end
+
     # Drops Bobbin's tables (tests and `rails db:rollback`).
     def down(connection)
       %i[bobbin_schema bobbin_recurring_runs bobbin_recurring_tasks bobbin_pauses bobbin_processes bobbin_jobs].each { |table| connection.drop_table(table, if_exists: true) }

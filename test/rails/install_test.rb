@@ -115,6 +115,22 @@ class RailsInstallTest < Bobbin::TestCase
     VersionOneSchema::Record.remove_connection
   end
 
+  # Rails loads the schema dump into a database without schema_migrations before it migrates, and a dump's
+  # create_table has force: :cascade: tables made by bobbin:migrate lost every job at the README's next step (a trial).
+  test "bin/rails db:migrate after bin/rails bobbin:migrate keeps the queue database's jobs, with a real schema dump beside it" do
+    stub = app.read("db/queue_schema.rb")
+    app.run!("bin/rails", "db:schema:dump:queue")
+    assert_match(/create_table "bobbin_jobs", force: :cascade/, app.read("db/queue_schema.rb"))
+    app.run!("bin/rails", "db:drop:queue", "db:create:queue")
+    assert_match(/created Bobbin's tables \(schema version #{Bobbin::Schema::VERSION}\)/, app.run!("bin/rails", "bobbin:migrate"))
+    app.run!("bin/rails", "runner", "FileJob.perform_later('kept-through-db-migrate')")
+
+    app.run!("bin/rails", "db:migrate")
+    assert_match(/"ready": 1/, app.run!("bin/rails", "bobbin:counts"))
+  ensure
+    File.write(app.path("db/queue_schema.rb"), stub) if stub
+  end
+
   test "the Puma plugin runs the supervisor beside Puma, and stops it with Puma" do
     app.run!("bin/rails", "runner", 'FileJob.perform_later("from-puma")')
     log = app.path("log/puma.log")
