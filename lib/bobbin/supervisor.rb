@@ -171,11 +171,14 @@ module Bobbin
       # Waits until every worker has ended or `deadline`, beating meanwhile: a long graceful stop must not look
       # like a dead supervisor to the other hosts. Beats go on a thread of their own, so a database that does not
       # answer cannot hold the wait past its deadline.
-      # A stop signal meanwhile (QUIT, or TERM or INT again: a second Ctrl-C) stops them now, as QUIT does.
+      # QUIT meanwhile, or INT again (a second Ctrl-C), stops them now, as QUIT does. TERM again does not: systemd
+      # signals every process of the unit, and Puma's plugin sends its own TERM once Puma has stopped.
       def wait_for_workers(deadline, graceful = false)
         beat_at = Bobbin.monotonic + Bobbin.config.heartbeat_interval
         until @slots.none?(&:alive?) || Bobbin.monotonic > deadline
           if graceful && SIGNALS.include?(again = next_signal(0.05))
+            next Bobbin.logger.info("bobbin supervisor: TERM while stopping gracefully; QUIT (or INT again) stops workers now") if again == "TERM"
+
             Bobbin.logger.info("bobbin supervisor: #{again} while stopping, stopping workers now")
             @slots.each { |slot| slot.stop(graceful: false) }
             deadline = [ deadline, Bobbin.monotonic + KILL_GRACE ].min

@@ -47,6 +47,29 @@ class SupervisorTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "every process deregistered"
   end
 
+  # systemd's KillMode=control-group, Ctrl-C in a terminal and foreman signal every process of the group, the supervisor
+  # forwards the signal too, and Puma's plugin sends the supervisor a TERM of its own: the workers took the forward for a
+  # second signal and interrupted their jobs at once, whatever shutdown_timeout said (a trial, 3 of 3).
+  %i[TERM INT].each do |signal|
+    test "#{signal} to the whole process group is one graceful stop: the running jobs finish" do
+      Bobbin.enqueue_all(Array.new(2) { |i| [ CrashSafeJob, [ 3, "long-#{i}" ] ] })
+      log = File.join(Dir.mktmpdir, "bobbin.log")
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("start", "--fibers", "2", "--processes", "2", "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
+        wait_for("2 jobs started") { StartEntry.count == 2 }
+        Process.kill(signal, -pids.first)
+        if signal == :TERM # then the supervisor alone again, as Puma's plugin does once Puma has stopped
+          wait_for("the stop to begin") { File.read(log).include?("stopping workers gracefully") }
+          Process.kill(:TERM, pids.first)
+        end
+        assert wait_exit(pids.first, timeout: 60)&.success?, File.read(log)
+      end
+      assert_equal %w[long-0 long-1], LedgerEntry.order(:key).pluck(:key), File.read(log)
+      refute_match(/interrupting the running jobs now|stopping workers now/, File.read(log))
+    end
+  end
+
   # Signalled alone (kill PID, not the group, as systemd's KillMode=mixed or an operator does), the supervisor read no
   # signal while it waited for its workers: a QUIT after TERM was lost and the stop took the whole shutdown_timeout.
   test "QUIT to the supervisor while its TERM waits for long jobs stops the workers at once" do
