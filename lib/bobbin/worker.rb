@@ -319,7 +319,7 @@ module Bobbin
           released = @claimer.release_all(keep: held_ids)
           @quieted = true
           Bobbin.logger.info("bobbin worker #{@process_id} quiet: claiming no more jobs; #{@executor.busy} running finish here, " \
-                             "#{released} claimed ahead returned to ready")
+                             "#{released} claimed ahead handed back")
         end
         wait(1.0)
       rescue Store::Unavailable => error
@@ -396,8 +396,8 @@ module Bobbin
       def release_unfinished
         unwritten = flush_outcomes_until((@stopping_at || Bobbin.monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
         unwritten_jobs = "#{unwritten} #{'finished job'.pluralize(unwritten)} whose outcome could not be written"
-        released = @claimer.release_all(keep: unreleasable)
-        Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs returned to ready" \
+        released = @claimer.release_all(keep: unreleasable) # to ready, or blocked behind their concurrency limit (a trial)
+        Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs handed back to run again" \
                            "#{"; #{unwritten_jobs} stay claimed until recovery returns them to ready" if unwritten.positive?}" \
                            "#{"; #{@stuck.size} still running after their interrupt (below)" if @stuck.any?}")
       rescue Store::Unavailable => error

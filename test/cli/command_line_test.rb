@@ -38,6 +38,16 @@ class CommandLineTest < Bobbin::TestCase
     end
   end
 
+  test "the help shows retry's and discard's two forms, and every column bobbin queues prints" do
+    once_per_run
+    %w[retry discard].each do |command|
+      status, out, = run_without_url(command, "--help")
+      assert_equal 0, status.exitstatus
+      assert_match(/\AUsage: bobbin #{command} ID\.\.\. \[options\]\n   or: bobbin #{command} --failed\|--all \[filters\] \[options\]\n/, out)
+    end
+    assert_match(/^  queues   list queues: due, scheduled, blocked, running, failed, latency, paused$/, run_without_url("--help")[1])
+  end
+
   test "--drain is work's alone: start and doctor refuse it instead of running on" do
     once_per_run
     assert_match(/--drain/, run_without_url("work", "--help")[1])

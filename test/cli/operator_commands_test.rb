@@ -151,6 +151,16 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/at most 10000 rows \(go on with --after\)/, err)
   end
 
+  # OptionParser put the flag before the message ("invalid argument: --limit --limit 10001: …").
+  test "a --limit out of range is one usage line naming the flag once" do
+    { %w[--limit 10001] => "--limit 10001: a page has at most 10000 rows (go on with --after)",
+      %w[--limit=10001] => "--limit 10001: a page has at most 10000 rows (go on with --after)",
+      %w[--limit 0] => "--limit 0: a page has 1 row or more" }.each do |args, message|
+      status, out, err = run_bobbin("jobs", *args)
+      assert_equal [ 64, "", "bobbin: #{message}\n" ], [ status.exitstatus, out, err ], args.join(" ")
+    end
+  end
+
   test "queues and processes print one aligned line each" do
     insert_jobs(2, queue: "mail", run_at: Time.now.utc - 90)
     Bobbin::Operator.pause("mail")

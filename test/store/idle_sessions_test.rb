@@ -36,6 +36,6 @@ class IdleSessionsTest < Bobbin::TestCase
     end
     output = File.read(log)
     assert_no_match(/unavailable|failed|notifications lost|retrying/, output)
-    assert_match(/stopped; 0 unfinished jobs returned to ready/, output)
+    assert_match(/stopped; 0 unfinished jobs handed back to run again/, output)
   end
 end

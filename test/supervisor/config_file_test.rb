@@ -32,6 +32,20 @@ class ConfigFileTest < Bobbin::TestCase
                  pools.map { |p| [ p.queues, p.mode, p.size, p.processes, p.polling_interval ] }
   end
 
+  test "a section without workers: is settings only: the pools stay as configured otherwise" do
+    default = Bobbin.config.pools
+    pools = load("production:\n  shutdown_timeout: 7\n")
+    assert_equal 7, Bobbin.config.shutdown_timeout
+    assert_equal default, pools
+    assert_equal [ [ [ "*" ], :fibers, 100, 1 ] ], Bobbin.config.pools.map { |p| [ p.queues, p.mode, p.size, p.processes ] }
+
+    Bobbin.configure { |c| c.workers = [ { queues: [ "chat" ], threads: 3 }, { queues: [ "cpu" ], threads: 1, polling_interval: 5 } ] }
+    load("production:\n  polling_interval: 0.2\n")
+    assert_equal [ [ [ "chat" ], :threads, 3, 0.2 ], [ [ "cpu" ], :threads, 1, 5.0 ] ],
+                 Bobbin.config.pools.map { |p| [ p.queues, p.mode, p.size, p.polling_interval ] },
+                 "Bobbin.configure's pools kept; the one that took the global polling_interval follows the file's"
+  end
+
   test "the section comes from BOBBIN_ENV, then RAILS_ENV, then RACK_ENV, else development" do
     names = %w[BOBBIN_ENV RAILS_ENV RACK_ENV]
     saved = ENV.to_h.slice(*names)

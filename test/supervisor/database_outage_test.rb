@@ -124,7 +124,7 @@ class DatabaseOutageTest < Bobbin::TestCase
       assert wait_exit(pids.first, timeout: 60)&.success?, "the worker exited cleanly:\n#{File.read(log)}"
     end
     assert_equal [ "succeeded", 0 ], query { Bobbin::JobRecord.sole.then { |job| [ job.state, job.crashes ] } }, "written, not left to recovery"
-    assert_match(/bobbin worker \d+ stopped; 0 unfinished jobs returned to ready\n/, File.read(log))
+    assert_match(/bobbin worker \d+ stopped; 0 unfinished jobs handed back to run again\n/, File.read(log))
   ensure
     pg_ctlcluster(*cluster, "start") if cluster
   end

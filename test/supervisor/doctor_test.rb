@@ -46,6 +46,15 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/OK: this configuration fits/, report)
   end
 
+  test "the notifications line says how soon new jobs wake idle workers, as the README does" do
+    _, report = doctor([ { "fibers" => 10 } ])
+    if postgres?
+      assert_match(/^Notifications: LISTEN\/NOTIFY round trip OK/, report)
+    else
+      assert_match(/^Notifications: SQLite — workers in the enqueuing process wake at once, other processes within 5–50 ms \(they watch the database file: every 5 ms while it changes, every 50 ms once it has not changed for 1 s\)$/, report)
+    end
+  end
+
   test "with Bobbin's tables in a database of their own, the jobs' connections to it count too" do
     Bobbin::Record.establish_connection(TestDatabase.url_with_pool(4)) # as config.bobbin.connects_to does
     _, report = doctor([ { "fibers" => 100, "processes" => 2 } ])

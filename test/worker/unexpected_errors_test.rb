@@ -84,7 +84,7 @@ class UnexpectedErrorsTest < Bobbin::TestCase
       worker.stop
       assert @worker_thread.join(30)
     end
-    assert_match(/quiet: claiming no more jobs; \d+ running finish here, 0 claimed ahead returned to ready/, log)
+    assert_match(/quiet: claiming no more jobs; \d+ running finish here, 0 claimed ahead handed back/, log)
     assert_equal 1, LedgerEntry.where(key: "in-flight").count
   ensure
     locker&.disconnect! # its row lock goes with it, should the test have failed holding it
