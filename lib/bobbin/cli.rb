@@ -19,7 +19,7 @@ module Bobbin
         jobs     list jobs, newest first (--state S --queue Q --class C --search TEXT --limit N --after CURSOR)
         retry ID...|--failed [filters]    run failed/discarded jobs again (exit 1 if one could not be)
         discard ID...|--failed [filters]  give up on failed/waiting jobs (never running ones)
-        queues   list queues: due, scheduled, blocked, running, failed, latency, paused
+        queues   list queues: due, scheduled, running, failed, latency, paused
         processes  list worker processes: mode, capacity, busy, heartbeat age, memory, connections
         dashboard  serve the web dashboard (--port 9292 --host 127.0.0.1; RACK_ENV=development unless --auth-token)
         metrics    serve Prometheus metrics (--port 9394 --host 127.0.0.1; --auth-token for HTTP basic auth)

@@ -157,7 +157,8 @@ module Bobbin
             return "bin/rails db:migrate            create Bobbin's tables beside those of db/#{database}_schema.rb (or bin/rails bobbin:migrate)"
           end
 
-          "bin/rails db:migrate            bring Bobbin's tables from schema version #{installed.version} to #{Schema::VERSION} " \
+          from = installed.unnoted? ? "an older schema version (Bobbin's files do not note which)" : "schema version #{installed.version}"
+          "bin/rails db:migrate            bring Bobbin's tables from #{from} to #{Schema::VERSION} " \
             "(#{separate? ? "in the #{database} database; " : ''}or bin/rails bobbin:migrate)"
         end
 

@@ -35,6 +35,10 @@ module Bobbin
         @version = [ schema_file_version, *migration_versions ].compact.max
       end
 
+      # True when the version is the oldest only for want of a note: a create migration or db/queue_schema.rb written
+      # before the generator noted versions (up to version 8's), so the tables may be at any older version.
+      def unnoted? = version == 1 && @unnoted
+
       # True when the app has Bobbin's files but they install an older schema than this Bobbin needs.
       def outdated?(current = Schema::VERSION) = !version.nil? && version < current
 
@@ -63,7 +67,12 @@ module Bobbin
           text.include?('create_table "bobbin_jobs"') ? 1 : 0
         end
 
-        def noted_version(text) = text[MARKER, 1]&.to_i || 1
+        def noted_version(text)
+          return text[MARKER, 1].to_i if text.match?(MARKER)
+
+          @unnoted = true
+          1
+        end
     end
   end
 end
