@@ -63,7 +63,7 @@ class InstallGeneratorTest < Bobbin::TestCase
     upgrade = upgrades("db/migrate")
     assert_equal [ "upgrade_bobbin_tables_to_#{VERSION}.rb" ], upgrade.map { |f| File.basename(f).sub(/\A\d+_/, "") }
     text = File.read(path(upgrade.first))
-    assert_match(/class UpgradeBobbinTablesTo#{VERSION} < ActiveRecord::Migration\[\d\.\d\]\n  def up = Bobbin::Schema.up\(connection\)/, text)
+    assert_match(/class UpgradeBobbinTablesTo#{VERSION} < ActiveRecord::Migration\[\d\.\d\]\n  disable_ddl_transaction!\n\n  def up = Bobbin::Schema.up\(connection\)/, text)
     assert_match(/bin\/rails db:migrate\s+bring Bobbin's tables from an older schema version \(Bobbin's files do not note which\) to #{VERSION}/, output)
 
     generate("--database", "primary")
