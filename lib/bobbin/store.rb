@@ -138,9 +138,26 @@ module Bobbin
     # are durable.
     def self.insert(rows)
       own = Record.connection_pool.active_connection?
-      return Record.with_connection { |connection| write(connection, rows) } if own&.transaction_open? || rows.any? { |row| row[:concurrency_key] }
+      ids = if own&.transaction_open? || rows.any? { |row| row[:concurrency_key] }
+        Record.with_connection { |connection| write(connection, rows) }
+      else
+        group_commit.insert(rows).tap { own&.clear_query_cache }
+      end
+      same_file!(ids)
+    end
 
-      group_commit.insert(rows).tap { own&.clear_query_cache }
+    # `ids`, unless the SQLite file this process enqueues into is no longer at its path (moved, deleted or replaced
+    # since the process's first enqueue): the rows went into the old file, which no worker reads any more, and the
+    # caller hears so (a trial: a web process went on enqueuing into a deleted file, each call returning an id).
+    def self.same_file!(ids)
+      db_config = Record.connection_db_config
+      @enqueue_file = [ db_config, DatabaseFile.open(db_config) ] unless @enqueue_file&.first.equal?(db_config)
+      file = @enqueue_file.last
+      return ids unless file&.replaced?
+
+      jobs = ids.one? ? "job #{ids.first}" : "#{ids.size} jobs (#{ids.first}…#{ids.last})"
+      raise EnqueueError, "the SQLite database #{file.path} was moved, deleted or replaced since this process opened it: #{jobs} went " \
+                          "into the old file it still has open, which no worker reads; start this process again to open the file at the path"
     end
 
     # One statement on `connection`, around Active Record's query cache (two identical enqueues are two jobs) and
