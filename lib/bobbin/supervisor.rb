@@ -67,7 +67,8 @@ module Bobbin
       # exits EXIT_REPLACED for the process manager to start it again on the file at the path.
       def database_replaced
         Bobbin.logger.error("bobbin supervisor: #{Store::DatabaseFile.replaced(@database_file.path)}: stopping every worker " \
-                            "and exiting #{Store::DatabaseFile::EXIT_REPLACED}, to be started again on the file there now")
+                            "and exiting #{Store::DatabaseFile::EXIT_REPLACED}, to be started again on the file there now; " \
+                            "#{Store::DatabaseFile::BEFORE_RESTART}")
         @exit_status = Store::DatabaseFile::EXIT_REPLACED
         "its database file replaced"
       end

@@ -209,7 +209,8 @@ module Bobbin
     def stop_if_database_replaced
       return unless @database_file&.replaced?
 
-      Bobbin.logger.error("bobbin worker #{@process_id}: #{Store::DatabaseFile.replaced(@database_file.path)}: stopping, to be started again on the file there now")
+      Bobbin.logger.error("bobbin worker #{@process_id}: #{Store::DatabaseFile.replaced(@database_file.path)}: stopping, to be started again on the file " \
+                          "there now; #{Store::DatabaseFile::BEFORE_RESTART}")
       @database_file = nil
       @exit_status = Store::DatabaseFile::EXIT_REPLACED
       stop

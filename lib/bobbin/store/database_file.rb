@@ -15,6 +15,12 @@ module Bobbin
         new(path) if db_config.adapter.to_s.match?(/sqlite/i) && !path.empty? && !path.start_with?(":memory:", "file:")
       end
 
+      # What a restart on the file now at the path needs first: SQLite's -wal and -shm files belong to the path, and
+      # pages the old processes wrote to them reach a file moved over it while they ran (a trial: a copy made with
+      # VACUUM INTO, moved in under a busy worker, read "database disk image is malformed").
+      BEFORE_RESTART = "check that file first (sqlite3 FILE 'PRAGMA integrity_check'): one moved over the path while processes " \
+                       "had it open can be corrupt; replace the file only with every process stopped"
+
       # What to say of it, with the path.
       def self.replaced(path) = "the SQLite database #{path} was moved, deleted or replaced while it ran, and the old file " \
                                 "it still has open gets no new job"
