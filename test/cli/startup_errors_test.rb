@@ -195,7 +195,7 @@ class StartupErrorsTest < Bobbin::TestCase
       SQLite3::Database.new(path).close
       %w[start work doctor counts].each do |command|
         assert_config_exit(run_bobbin(command, env: { "DATABASE_URL" => url }),
-                           /Bobbin's tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\): run `bobbin migrate`/)
+                           /Bobbin's tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\) in the SQLite file #{path}: run `bobbin migrate`/)
       end
       File.delete(path)
       status, output = run_bobbin("migrate", env: { "DATABASE_URL" => url })
