@@ -8,7 +8,7 @@ module Bobbin
   # `bobbin dashboard --port 9292`, or in Rails `mount Bobbin::Dashboard, at: "/jobs"` (inside an `authenticate`
   # block, with `Bobbin::Dashboard.default = Bobbin::Dashboard.new(auth: ->(_) { true })`, or with an auth hook).
   #
-  # `auth` receives the Rack::Request and returns false/nil (refused: 403), true, or a String naming the operator
+  # `auth` receives the Rack::Request and returns false/nil or a blank String (refused: 403), true, or a String naming the operator
   # (recorded on the jobs they act on). Without `auth` it serves only in development and test (every one of
   # BOBBIN_ENV, RAILS_ENV, RACK_ENV that is set says so), and only this machine when none is set: anywhere else it
   # answers every request with a page saying how to configure one. `read_only: true` shows everything and changes
@@ -51,7 +51,7 @@ module Bobbin
       return auth_missing(request) unless @auth || open_to?(request)
 
       verdict = @auth ? @auth.call(request) : true
-      return "Access denied." unless verdict
+      return "Access denied." if !verdict || (verdict.is_a?(String) && verdict.strip.empty?) # "": a header or name left empty
 
       request.env["bobbin.operator"] = verdict.is_a?(String) ? verdict : "dashboard"
       nil

@@ -49,6 +49,8 @@ class DashboardAppTest < Bobbin::TestCase
       assert_equal 200, get(app, "/queues?key=s3cret").status
       assert_includes seen, "/queues"
     end
+    # A hook returning a header or a name that is empty (REMOTE_USER set to "" by a proxy) names no operator: refused.
+    [ "", "  " ].each { |name| assert_equal 403, get(Bobbin::Dashboard.new(environment: "production", auth: ->(_) { name }), "/queues").status }
   end
 
   test "without an auth hook outside development and test every page is refused, saying how to add one; its stylesheet is not" do
