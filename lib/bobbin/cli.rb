@@ -11,7 +11,9 @@ module Bobbin
       Usage: bobbin COMMAND [options]
         start    run the configured pools under a supervisor (-c config/bobbin.yml; TERM/INT graceful, QUIT now, TSTP quiet, TTIN dump)
         work     run one worker pool in the foreground (TERM/INT: graceful stop, QUIT: immediate, TSTP: quiet, TTIN: dump)
-        doctor   check a configuration against the database before deploy (exit 1 on a problem)
+        doctor   check a configuration against the database before deploy (exit 1 when a check fails; 78 when it cannot
+                 run them: a configuration it cannot use, no section for the environment, a database it cannot reach,
+                 Bobbin's tables missing or older, as for every command)
         pause Q  stop workers from claiming jobs of queue Q;  resume Q  let them again
         migrate  create or upgrade Bobbin's tables
         counts   print job counts by state
@@ -19,11 +21,18 @@ module Bobbin
         jobs     list jobs, newest first (--state S --queue Q --class C --search TEXT --limit N --after CURSOR)
         retry ID...|--failed [filters]    run failed/discarded jobs again (exit 1 if one could not be)
         discard ID...|--failed [filters]  give up on failed/waiting jobs (never running ones)
-        queues   list queues: due, scheduled, running, failed, latency, paused
+        queues   list queues: due, scheduled, blocked, running, failed, latency, paused
         processes  list worker processes: mode, capacity, busy, heartbeat age, memory, connections
         dashboard  serve the web dashboard (--port 9292 --host 127.0.0.1; RACK_ENV=development unless --auth-token)
         metrics    serve Prometheus metrics (--port 9394 --host 127.0.0.1; --auth-token for HTTP basic auth)
       Every command that uses the database takes -d URL (default DATABASE_URL) and -r FILE; bobbin COMMAND --help lists its options.
+    TEXT
+
+    # Under `bobbin doctor --help`: a failed check and checks that could not run are told apart.
+    DOCTOR_EXIT = <<~TEXT.chomp.prepend("\n")
+      Exit 0 when the configuration fits; 1 when a check fails (each is listed); 78 when the checks cannot run, with one
+      line on stderr: a configuration it cannot use (a bad file or flag, no section for the environment), a database it
+      cannot reach or use, Bobbin's tables missing or at an older schema version, a missing -r file.
     TEXT
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
@@ -106,7 +115,10 @@ module Bobbin
         Supervisor.new(mode: mode).start
       end
 
-      def doctor(argv) = Doctor.new(mode: configured(argv)[:mode]).run
+      def doctor(argv)
+        options = { mode: "fork" }
+        Doctor.new(mode: configured(argv, options, supervisor_parser(options, "doctor"))[:mode]).run
+      end
 
       # Parses start/doctor options (or work's), boots the app or database and loads the pools they describe.
       def configured(argv, options = { mode: "fork" }, parser = supervisor_parser(options), optional: false)
@@ -165,9 +177,9 @@ module Bobbin
       end
 
       # start's and doctor's options: a pool's, without work's --drain (a supervisor has no end to drain to).
-      def supervisor_parser(options)
+      def supervisor_parser(options, command = "start")
         pool_parser(options).tap do |o|
-          o.banner = "Usage: bobbin start|doctor [options]"
+          o.banner = "Usage: bobbin #{command} [options]#{DOCTOR_EXIT if command == 'doctor'}"
           o.on("-c", "--config FILE", "pools and settings (default config/bobbin.yml when present)") { |v| options[:config] = v }
           o.on("--processes N", Integer, "processes for the one pool given by flags") { |v| options[:processes] = v }
           o.on("--mode MODE", %w[fork async], "fork (default): a process per slot; async: threads in one process") { |v| options[:mode] = v }

@@ -9,7 +9,8 @@ module Bobbin
 
     # Largest JSON argument payload accepted at enqueue, in bytes (nil: no limit).
     attr_reader :max_argument_bytes
-    # Seconds a succeeded job stays in the table before cleanup deletes it (> 0; nil keeps forever).
+    # Seconds a finished job (succeeded or discarded) stays in the table before cleanup deletes it (> 0; nil keeps
+    # forever). Failed jobs stay until retried or discarded.
     attr_reader :retention
     # Seconds (≥ 0) a stopping worker waits for in-flight jobs before returning them to ready.
     attr_reader :shutdown_timeout

@@ -124,8 +124,11 @@ module Bobbin
 
         db_config = Record.connection_db_config
         unless Store.for_adapter(db_config.adapter) == Store::PostgreSQL
+          # The watcher backs off while the file is quiet, so the first job after a quiet spell waits the longest.
+          fast, slow = [ Wakeups::Watcher::INTERVAL, Wakeups::Watcher::QUIET_INTERVAL ].map { |seconds| (seconds * 1000).round }
           return @out.puts("Notifications: SQLite — workers in the enqueuing process wake at once, other processes within " \
-                           "#{(Wakeups::Watcher::INTERVAL * 1000).round} ms (they watch the database file)")
+                           "#{fast}–#{slow} ms (they watch the database file: every #{fast} ms while it changes, every " \
+                           "#{slow} ms once it has not changed for #{format('%g', Wakeups::Watcher::QUIET)} s)")
         end
         return @out.puts("Notifications: LISTEN/NOTIFY round trip OK (idle workers start new jobs within milliseconds)") if Wakeups::Listener.round_trip?(db_config)
 

@@ -22,7 +22,7 @@ namespace :bobbin do
     run.call("start")
   end
 
-  desc "Check config/bobbin.yml against the database before deploy (exit 1 on a problem)"
+  desc "Check config/bobbin.yml against the database before deploy (exit 1 when a check fails, 78 when it cannot check)"
   task doctor: :environment do
     run.call("doctor")
   end

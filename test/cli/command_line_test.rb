@@ -38,8 +38,10 @@ class CommandLineTest < Bobbin::TestCase
     end
   end
 
-  test "the help shows retry's and discard's two forms, and every column bobbin queues prints" do
+  test "the help shows retry's and discard's two forms, every column bobbin queues prints, and doctor's exit statuses" do
     once_per_run
+    assert_match(/\AUsage: bobbin doctor \[options\]\nExit 0 when the configuration fits; 1 when a check fails .* 78 when the checks cannot run/,
+                 run_without_url("doctor", "--help")[1])
     %w[retry discard].each do |command|
       status, out, = run_without_url(command, "--help")
       assert_equal 0, status.exitstatus

@@ -103,7 +103,11 @@ module Bobbin
 
         def parser(command, options, filter)
           OptionParser.new do |o|
-            o.banner = "Usage: bobbin #{command} [options]"
+            o.banner = if %w[retry discard].include?(command)
+              "Usage: bobbin #{command} ID... [options]\n   or: bobbin #{command} --failed|--all [filters] [options]"
+            else
+              "Usage: bobbin #{command} [options]"
+            end
             @cli.database_options(o, options)
             next if %w[queues processes].include?(command)
 
@@ -116,9 +120,11 @@ module Bobbin
             o.on("--finished-before TIME", "ISO 8601") { |v| filter[:finished_before] = v }
             o.on("--finished-after TIME", "ISO 8601") { |v| filter[:finished_after] = v }
             if command == "jobs"
+              # UsageError, not OptionParser's InvalidArgument: OptionParser puts the flag before its message (it read
+              # "--limit --limit 10001: …") or, for --limit=N, in place of it.
               o.on("--limit N", Integer, "rows per page (default 50, at most #{MAX_LIMIT})") do |v|
-                raise OptionParser::InvalidArgument, "--limit #{v}: a page has 1 row or more" unless v.positive?
-                raise OptionParser::InvalidArgument, "--limit #{v}: a page has at most #{MAX_LIMIT} rows (go on with --after)" if v > MAX_LIMIT
+                raise UsageError, "--limit #{v}: a page has 1 row or more" unless v.positive?
+                raise UsageError, "--limit #{v}: a page has at most #{MAX_LIMIT} rows (go on with --after)" if v > MAX_LIMIT
 
                 options[:limit] = v
               end

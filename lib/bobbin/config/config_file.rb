@@ -11,6 +11,9 @@ module Bobbin
   #     workers:
   #       - { queues: [chat], fibers: 100, processes: 2 }
   #       - { queues: [cpu], threads: 2 }
+  #
+  # A section without `workers:` is settings only: the pools stay as configured otherwise (Bobbin.configure's, else
+  # the default, one fiber pool of 100 on every queue).
   module ConfigFile
     KEYS = ([ "workers" ] + Configuration::SETTINGS.map(&:to_s)).freeze
 
@@ -25,8 +28,9 @@ module Bobbin
     # The environment whose section applies: BOBBIN_ENV, RAILS_ENV, RACK_ENV, else development.
     def environment = ENV["BOBBIN_ENV"] || ENV["RAILS_ENV"] || ENV["RACK_ENV"] || "development"
 
-    # Loads `path` into Bobbin.config (settings and pools); returns the pools. `optional`: a file without a section
-    # for `env` changes nothing (a Rails app boots in every environment; only some run workers).
+    # Loads `path` into Bobbin.config (settings, and pools when the section lists them); returns the pools.
+    # `optional`: a file without a section for `env` changes nothing (a Rails app boots in every environment; only
+    # some run workers).
     def load(path, env: environment, optional: false)
       document = parse(path)
       return if optional && document.is_a?(Hash) && !document.key?("workers") && !document.key?(env)
@@ -37,9 +41,9 @@ module Bobbin
       unknown = section.keys - KEYS
       raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?
 
-      apply_settings(section, where)
-      raise ConfigurationError, "#{where}: no workers: list" unless section.key?("workers")
+      return keep_pools { apply_settings(section, where) } unless section.key?("workers")
 
+      apply_settings(section, where)
       Bobbin.config.use_workers(section["workers"], where: "#{where}.workers")
     end
 
@@ -66,6 +70,18 @@ module Bobbin
       document.fetch(env) do
         raise ConfigurationError, "#{path}: no #{env.inspect} section (found: #{document.keys.join(', ')})"
       end.then { |section| section.is_a?(Hash) ? section : raise(ConfigurationError, "#{path}: #{env} must be a mapping") }
+    end
+
+    # Applies a settings-only section over the pools already configured. A pool takes polling_interval from the
+    # settings when it is defined, so the pools that had the old one (the default pool's 1 s) follow the section's.
+    def keep_pools
+      before = Bobbin.config.polling_interval
+      yield
+      after = Bobbin.config.polling_interval
+      return Bobbin.config.pools if after == before
+
+      pools = Bobbin.config.pools.map { |pool| pool.polling_interval == before ? pool.with(polling_interval: after) : pool }
+      Bobbin.config.use_workers(pools.map(&:settings))
     end
 
     # All settings at once, so heartbeat_interval and process_alive_threshold are checked as a pair.
