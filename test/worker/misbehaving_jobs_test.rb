@@ -56,7 +56,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
       end
       Bobbin::Recovery.prune
       assert_equal "ready", Bobbin::JobRecord.find(id).state, "once its process is gone it is recovered"
-      assert_match(/did not stop within|returned to ready/, File.read(log))
+      assert_match(/did not stop within|handed back to run again/, File.read(log))
     end
 
     test "a #{mode} job that forks gets its child's status; the child never touches the worker's own sessions" do
