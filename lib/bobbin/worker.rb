@@ -164,6 +164,7 @@ module Bobbin
     def notice(queues, at)
       return unless queues.nil? || queues.any? { |queue| @selection.match?(queue) && !Wakeups.paused?(queue) }
 
+      @pacer.stale! if queues.nil? && at.nil? # "anything may have changed": a listener (re)connected, or went late
       if at
         sooner = @pacer.sooner?(at)
         @pacer.note(at)
@@ -346,7 +347,10 @@ module Bobbin
       end
 
       # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.
+      # Without room, due times wait for a freed slot, which wakes the loop: a job already due would not be claimed.
       def idle
+        return wait(@pacer.poll_interval) unless room?
+
         @pacer.refresh { @claimer.next_run_at }
         wait(@pacer.idle_wait)
       end

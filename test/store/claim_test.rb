@@ -106,6 +106,20 @@ class ClaimTest < Bobbin::TestCase
     assert_equal 1, store.claim(@process_id, 10).size
   end
 
+  # A job that fell due between a claim and the look for the next due time was in neither: the worker slept to its
+  # next poll (a trial: the second of two jobs due 3 ms apart ran 4–10 s late).
+  test "the next due time is looked for after a given time, so a job due since then counts; paused queues' jobs do not" do
+    now = Time.now
+    SleepJob.enqueue_at(now - 0.1, 0)
+    SleepJob.enqueue_at(now + 30, 0)
+    Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "llm", run_at: now + 5)
+    assert_in_delta (now - 0.1).to_f, store.next_run_at((now - 0.25).to_f), 0.001, "due since the claim began: wake at once"
+    assert_in_delta (now + 5).to_f, store.next_run_at(now.to_f), 0.001
+    Bobbin.pause("llm")
+    assert_in_delta (now + 30).to_f, store.next_run_at(now.to_f), 0.001, "a paused queue's job would wake the worker for nothing"
+    assert_nil store([ "mail" ]).next_run_at(now.to_f)
+  end
+
   test "outcomes are written in one batch and only for jobs the process still holds" do
     ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
     store.claim(@process_id, 3)

@@ -12,13 +12,6 @@ class ListenerTest < Bobbin::TestCase
   include NoticeProbe
 
   # The backend pids of this process's listening sessions.
-  def listeners
-    # A listener's last statement: its ping, or, until the first, the paused queues' read that follows its LISTEN.
-    Bobbin::Record.connection.select_values(<<~SQL, "listeners", [ TestDatabase.application_name, Bobbin::Wakeups::PAUSED ]).map(&:to_i)
-      SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND (query = $2 OR query LIKE '%bobbin_listener_ping%') AND pid <> pg_backend_pid()
-    SQL
-  end
-
   def local_cluster
     port = TestDatabase.url[/port=(\d+)/, 1] || "5432"
     line = `pg_lsclusters -h 2>/dev/null`.lines.map(&:split).find { |fields| fields[2] == port }

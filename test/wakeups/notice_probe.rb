@@ -14,6 +14,14 @@ module NoticeProbe
     def take = @lock.synchronize { @notices.slice!(0, @notices.size) }
   end
 
+  # The PostgreSQL sessions of this process's listeners.
+  def listeners
+    # A listener's last statement: its ping, or, until the first, the paused queues' read that follows its LISTEN.
+    Bobbin::Record.connection.select_values(<<~SQL, "listeners", [ TestDatabase.application_name, Bobbin::Wakeups::PAUSED ]).map(&:to_i)
+      SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND (query = $2 OR query LIKE '%bobbin_listener_ping%') AND pid <> pg_backend_pid()
+    SQL
+  end
+
   # Runs a fiber worker that polls every `poll` seconds (every `fallback` seconds while notifications do not
   # reach it, `poll` by default) until the block ends. A first job has run and the worker has gone back to sleep
   # before the block starts.

@@ -340,9 +340,10 @@ module Bobbin
         exec(RECORD_STALLS, [ @array.encode(stalls.keys), @array.encode(counts), @array.encode(longest) ], &:cmd_tuples)
       end
 
-      # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.
-      def next_run_at
-        exec(@next_run_at_sql, []) { |result| result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f }
+      # The earliest run_at (epoch seconds) among this selection's ready jobs of unpaused queues due after `after`
+      # (epoch seconds); nil when none.
+      def next_run_at(after)
+        exec(@next_run_at_sql, [ after ]) { |result| result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f }
       end
 
       # Announces `notice` (a Wakeups::Notice) to every listening process.
@@ -469,12 +470,13 @@ module Bobbin
           SQL
         end
 
-        # Walks bobbin_jobs_state_run_at (state, run_at, id) from the first ready row not yet due, and stops at the
-        # first row of a selected queue.
+        # Walks bobbin_jobs_state_run_at (state, run_at, id) from the first ready row due after $1, and stops at the
+        # first row of a selected, unpaused queue.
         def next_run_at_sql
           <<~SQL
             SELECT EXTRACT(EPOCH FROM run_at)::float8 FROM bobbin_jobs
-            WHERE state = 'ready' AND run_at > now() AT TIME ZONE 'UTC' #{queue_condition}
+            WHERE state = 'ready' AND run_at > (to_timestamp($1::float8) AT TIME ZONE 'UTC') #{queue_condition}
+              AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
             ORDER BY run_at LIMIT 1
           SQL
         end

@@ -162,8 +162,9 @@ module Bobbin
         transaction { stalls.sum { |id, (count, longest)| execute(RECORD_STALL, [ count, longest, id ]) && db.changes } }
       end
 
-      # The earliest run_at (epoch seconds) among this selection's ready jobs that are not due yet; nil when none.
-      def next_run_at = db.get_first_value(@next_run_at_sql, [ Store.timestamp(Time.now), *queue_binds ])
+      # The earliest run_at (epoch seconds) among this selection's ready jobs of unpaused queues due after `after`
+      # (epoch seconds); nil when none.
+      def next_run_at(after) = db.get_first_value(@next_run_at_sql, [ Store.timestamp(Time.at(after)), *queue_binds ])
 
       # Announces `notice` to this process's workers (other processes' Wakeups::Watcher sees inserts for itself).
       def announce(notice) = Wakeups.deliver(notice.queues, notice.at, paused: notice.paused)
@@ -212,7 +213,7 @@ module Bobbin
         def next_run_at_sql
           <<~SQL
             SELECT (julianday(run_at) - 2440587.5) * 86400.0 FROM bobbin_jobs
-            WHERE state = 'ready' AND run_at > ? #{queue_condition}
+            WHERE state = 'ready' AND run_at > ? #{queue_condition} AND queue NOT IN (SELECT queue FROM bobbin_pauses)
             ORDER BY run_at LIMIT 1
           SQL
         end

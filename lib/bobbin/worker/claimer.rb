@@ -9,6 +9,9 @@ module Bobbin
     class Claimer
       GATHER = 0.003
       PREFETCH_WINDOW = 0.01
+      # The next due time is looked for among jobs due after the last claim began, less this much for a database clock
+      # a little behind this host's: a job that fell due between the claim and the look is due now, not lost.
+      LOOK_BACK = 0.25
 
       def initialize(worker, store, executor)
         @worker = worker
@@ -59,10 +62,11 @@ module Bobbin
         end
       end
 
-      # The earliest time a job of this worker's queues that is not due yet becomes due (epoch seconds); nil when
-      # none is waiting or the database is unavailable.
+      # The earliest time a ready job of this worker's unpaused queues that the last claim could not take becomes due
+      # (epoch seconds; a past one when it fell due since: a trial's second of two jobs 3 ms apart waited for the next
+      # poll); nil when none is waiting or the database is unavailable.
       def next_run_at
-        @store.next_run_at
+        @store.next_run_at((@last_claim_at || ::Process.clock_gettime(::Process::CLOCK_REALTIME)) - LOOK_BACK)
       rescue Store::Unavailable
         nil
       end

@@ -26,6 +26,10 @@ module Bobbin
         @lock.synchronize { @due = at if @due.nil? || at < @due }
       end
 
+      # Makes the next `refresh` ask the database: what was committed while no notice could reach this process (its
+      # listener not listening yet, or any more) is known from there only.
+      def stale! = @lock.synchronize { @refreshed_at = nil }
+
       # True when `at` comes before the due time this pacer waits for (a sleeping loop should recompute its wait).
       def sooner?(at) = @lock.synchronize { @due.nil? || at < @due }
 
