@@ -274,6 +274,10 @@ module Bobbin
         @heartbeat.beat_now if quiet? # made quiet while booting: the row says so at once
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
         FiberSafety.warnings.each { |line| Bobbin.logger.warn("bobbin worker #{@process_id}: #{line}") } if @detector
+        if @executor.mode == :fibers && FiberSafety.connect_through_scheduler!
+          Bobbin.logger.info("bobbin worker #{@process_id}: Socket.tcp_fast_fallback = false in this process (Ruby's Happy Eyeballs " \
+                             "connect does not yield to the fiber scheduler: each connect by host name held the event loop)")
+        end
       end
 
       # A crash suspect's place frees when its outcome is written (Claimer#suspect_free?): the claim loop looks again.
