@@ -50,10 +50,25 @@ module Bobbin
       # Exact counts read every such job's index entry in one grouped query. With `cap`, each count of each queue stops
       # at `cap` (Queue#capped says which did), and the reads are bounded by queues × 5 × cap index entries whatever
       # the backlog: a million jobs waiting, or failures piling up for weeks, no longer cost the dashboard's refresh.
-      def queues(now = Time.now.utc, cap: nil)
+      # Up to `grouped_up_to` jobs in those states, a capped list is counted exactly and capped after (see GROUPED_UP_TO).
+      def queues(now = Time.now.utc, cap: nil, grouped_up_to: GROUPED_UP_TO)
         raise ArgumentError, "cap: must be a positive Integer or nil, got #{cap.inspect}" unless cap.nil? || (cap.is_a?(Integer) && cap.positive?)
 
-        cap ? capped_queues(now, cap) : exact_queues(now)
+        return exact_queues(now) unless cap
+        return capped_queues(now, cap) if capped_count(JobRecord.where(state: QUEUED), grouped_up_to) > grouped_up_to
+
+        exact_queues(now).map { |queue| capped(queue, cap) }.sort_by { |queue| [ -queue.ready, queue.name ] }
+      end
+
+      # Up to this many jobs waiting, running or failed, a capped list reads them all in one grouped query and caps the
+      # counts after: the capped reads cost statements per queue (a trial: 5,000 queues of 4 jobs each, 50,000
+      # statements and ~10 s for each refresh of the dashboard's overview).
+      GROUPED_UP_TO = 100_000
+
+      # `queue` with each count over `cap` shown as `cap`, and named in `capped`.
+      def capped(queue, cap)
+        over = %i[ready scheduled blocked running failed].select { |field| queue.public_send(field) > cap }
+        queue.with(**over.to_h { |field| [ field, cap ] }, capped: over)
       end
 
       def exact_queues(now)
