@@ -275,8 +275,9 @@ module Bobbin
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
         FiberSafety.warnings.each { |line| Bobbin.logger.warn("bobbin worker #{@process_id}: #{line}") } if @detector
         if @executor.mode == :fibers && FiberSafety.connect_through_scheduler!
+          # Worded apart from the stall lines ("held the event loop"), which people and tests grep for.
           Bobbin.logger.info("bobbin worker #{@process_id}: Socket.tcp_fast_fallback = false in this process (Ruby's Happy Eyeballs " \
-                             "connect does not yield to the fiber scheduler: each connect by host name held the event loop)")
+                             "connect does not yield to the fiber scheduler: each connect by host name would stop every fiber)")
         end
       end
 
