@@ -232,26 +232,25 @@ module Bobbin
     # reads it all (a trial: no enqueue or outcome for 9 s, at 550,000 jobs). A concurrent build that failed (the
     # process stopped, a unique index met a duplicate) leaves an invalid index behind, which is built again.
     def add_index(connection, table, columns, name, where, unique: false)
-      concurrently = concurrently?(connection, table)
-      if connection.index_name_exists?(table, name)
-        return unless concurrently && invalid_index?(connection, name)
+      return if connection.index_name_exists?(table, name) && !(Store.postgresql?(connection.pool.db_config) && invalid_index?(connection, name))
 
-        connection.remove_index(table, name: name, algorithm: :concurrently)
-      end
-      connection.add_index(table, columns, name: name, where: where, unique: unique, **(concurrently ? { algorithm: :concurrently } : {}))
+      remove_index(connection, table, name)
+      connection.add_index(table, columns, name: name, where: where, unique: unique, **without_blocking(connection, table))
     end
 
     def remove_index(connection, table, name)
       return unless connection.index_name_exists?(table, name)
 
-      connection.remove_index(table, name: name, **(concurrently?(connection, table) ? { algorithm: :concurrently } : {}))
+      connection.remove_index(table, name: name, **without_blocking(connection, table))
     end
 
-    # Whether an index on `table` is built (or dropped) without blocking writes: PostgreSQL can, outside a
+    # How an index on `table` is built or dropped without blocking writes: CONCURRENTLY, which PostgreSQL can outside a
     # transaction; a new, empty table needs no care (and a concurrent build would wait for every older transaction).
-    def concurrently?(connection, table)
-      connection.adapter_name.match?(/postg/i) && !connection.transaction_open? &&
-        connection.select_value("SELECT EXISTS (SELECT 1 FROM #{connection.quote_table_name(table)})", "Bobbin Schema")
+    def without_blocking(connection, table)
+      return {} unless Store.postgresql?(connection.pool.db_config) && !connection.transaction_open?
+      return {} unless connection.select_value("SELECT EXISTS (SELECT 1 FROM #{connection.quote_table_name(table)})", "Bobbin Schema")
+
+      { algorithm: :concurrently }
     end
 
     def invalid_index?(connection, name)
