@@ -346,5 +346,6 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(%r{lib/bobbin/operator/stats\.rb:\d+}, log, "with its backtrace")
   ensure
     Bobbin::Record.connection.execute("ALTER TABLE bobbin_pauses_away RENAME TO bobbin_pauses") if response
+    Bobbin::QueuePause.reset_column_information # what Active Record learned while the table was away
   end
 end

@@ -38,7 +38,9 @@ class RecurringSchedulerTest < Bobbin::TestCase
       scheduler = Bobbin::Recurring::Scheduler.new([ every_second ])
       scheduler.pass(now)
       # A database that went away fails the claim's statement. Renaming the table fails it only while Active Record
-      # still knows the table's unique index: found missing, insert_all would refuse before any statement (ArgumentError).
+      # knows the table's unique index: were the table cached as missing (an earlier test renamed it), insert_all
+      # would refuse before any statement (ArgumentError, a task's error). So it learns the table afresh first.
+      Bobbin::RecurringRun.reset_column_information
       Bobbin::Record.with_connection { |c| c.schema_cache.indexes("bobbin_recurring_runs") }
       rename.("bobbin_recurring_runs", "bobbin_recurring_runs_away")
       begin

@@ -72,6 +72,7 @@ class MaintenanceTest < Bobbin::TestCase
     assert_equal "ready", state.(second), "silent heartbeats are still trusted"
   ensure
     rename&.("bobbin_recurring_runs_away", "bobbin_recurring_runs")
+    Bobbin::RecurringRun.reset_column_information # what Active Record learned while the table was away
   end
 
   # A worker without a supervisor keeps house on its jobs' Active Record pool. Jobs that hold every connection
