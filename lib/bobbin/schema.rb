@@ -70,11 +70,20 @@ module Bobbin
     # tables of a newer Bobbin (a rollback of the code) it runs, saying so: a newer version keeps what older ones use.
     def check!(connection)
       found = version(connection)
-      Bobbin.logger.warn("bobbin: #{newer(found)}; running on them") if found > VERSION
+      said_newer(found) if found > VERSION
       return if found >= VERSION
 
       raise ConfigurationError, found.zero? ? "Bobbin's tables are missing: #{INSTALL}" :
         "Bobbin's tables are at schema version #{found} but this Bobbin needs #{VERSION}: #{UPGRADE}"
+    end
+
+    # Logged once a process (and its forks) for each newer version found: the start's check and its worker's both
+    # found it, and said it twice (a trial).
+    def said_newer(found)
+      return if @said_newer == found
+
+      @said_newer = found
+      Bobbin.logger.warn("bobbin: #{newer(found)}; running on them")
     end
 
     # Says that the tables, at version `found`, are a newer Bobbin's.
