@@ -9,20 +9,38 @@ module Bobbin
     # Runs older than this are deleted, except each task's latest (its last run stays known).
     KEEP = 86_400
 
-    # Enqueues `row` (a job row) as tick `run_at` of task `key` unless some scheduler already did: the run and the
-    # job are written in one transaction, so the tick and its job exist together or not at all. Returns the
+    # Enqueues `row` (a job row) as tick `run_at` of task `key` unless some scheduler already did. Returns the
     # job's id, or nil when the tick was taken.
-    def self.claim(key, run_at, row)
-      job_id = transaction do
-        taken = insert_all([ { task_key: key, run_at: run_at, created_at: Time.now.utc } ],
-                           unique_by: :bobbin_recurring_runs_tick, returning: [ :id ])
-        next if taken.rows.empty?
+    def self.claim(key, run_at, row) = claim_all([ [ key, run_at, row ] ]).first
 
-        Client::Enqueuer.insert([ row ]).first.tap { |id| where(id: taken.rows.first.first).update_all(job_id: id) }
+    # Enqueues each `[key, run_at, row]` tick no scheduler took yet, all in one transaction: a run and its job exist
+    # together or not at all, and a pass of 300 tasks is one commit, not 300 (a commit a tick made them seconds late
+    # on a busy disk). Returns the job ids in the ticks' order, nil for a tick already taken.
+    def self.claim_all(ticks)
+      return [] if ticks.empty?
+
+      now = Time.now.utc
+      taken = transaction do
+        # In one order on every host: two schedulers taking the same ticks wait on each other, never deadlock.
+        runs = ticks.map { |key, run_at, _row| { task_key: key, run_at: run_at, created_at: now } }.sort_by { |run| [ run[:task_key], run[:run_at] ] }
+        inserted = insert_all(runs, unique_by: :bobbin_recurring_runs_tick, returning: [ :id ])
+        next {} if inserted.rows.empty?
+
+        runs = where(id: inserted.rows.flatten).pluck(:task_key, :run_at, :id).to_h { |key, run_at, id| [ tick_key(key, run_at), id ] }
+        mine = ticks.select { |key, run_at, _row| runs.key?(tick_key(key, run_at)) }
+        job_ids = Client::Enqueuer.insert(mine.map(&:last))
+        upsert_all(mine.zip(job_ids).map { |(key, run_at, _row), job_id| { id: runs[tick_key(key, run_at)], task_key: key, run_at: run_at, job_id: job_id, created_at: now } },
+                   unique_by: :id, update_only: [ :job_id ])
+        mine.zip(job_ids).to_h { |(key, run_at, _row), job_id| [ tick_key(key, run_at), job_id ] }
       end
-      Instrumentation.instrument(:recurring, key: key, run_at: run_at, job_id: job_id) if job_id
-      job_id
+      ticks.map do |key, run_at, _row|
+        taken[tick_key(key, run_at)]&.tap { |job_id| Instrumentation.instrument(:recurring, key: key, run_at: run_at, job_id: job_id) }
+      end
     end
+
+    # A tick as the database keeps it: to the microsecond.
+    def self.tick_key(key, run_at) = [ key, run_at.utc.floor(6) ]
+    private_class_method :tick_key
 
     # Deletes runs older than KEEP seconds, keeping the latest of each task; returns how many.
     def self.sweep(now = Time.now.utc)

@@ -28,9 +28,6 @@ module Bobbin
       runs.to_h { |run| [ run.task_key, [ run.run_at, jobs[run.job_id] ] ] }
     end
 
-    # The tick of task `key` last enqueued (by any scheduler), or nil.
-    def self.last_run_at(key) = RecurringRun.where(task_key: key).maximum(:run_at)
-
     # When this task was last enqueued (the tick's time), or nil.
     def last_run_at = last_run&.run_at
 

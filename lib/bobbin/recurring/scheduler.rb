@@ -25,14 +25,21 @@ module Bobbin
       # True when this process has tasks to schedule.
       def any? = @tasks.any?
 
-      # Enqueues every due tick; returns when the next one is due (nil without tasks). A task that cannot be enqueued
-      # (its class cannot be found, Active Job cannot serialize its arguments) is logged and its tick skipped, and the
-      # other tasks still run; a database error ends the pass, and the next pass retries its ticks.
+      # Enqueues every due tick, of every task in one transaction; returns when the next one is due (nil without
+      # tasks). A task that cannot be enqueued (its class cannot be found, Active Job cannot serialize its arguments)
+      # is logged and its ticks skipped, and the other tasks still run; a database error ends the pass with nothing
+      # enqueued, and the next pass retries its ticks.
       def pass(now = Time.now)
         sync unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
         return if @tasks.empty?
 
-        @tasks.each { |task| run(task, now) }
+        @last_runs = nil
+        plans = @tasks.filter_map { |task| plan(task, now) }
+        RecurringRun.claim_all(plans.flat_map { |task, ticks, _skipped_since, rows| ticks.zip(rows).map { |tick, row| [ task.key, tick, row ] } })
+        plans.each do |task, ticks, skipped_since|
+          skipped(task, skipped_since, ticks.last) if skipped_since
+          @since[task.key] = now
+        end
         @failed = false
         @tasks.map { |task| task.next_time(now) }.min
       rescue ActiveRecord::ActiveRecordError
@@ -46,19 +53,16 @@ module Bobbin
           @synced = true
         end
 
-        def run(task, now)
+        # The task's due ticks, with their job rows and when the ticks it skips began; nil when its job cannot be built.
+        def plan(task, now)
           ticks, skipped_since = due(task, now)
-          ticks.each do |tick|
-            enqueue(task, tick)
-            @since[task.key] = tick
-          end
-          skipped(task, skipped_since, ticks.last) if skipped_since
-          @since[task.key] = now
+          [ task, ticks, skipped_since, ticks.map { task.job_row } ]
         rescue StandardError => error
           raise if error.is_a?(ActiveRecord::ActiveRecordError) # the pass ends, and the next one tries these ticks again
 
           @since[task.key] = now
           @logger.error("bobbin recurring: #{error.is_a?(ConfigurationError) ? error.message : "task #{task.key}: #{error.class}: #{error.message}"}")
+          nil
         end
 
         # The ticks to enqueue now, by the missed-ticks policy above, and when the ticks it skips began (nil: none).
@@ -67,7 +71,7 @@ module Bobbin
           return steady(task, since, now) if since && !@failed
           return resume(task, since, now) if since
 
-          last = RecurringTask.last_run_at(task.key)
+          last = last_runs[task.key]
           last ? resume(task, last, now) : [ [] ]
         end
 
@@ -90,7 +94,10 @@ module Bobbin
                        "enqueued only the latest (#{latest.utc.iso8601})")
         end
 
-        def enqueue(task, tick) = RecurringRun.claim(task.key, tick, task.job_row)
+        # The latest tick each task ran (by any scheduler), read once a pass for all of them.
+        def last_runs
+          @last_runs ||= RecurringRun.where(task_key: @tasks.map(&:key)).group(:task_key).maximum(:run_at)
+        end
     end
   end
 end
