@@ -22,6 +22,9 @@ module Bobbin
     PROXY_HEADER = /\AHTTP_(X_FORWARDED_\w+|FORWARDED|X_REAL_IP|VIA|CF_CONNECTING_IP|\w*CLIENT_IP)\z/
 
     class << self
+      # True when a request's Host (nil: none sent) names this machine by a loopback name.
+      def loopback_host?(host) = host.nil? || LOOPBACK_HOSTS.include?(host.downcase.sub(/:\d+\z/, ""))
+
       # The instance `mount Bobbin::Dashboard` serves; set it to configure auth for a mounted dashboard.
       attr_writer :default
 
@@ -66,8 +69,7 @@ module Bobbin
       def open_to?(request)
         return false unless local_environment? && LOOPBACK.include?(request.get_header("REMOTE_ADDR"))
 
-        host = request.get_header("HTTP_HOST")
-        (host.nil? || LOOPBACK_HOSTS.include?(host.downcase.sub(/:\d+\z/, ""))) && request.env.each_key.none? { |key| PROXY_HEADER.match?(key) }
+        Dashboard.loopback_host?(request.get_header("HTTP_HOST")) && request.env.each_key.none? { |key| PROXY_HEADER.match?(key) }
       end
 
       def local_environment? = @environments.all? { |name| LOCAL.include?(name) }

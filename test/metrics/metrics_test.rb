@@ -107,6 +107,15 @@ class MetricsTest < Bobbin::TestCase
     FileUtils.rm_f([ quiet, output ].compact)
   end
 
+  test "bobbin metrics without a token answers only requests naming this machine (no DNS rebinding)" do
+    app = Bobbin::Dashboard::Server.new(port: 9394, host: "127.0.0.1", name: "metrics") { |auth| Bobbin::Metrics.rack_app(auth: auth) }.app
+    scrape = ->(host) { Rack::MockRequest.new(app).get("/metrics", "HTTP_HOST" => host) }
+    [ "localhost:9394", "127.0.0.1:9394", "[::1]:9394", "LOCALHOST" ].each { |host| assert_equal 200, scrape.(host).status, host }
+    response = scrape.("rebound.example:9394")
+    assert_equal 403, response.status
+    assert_equal "bobbin metrics without --auth-token answers requests to localhost, 127.0.0.1 or [::1] only.\n", response.body
+  end
+
   test "a queue name that is not UTF-8 is reported with its bad bytes replaced, and costs no other metric" do
     skip_unless_invalid_utf8_kept
     insert_invalid_utf8_job

@@ -19,8 +19,12 @@ module Bobbin
         @name = name
         auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "#{name}:#{basic_user(request)}" }
         @app = yield(auth)
-        @app = challenge(@app) if token # without one there are no credentials to ask for (a read-only POST is 403)
+        # Without a token there are no credentials to ask for (a read-only POST is 403), and only this machine's names.
+        @app = token ? challenge(@app) : loopback_named(@app)
       end
+
+      # The Rack app it serves.
+      attr_reader :app
 
       def run
         begin
@@ -45,6 +49,16 @@ module Bobbin
 
       private
         def loopback?(host) = host == "localhost" || (IPAddr.new(host).loopback? rescue false)
+
+        # Bound to loopback without a token: a page on a name rebound to 127.0.0.1 (DNS rebinding) would read it, as it
+        # did `bobbin metrics` (a trial); the dashboard's own check refuses it too.
+        def loopback_named(app)
+          lambda do |env|
+            next app.call(env) if Dashboard.loopback_host?(env["HTTP_HOST"])
+
+            [ 403, { "content-type" => "text/plain" }, [ "bobbin #{@name} without --auth-token answers requests to localhost, 127.0.0.1 or [::1] only.\n" ] ]
+          end
+        end
 
         # Asks the browser for credentials (the token) when refused for lack of them.
         def challenge(app)
