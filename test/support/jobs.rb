@@ -504,9 +504,11 @@ class LeftoverJob
   reset
 
   def perform(key)
-    self.class.found << [ key, Fiber[:leftover], Thread.current[:leftover] ]
+    self.class.found << [ key, Fiber[:leftover], Thread.current[:leftover], ActiveSupport::IsolatedExecutionState[:leftover], ActiveRecord::Base.current_role ]
     Fiber[:leftover] = key
     Thread.current[:leftover] = key
+    ActiveSupport::IsolatedExecutionState[:leftover] = key
+    ActiveRecord::Base.connecting_to(role: :reading) # a replica for the rest of the job, as an app can ask (no block)
   end
 end
 

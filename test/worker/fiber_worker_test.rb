@@ -43,7 +43,7 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_equal [ "failed", "NotImplementedError", "not yet" ], [ failed.state, failed.last_error_class, failed.last_error_message ]
   end
 
-  test "each job starts without what the job before it in the same fiber left in Fiber[] or Thread.current[]" do
+  test "each job starts without what the job before it in the same fiber left in Fiber[], Thread.current[] or Rails' per-fiber state" do
     LeftoverJob.reset
     Fiber[:leftover] = "the worker's own"
     Bobbin.enqueue_all(Array.new(30) { |i| [ LeftoverJob, [ "job-#{i}" ] ] })
@@ -51,6 +51,7 @@ class FiberWorkerTest < Bobbin::TestCase
     found = Array.new(LeftoverJob.found.size) { LeftoverJob.found.pop }
     assert_equal 30, found.size
     assert_equal [ [ "the worker's own", nil ] ], found.map { |_, storage, local| [ storage, local ] }.uniq, "inherited storage, no locals"
+    assert_equal [ [ nil, :writing ] ], found.map { |*, state, role| [ state, role ] }.uniq, "no Rails state: the writing role, not a replica"
 
     Bobbin.enqueue_all(Array.new(30) { |i| [ LeftoverJob, [ "fresh-#{i}" ] ] })
     Fiber.new(storage: nil) { drain_within(60, fibers: 3) }.resume # fibers with no storage until a job gives them some

@@ -111,13 +111,17 @@ module Bobbin
           end
         end
 
-        # One fiber runs job after job, so what a job left in fiber storage (`Fiber[]`: a request id, a trace context)
-        # or in fiber-locals (`Thread.current[]`) would be the next job's. Each job starts as in a fiber of its own
-        # instead, as an Async task per job would: the slot's storage as it began, no fiber-locals.
+        # One fiber runs job after job, so what a job left in fiber storage (`Fiber[]`: a request id, a trace context),
+        # in fiber-locals (`Thread.current[]`) or in Rails' per-fiber state (ActiveSupport::IsolatedExecutionState at
+        # isolation level :fiber, which fiber pools require: Active Record's connected_to stack, where a job's
+        # `connecting_to(role: :reading)` sent later jobs of its fiber to the replica, a trial) would be the next job's.
+        # Each job starts as in a fiber of its own instead, as an Async task per job would: the slot's storage as it
+        # began, no fiber-locals, no Rails state.
         def start_clean(storage)
           locals = Thread.current
           locals.keys.each { |key| locals[key] = nil }
           Fiber.current.storage&.each_key { |key| Fiber[key] = storage&.[](key) } # nil until a fiber's first Fiber[]=
+          ActiveSupport::IsolatedExecutionState.clear if ActiveSupport::IsolatedExecutionState.isolation_level == :fiber
         end
 
         def current_runner = Async::Task.current
