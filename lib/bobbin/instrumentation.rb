@@ -5,7 +5,7 @@ module Bobbin
   # `ActiveSupport::Notifications.subscribe("perform.bobbin") { |event| ... }`. Payloads:
   #
   #   enqueue        ids, count, queues (distinct), class_names (distinct)
-  #   claim          process_id, count, ids
+  #   claim          process_id, count, ids, duration_ms (the claim's; published after it, when it took jobs)
   #   perform_start  id, class_name, queue, attempts  (published as a worker starts the job, before its hooks)
   #   perform        id, class_name, queue, attempts, state ("succeeded", "ready"/"blocked" = retry, "failed"; set on finish;
   #                  none when a stopping worker interrupted the job: exception and exception_object name what stopped it)

@@ -29,7 +29,7 @@ module Bobbin
 
     # One line per claim statement that returned jobs.
     def claim(event)
-      debug { "Bobbin Claimed #{count(event.payload[:count])} (#{event.duration.round(1)}ms) process: #{event.payload[:process_id]}" }
+      debug { "Bobbin Claimed #{count(event.payload[:count])} (#{event.payload[:duration_ms].to_f.round(1)}ms) process: #{event.payload[:process_id]}" }
     end
     subscribe_log_level :claim, :debug
 

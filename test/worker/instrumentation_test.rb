@@ -34,6 +34,7 @@ class InstrumentationTest < Bobbin::TestCase
     assert_equal [ "worker" ], seen["start_process"].map { |p| p[:kind] }
     assert_equal seen["start_process"].map { |p| p[:process_id] }, seen["stop_process"].map { |p| p[:process_id] }
     assert_equal 6, seen["claim"].sum { |p| p[:count] }, "2 + 1 retry of the first + 3 retries of the second"
+    assert seen["claim"].all? { |p| p[:duration_ms].is_a?(Float) && p[:duration_ms].positive? }, "the claim's own time: #{seen['claim']}"
     performs = seen["perform"].select { |p| p[:id] == id }
     assert_equal [ [ 1, "ready" ], [ 2, "succeeded" ] ], performs.map { |p| p.values_at(:attempts, :state) }
     assert_equal [ "ArgumentError" ], seen["retry"].select { |p| p[:id] == id }.map { |p| p[:error].class.name }
@@ -127,6 +128,8 @@ class InstrumentationTest < Bobbin::TestCase
     assert_equal seen["perform"].first.slice(:id, :class_name, :queue, :attempts), seen["perform_start"].first
     assert_match(/Bobbin Enqueued 1 job \(LedgerJob\) to default \([\d.]+ms\) ids: \d+/, log)
     assert_match(/Bobbin Performing LedgerJob \d+ from default \(attempt 1\)/, log)
+    claimed = log[/Bobbin Claimed 1 job \(([\d.]+)ms\) process: \d+/, 1]
+    assert_equal seen["claim"].first[:duration_ms].round(1), claimed&.to_f, "the claim's time, not the publishing's (#{log})"
     assert_match(/Bobbin Performed LedgerJob \d+ from default in [\d.]+ms: succeeded/, log)
     assert_match(/Bobbin Enqueued recurring nightly tick 2026-11-24T03:00:00Z as job \d+/, log)
     assert_includes log, "Bobbin Discarded job #{@discarded} by ann"

@@ -102,11 +102,16 @@ module Bobbin
         def claim(limit, wait)
           @claims += 1
           @last_claim_at = ::Process.clock_gettime(::Process::CLOCK_REALTIME)
+          started = Bobbin.monotonic
           jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
           @looked = true
           @failures = reconcile(jobs) if @failures
           jobs = settle_held(jobs)
-          Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id)) if jobs.any? && Instrumentation.listening?(:claim)
+          # Published once a claim took jobs (an empty one, an idle poll, is not): the claim's own time is in the payload.
+          if jobs.any? && Instrumentation.listening?(:claim)
+            Instrumentation.instrument(:claim, process_id: @worker.process_id, count: jobs.size, ids: jobs.map(&:id),
+                                               duration_ms: ((Bobbin.monotonic - started) * 1000).round(3))
+          end
           jobs
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: #{error.message}; retrying") unless @failures
