@@ -17,8 +17,15 @@ module Bobbin
     # Runs a job (the block) after any reload of the app's code it waits for (development; see ReloadGate).
     def between_reloads(&) = reloading? ? ReloadGate.current.pass(&) : yield
 
-    # The first perform hook of a Rails app's workers: the job runs inside the app's reloader.
-    def wrap_job(_job, &) = wrap(&)
+    # The first perform hook of a Rails app's workers: the job runs inside the app's reloader, which reports an error
+    # that escapes the job to Rails.error (Sentry, Honeybadger, …) with the execution context, where the job is named
+    # under :bobbin_job. Active Job adds its own :job; a Bobbin::Job's error was reported with no context at all (a trial).
+    def wrap_job(job)
+      wrap do
+        ::ActiveSupport::ExecutionContext[:bobbin_job] = { id: job.id, class_name: job.class_name, queue: job.queue, attempt: job.attempts }
+        yield
+      end
+    end
 
     # True while the app reloads code between jobs, so class lookups must not be cached.
     def reloading?

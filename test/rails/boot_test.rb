@@ -41,6 +41,19 @@ class RailsBootTest < Bobbin::TestCase
     end
   end
 
+  # A Bobbin::Job's error reached Rails.error with an empty context: no job, class, queue or attempt (a trial).
+  test "a failing Bobbin::Job's error reaches Rails.error with the job named in its context" do
+    with_error_ledger do |reporter|
+      status, output = run_in_rails_app("-e", 'require "./config/environment"; puts "id=#{PlainFailingJob.enqueue("plain boom")}"', env: "production")
+      assert status.success?, output
+      id = output[/^id=(\d+)$/, 1] or flunk(output)
+      status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--threads", "2", "--drain", "-r", reporter, env: "production")
+      assert status.success?, output
+      assert_equal [ "reported RuntimeError: plain boom handled=false job=PlainFailingJob,#{id},rails_app,1" ],
+                   LedgerEntry.where("key LIKE 'reported %'").pluck(:key).map { |key| key.sub(/ source=\S+/, "") }, output
+    end
+  end
+
   # A stop (a deploy) interrupts the jobs still running when its shutdown_timeout passes, and they go back to their
   # queue. Active Job ran such a job's after_discard and the app's executor reported the interrupt to Rails.error,
   # once per job and deploy (a trial: Solid Queue and GoodJob do neither).
@@ -87,7 +100,8 @@ class RailsBootTest < Bobbin::TestCase
         reporter.write(<<~RUBY)
           Rails.error.subscribe(Class.new do
             def report(error, handled:, severity:, context:, source: nil)
-              LedgerEntry.create!(key: "reported \#{error.class}: \#{error.message} handled=\#{handled} source=\#{source}", pid: Process.pid)
+              job = context[:bobbin_job]&.values_at(:class_name, :id, :queue, :attempt)&.join(",")
+              LedgerEntry.create!(key: "reported \#{error.class}: \#{error.message} handled=\#{handled} source=\#{source} job=\#{job}", pid: Process.pid)
             end
           end.new)
         RUBY
