@@ -71,12 +71,19 @@ module Bobbin
     def discard_all_jobs(relation) = Operator.discard_all(filter_of(relation), by: ACTOR)
 
     # "Run now", on a scheduled job (due at once) or a blocked one (let through past its concurrency limit, as Solid
-    # Queue's adapter does): ready, and never later in line than it was.
+    # Queue's adapter does): ready, and never later in line than it was. A limited job still scheduled (blocked, due
+    # later) is made due and takes its turn for a slot, as Solid Queue's does: let through, it ran beside the job
+    # holding its key's only slot (a trial).
     def dispatch_job(job, relation)
+      row = job_row!(job.job_id, relation)
       now = Time.now.utc
-      JobRecord.where(id: job_row!(job.job_id, relation).id, state: %w[ready blocked])
-               .update_all([ "state = 'ready', run_at = CASE WHEN run_at > ? THEN ? ELSE run_at END, operation = 'dispatched', " \
-                             "operated_by = ?, operated_at = ?", now, now, ACTOR, now ])
+      operated = [ "operation = 'dispatched', operated_by = ?, operated_at = ?", ACTOR, now ]
+      if JobRecord.where(id: row.id, state: "blocked").where(run_at: now..).update_all([ "run_at = ?, #{operated[0]}", now, *operated.drop(1) ]).positive?
+        return Store.promote_keys([ row.concurrency_key ])
+      end
+
+      JobRecord.where(id: row.id, state: %w[ready blocked])
+               .update_all([ "state = 'ready', run_at = CASE WHEN run_at > ? THEN ? ELSE run_at END, #{operated[0]}", now, now, *operated.drop(1) ])
       Wakeups.announce(nil)
     end
 
@@ -102,9 +109,12 @@ module Bobbin
       false
     end
 
+    # The job enqueued, as Mission Control's page goes on to show it (an id alone made its controller fail, 500, with
+    # the job enqueued all the same: a trial).
     def enqueue_recurring_task(task_id)
-      task = recurring_task(task_id)
-      RecurringRun.claim(task.key, Time.now.utc, task.job_row) if task
+      task = recurring_task(task_id) or return
+      id = RecurringRun.claim(task.key, Time.now.utc, task.job_row) or return
+      job_proxy(JobRecord.find(id)).tap { |job| job.successfully_enqueued = true }
     end
 
     # The queue names of bobbin_jobs, found without reading its rows: no index leads with queue (the claim's
@@ -193,15 +203,21 @@ module Bobbin
         end
       end
 
-      # The stored Active Job payload, or one made for a Bobbin::Job row (plain JSON arguments).
+      # The stored Active Job payload, or one made for a Bobbin::Job row (plain JSON arguments). Whatever the row
+      # holds, Mission Control's pages get an arguments list and an enqueue time: one failed row whose arguments were
+      # not JSON, or whose payload's were not a list, made the whole Failed list fail (500; a trial).
       def active_job_payload(row)
-        parsed = JSON.parse(row.arguments)
-        return parsed if parsed.is_a?(Hash) && parsed["job_class"]
-
-        { "job_class" => row.class_name, "job_id" => "bobbin-#{row.id}", "queue_name" => row.queue, "priority" => row.priority,
-          "arguments" => Array(parsed), "executions" => row.attempts, "enqueued_at" => row.enqueued_at&.utc&.iso8601(6) }
-      rescue JSON::ParserError
-        { "job_class" => row.class_name, "job_id" => "bobbin-#{row.id}", "queue_name" => row.queue, "arguments" => [ row.arguments ] }
+        parsed = begin
+          JSON.parse(row.arguments)
+        rescue JSON::ParserError
+          [ row.arguments ]
+        end
+        row_payload = { "job_class" => row.class_name, "job_id" => "bobbin-#{row.id}", "queue_name" => row.queue, "priority" => row.priority,
+                        "executions" => row.attempts }
+        payload = parsed.is_a?(Hash) && parsed["job_class"] ? row_payload.merge(parsed.compact) : row_payload.merge("arguments" => parsed)
+        payload["arguments"] = Array.wrap(payload["arguments"])
+        payload["enqueued_at"] = row.enqueued_at&.utc&.iso8601(6) unless (Time.iso8601(payload["enqueued_at"]) rescue nil)
+        payload
       end
 
       def status_of(row)

@@ -134,6 +134,12 @@ class MissionControlTest < BrowserTestCase
       assert_text "FlakyJob"
       assert_text "Finished"
       assert_no_text "Running for"
+      # Run now: the adapter handed back the job's id where Mission Control wants the job, and its page failed (500)
+      # with the job enqueued all the same (a trial). It now goes on to the job's page.
+      click_button "Run now"
+      assert_text "Enqueued recurring task mc_hourly"
+      assert_text "FlakyJob"
+      assert_equal "2", app.run!("bin/rails", "runner", 'puts Bobbin::RecurringRun.where(task_key: "mc_hourly").where.not(job_id: nil).count').lines.last.strip
     end
   end
 
@@ -152,9 +158,21 @@ class MissionControlTest < BrowserTestCase
     app.run!("bin/bobbin", "work", "--threads", "2", "--drain")
     assert_equal %w[discarded succeeded], JSON.parse(app.run!("bin/rails", "runner", "puts Bobbin::JobRecord.order(:state).pluck(:state).to_json").lines.last)
 
+    # One failed row whose arguments are not JSON, or whose payload's arguments are not a list, made the whole Failed
+    # list and its own page fail (500; a trial): they show what there is.
+    broken = JSON.parse(app.run!("bin/rails", "runner", <<~RUBY).lines.last)
+      now = Time.now.utc
+      failed = { queue: "default", class_name: "FileJob", state: "failed", attempts: 1, max_attempts: 1, enqueued_at: now, run_at: now,
+                 finished_at: now, last_error_class: "RuntimeError", last_error_message: "boom" }
+      not_json = Bobbin::JobRecord.create!(failed.merge(arguments: "{not json")).id
+      not_a_list = Bobbin::JobRecord.create!(failed.merge(arguments: { job_class: "FileJob", job_id: "mc-not-a-list", arguments: "oops" }.to_json,
+                                                          active_job_id: "mc-not-a-list"))
+      puts [ "bobbin-\#{not_json}", "mc-not-a-list" ].to_json
+    RUBY
+
     serving_mission_control do
       paths = [ "/jobs/finished/jobs", "/jobs/finished/jobs?filter%5Bqueue_name%5D=default", "/jobs/jobs/#{ids[0]}", "/jobs/jobs/#{ids[1]}",
-                "/jobs/queues/default", "/jobs/queues/drained" ]
+                "/jobs/queues/default", "/jobs/queues/drained", "/jobs/failed/jobs", "/jobs/jobs/#{broken[0]}", "/jobs/jobs/#{broken[1]}" ]
       codes = paths.to_h { |path| [ path, Net::HTTP.get_response(URI("#{Capybara.app_host}#{path}")).code ] }
       assert_equal paths.to_h { |path| [ path, "200" ] }, codes
       visit "/jobs/finished/jobs"
