@@ -144,6 +144,20 @@ class OperatorStatsTest < Bobbin::TestCase
     assert_equal 0, minutes.sum { |_, _, failed| failed }
   end
 
+  test "a worker's heartbeat counts the connections of its jobs' Active Record pool, not those of a queue database's own" do
+    Dir.mktmpdir do |dir|
+      Bobbin::Record.establish_connection(adapter: "sqlite3", database: File.join(dir, "queue.sqlite3"), pool: 2) # the queue database
+      base = ActiveRecord::Base.connection_pool
+      held = base.checkout # a job holding a connection
+      resources = Bobbin::Operator::ProcessView.resources
+      assert_equal [ base.size, base.stat[:busy] ], resources.values_at(:db_pool, :db_in_use)
+      assert_operator resources[:db_in_use], :>=, 1
+    ensure
+      base&.checkin(held) if held
+      Bobbin::Record.remove_connection
+    end
+  end
+
   test "processes show a live worker's pool, busy jobs, memory and connections from its heartbeat" do
     log = ENV["BOBBIN_TEST_LOG"] || File::NULL
     pids = []

@@ -17,10 +17,16 @@ module Bobbin
         records.map { |record| new(record, running.fetch(record.id, 0), now) }
       end
 
-      # What a worker adds to its heartbeat about itself: resident memory and its Active Record pool's use. Cheap:
-      # one small /proc read and the pool's counters.
+      # What a worker adds to its heartbeat about itself: resident memory and the use of its jobs' Active Record pool
+      # (ActiveRecord::Base's; Bobbin's own when the app has none). Cheap: one small /proc read and the pool's
+      # counters. With Bobbin's tables in a queue database of their own, its pool showed 0 in use while jobs held
+      # every connection of the app's (a trial).
       def self.resources
-        pool = Record.connection_pool
+        pool = begin
+          ActiveRecord::Base.connection_pool
+        rescue ActiveRecord::ConnectionNotEstablished
+          Record.connection_pool
+        end
         stat = pool.stat
         { rss_kb: rss_kb, db_pool: stat[:size], db_in_use: stat[:busy] }
       rescue ActiveRecord::ActiveRecordError
