@@ -32,6 +32,8 @@ module Bobbin
     # Seconds past shutdown_timeout + STOP_GRACE after which a process whose stop cannot run at all (a job holds the
     # event loop and never yields) exits from its heartbeat thread.
     STOP_OVERDUE = 2
+    # Jobs a stop's log line names when it interrupts them; more are counted.
+    NAMED_UP_TO = 20
     # Exit status of a worker process that had to exit with jobs that would not stop.
     EXIT_STUCK = 3
     # The signal that makes a worker (or a supervisor's every worker) quiet: Sidekiq's, so deploy scripts carry over.
@@ -325,7 +327,7 @@ module Bobbin
           @executor.drop_queued
           released = @claimer.release_all(keep: held_ids)
           @quieted = true
-          Bobbin.logger.info("bobbin worker #{@process_id} quiet: claiming no more jobs; #{@executor.busy} running finish here, " \
+          Bobbin.logger.info("bobbin worker #{@process_id} quiet: claiming no more jobs; #{@executor.busy} running go on here until they end (a TERM still gives them shutdown_timeout), " \
                              "#{released} claimed ahead handed back")
         end
         wait(1.0)
@@ -377,6 +379,7 @@ module Bobbin
         wait_until_idle
         if @executor.busy.positive?
           Bobbin.logger.info("bobbin worker #{@process_id}: #{@hurried} again, interrupting the running jobs now") if @hurried
+          interrupting
           @executor.interrupt_all
           wait_until_idle(STOP_GRACE)
           @executor.kill_stuck
@@ -388,6 +391,16 @@ module Bobbin
         @stuck = @executor.held_ids
         release_unfinished
         abandon(@stuck) if @stuck.any?
+      end
+
+      # Names the jobs a stop interrupts, which run again from the start: a ten-minute job cut at 541 s, again and
+      # again over a day of deploys, showed only as a count (a trial).
+      def interrupting
+        jobs = @executor.runners.filter_map { |_runner, id| @executor.job(id) }
+        named = jobs.first(NAMED_UP_TO).map { |job| "#{job.class_name} #{job.id}" }.join(", ")
+        more = " and #{jobs.size - NAMED_UP_TO} more" if jobs.size > NAMED_UP_TO
+        Bobbin.logger.warn("bobbin worker #{@process_id}: interrupting #{jobs.size} running #{'job'.pluralize(jobs.size)} (#{named}#{more}); " \
+                           "they go back to their queue and run again from the start")
       end
 
       # Says a stop began, and why when a signal asked it: a job's `Process.kill("TERM", Process.pid)` stopped a worker

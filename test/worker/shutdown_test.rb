@@ -25,6 +25,8 @@ class ShutdownTest < Bobbin::TestCase
       assert_equal [ 0 ], long.distinct.pluck(:attempts), "an attempt cut short by shutdown is given back"
       assert_equal 0, Bobbin.counts["running"]
       assert_match(/bobbin worker \d+ stopping on TERM: waiting up to 2s \(shutdown_timeout\) for 8 running jobs\n/, File.read(log), "the log says why it stops")
+      named = File.read(log)[/interrupting 4 running jobs \((.*)\); they go back to their queue and run again from the start/, 1]
+      assert_equal long.order(:id).pluck(:id).map { |id| "CrashSafeJob #{id}" }.sort, named.to_s.split(", ").sort, "the log names the jobs cut short"
     end
   end
 

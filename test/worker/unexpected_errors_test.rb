@@ -84,7 +84,7 @@ class UnexpectedErrorsTest < Bobbin::TestCase
       worker.stop
       assert @worker_thread.join(30)
     end
-    assert_match(/quiet: claiming no more jobs; \d+ running finish here, 0 claimed ahead handed back/, log)
+    assert_match(/quiet: claiming no more jobs; \d+ running go on here until they end \(a TERM still gives them shutdown_timeout\), 0 claimed ahead handed back/, log)
     assert_equal 1, LedgerEntry.where(key: "in-flight").count
   ensure
     locker&.disconnect! # its row lock goes with it, should the test have failed holding it
