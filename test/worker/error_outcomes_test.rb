@@ -25,11 +25,17 @@ class ErrorOutcomesTest < Bobbin::TestCase
       when "unreadable" then raise Unreadable
       when "huge" then raise "x" * 1_000_000
       when "refused" then raise "please refuse me"
+      when "deep" then raise RuntimeError, "deep in gems", DEEP
       end
     end
   end
 
   KINDS = %w[nul invalid binary latin1 backtrace anonymous unreadable huge].freeze
+
+  # An error raised 70 frames deep inside a gem, called from the app's job, called from Ruby and a gem again.
+  GEM = "#{Gem.path.first}/gems/http-5.0/lib/http.rb".freeze
+  DEEP = Array.new(70) { |i| "#{GEM}:#{i}:in 'deep'" } + [ "app/jobs/sync_job.rb:7:in 'call_api'", "app/jobs/sync_job.rb:3:in 'perform'" ] +
+         Array.new(5) { |i| "#{RbConfig::CONFIG['rubylibdir']}/monitor.rb:#{i}:in 'synchronize'" } + [ "lib/bobbin/worker.rb:9:in 'run'" ]
 
   def row(id) = Bobbin::JobRecord.find(id)
 
@@ -52,6 +58,15 @@ class ErrorOutcomesTest < Bobbin::TestCase
                    row(ids["unreadable"]).then { |job| [ job.last_error_class, job.last_error_message ] }
       assert_equal 10_000, row(ids["huge"]).last_error_message.size
     end
+  end
+
+  # Mission Control's "Clean" view (a backtrace cleaner) showed nothing of an error raised deep inside gems: the row kept
+  # only its first 50 frames, all of the gem's (a trial).
+  test "a deep backtrace keeps its first 50 frames and then the app's own, leaving out the gems' and Ruby's" do
+    id = OddErrorJob.enqueue("deep")
+    drain_within(threads: 1)
+    assert_equal DEEP.first(50) + [ "… 25 frames of gems and Ruby left out" ] + DEEP[70, 2] + [ DEEP.last ],
+                 row(id).last_error_backtrace.lines(chomp: true)
   end
 
   test "an outcome the database refuses fails that job alone, as Bobbin::OutcomeNotWritten; the batch beside it is written" do

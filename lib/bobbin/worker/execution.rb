@@ -10,6 +10,8 @@ module Bobbin
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
+      # A frame in an installed gem or in Ruby's own library.
+      LIBRARY_FRAME = Regexp.union([ *Gem.path, RbConfig::CONFIG["rubylibdir"], "<internal:" ].uniq.map { |dir| /\A#{Regexp.escape(dir)}/ })
 
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
       # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
@@ -214,9 +216,20 @@ module Bobbin
         # message method that raises), the outcome is written and the worker goes on.
         def error_outcome(job, state, error, finished_at: nil, run_at: nil)
           explain_connection_wait(error)
-          backtrace = Array(error.backtrace).first(BACKTRACE_LINES).join("\n")
+          backtrace = kept_backtrace(Array(error.backtrace)).join("\n")
           Store::Outcome.new(job.id, state, finished_at, run_at, error_class(error), message(error),
                              Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue, job.attempts)
+        end
+
+        # The frames a row keeps: the first BACKTRACE_LINES, then, of a deeper backtrace, up to as many again that are
+        # not a gem's or Ruby's own. An error raised deep inside gems kept none of the app's frames, the ones a
+        # backtrace cleaner (Mission Control's "Clean" view) shows, and that view was empty (a trial).
+        def kept_backtrace(frames)
+          return frames if frames.size <= BACKTRACE_LINES
+
+          own = frames.drop(BACKTRACE_LINES).reject { |frame| LIBRARY_FRAME.match?(frame) }.first(BACKTRACE_LINES)
+          left_out = frames.size - BACKTRACE_LINES - own.size
+          frames.first(BACKTRACE_LINES) + (left_out.positive? ? [ "… #{left_out} frames of gems and Ruby left out" ] : []) + own
         end
 
         # Jobs of a fiber pool that waited past checkout_timeout for a connection most often wait behind jobs that hold
