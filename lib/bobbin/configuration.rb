@@ -48,6 +48,9 @@ module Bobbin
     attr_reader :perform_hooks
     # Recurring tasks by key (Recurring::Task), from config/recurring.yml and `recurring`.
     attr_reader :recurring_tasks
+    # Called with each error Bobbin's own threads hit (not jobs' errors) and `{ task:, severity: }`: see ThreadErrors.
+    # nil (the default): Rails.error in a Rails app, nothing elsewhere; false: nothing.
+    attr_reader :on_thread_error
     # Where Bobbin's tables live in a Rails app: `{ database: { writing: :queue } }` (Active Record's connects_to);
     # nil keeps them in the app's primary database.
     attr_accessor :connects_to
@@ -83,6 +86,14 @@ module Bobbin
       super
       @perform_hooks = source.perform_hooks.dup
       @recurring_tasks = source.recurring_tasks.dup
+    end
+
+    def on_thread_error=(handler)
+      unless handler.nil? || handler == false || handler.respond_to?(:call)
+        raise ConfigurationError, "Bobbin.config.on_thread_error: a callable (call(error, context)), nil (Rails.error in a Rails app) or false, got #{handler.inspect}"
+      end
+
+      @on_thread_error = handler
     end
 
     # Adds (or replaces) recurring task `key`: `recurring "nightly", schedule: "every day at 3am", class: "ReportJob",

@@ -16,6 +16,7 @@ module Bobbin
     def self.error(task, error, next_try)
       origin = error.backtrace&.find { |line| line.start_with?(LIB) || !line.include?("/gems/") }
       Bobbin.logger.error("#{task} failed: #{Store.reason(error)}#{" (#{origin})" if origin}; #{next_try}")
+      ThreadErrors.report(error, task: task)
     end
 
     # `task` starts each line: "bobbin supervisor: heartbeat"; `repeat`: seconds between reminders.
@@ -33,6 +34,7 @@ module Bobbin
       if @since.nil?
         @since = @said = now
         logger.warn("#{@task} failed: #{reason}; retrying")
+        ThreadErrors.report(error, task: @task, severity: :warning) if error.is_a?(Exception) # once an outage, at its start
       elsif now - @said >= @repeat
         @said = now
         logger.warn("#{@task} still failing after #{(now - @since).round}s: #{reason}; retrying")

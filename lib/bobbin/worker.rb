@@ -293,6 +293,7 @@ module Bobbin
         claim_loop(drain)
       rescue StandardError => error
         Bobbin.logger.error("bobbin worker #{@process_id}: stopping, its claim loop failed: #{Store.reason(error)}")
+        ThreadErrors.report(error, task: "bobbin worker #{@process_id}: claim loop")
         shut_down(services)
         raise
       else

@@ -41,6 +41,18 @@ class RailsBootTest < Bobbin::TestCase
     end
   end
 
+  # Bobbin's own threads' errors (an outage's start, a failing housekeeping task) reached the log only, never Sentry or
+  # Honeybadger (a trial); in a Rails app Rails.error hears of them by default, as under Solid Queue.
+  test "an error of Bobbin's own threads reaches Rails.error, reported as handled, from source bobbin" do
+    with_error_ledger do |reporter|
+      script = "require './config/environment'; require '#{reporter}'; " \
+               "Bobbin::OutageLog.error('bobbin worker 1: heartbeat', RuntimeError.new('schema mismatch'), 'trying again')"
+      status, output = run_in_rails_app("-e", script, env: "production")
+      assert status.success?, output
+      assert_equal [ "reported RuntimeError: schema mismatch handled=true source=bobbin job=" ], LedgerEntry.where("key LIKE 'reported %'").pluck(:key), output
+    end
+  end
+
   # A Bobbin::Job's error reached Rails.error with an empty context: no job, class, queue or attempt (a trial).
   test "a failing Bobbin::Job's error reaches Rails.error with the job named in its context" do
     with_error_ledger do |reporter|

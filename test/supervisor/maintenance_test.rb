@@ -61,7 +61,10 @@ class MaintenanceTest < Bobbin::TestCase
     expired = expired_jobs(3)
     rename = ->(from, to) { Bobbin::Record.with_connection { |c| c.execute("ALTER TABLE #{from} RENAME TO #{to}") } }
     rename.("bobbin_recurring_runs", "bobbin_recurring_runs_away")
+    reported = []
+    Bobbin.config.on_thread_error = ->(error, context) { reported << [ error.class, context ] }
     log = bobbin_log(level: Logger::INFO) { assert_equal Bobbin.config.heartbeat_interval, Bobbin::Maintenance.run("test") }
+    assert_equal [ [ ActiveRecord::StatementInvalid, { task: "bobbin test: sweeping old recurring runs", severity: :error } ] ], reported
     assert_match(/ERROR .*bobbin test: sweeping old recurring runs failed: ActiveRecord::StatementInvalid: .*bobbin_recurring_runs.* \(.*recurring_run\.rb:\d+/, log)
     refute_match(/unavailable/, log)
     assert_equal "ready", state.(first)

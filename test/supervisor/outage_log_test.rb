@@ -15,8 +15,11 @@ class OutageLogTest < Bobbin::TestCase
     @log.succeeded
     assert_empty lines, "nothing to say while the task works"
 
+    reported = []
+    Bobbin.config.on_thread_error = ->(failure, context) { reported << [ failure, context ] }
     error = ActiveRecord::ConnectionNotEstablished.new("connection to server failed: No such file\n\tIs the server running?")
     5.times { @log.failed(error) }
+    assert_equal [ [ error, { task: "bobbin supervisor: heartbeat", severity: :warning } ] ], reported, "on_thread_error hears of the outage once, at its start"
     assert_equal [ "bobbin supervisor: heartbeat failed: connection to server failed: No such file; retrying" ], lines,
                  "one line, the first of libpq's message"
 
@@ -32,6 +35,13 @@ class OutageLogTest < Bobbin::TestCase
 
     @log.failed("again")
     assert_equal "bobbin supervisor: heartbeat failed: again; retrying", lines.last, "a new outage is logged from its start"
+
+    Bobbin.config.on_thread_error = false # reports nothing, in a Rails app too
+    @log.succeeded
+    @log.failed(error)
+    assert_equal 1, reported.size
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin.config.on_thread_error = "Sentry" }
+    assert_match(/on_thread_error: a callable \(call\(error, context\)\), nil \(Rails.error in a Rails app\) or false, got "Sentry"/, error.message)
   end
 
   # Active Record's own message for a refused connection names no cause; the driver's does (a trial's supervisor said
