@@ -69,7 +69,11 @@ module Bobbin
       rescue ActiveRecord::StatementInvalid => error
         raise unless error.message.match?(/relation "bobbin_jobs" does not exist|no such table: bobbin_jobs/)
 
-        raise ConfigurationError, "Bobbin's tables are missing in this database: call Bobbin.migrate! once after Bobbin.connect, " \
+        # A schema-per-tenant app's `SET search_path` left on a connection hid the tables from its jobs' enqueues, and
+        # the error said only to migrate (a trial).
+        hidden = " (or they are not on this session's search_path: a SET search_path left on its connection, as " \
+                 "schema-per-tenant apps make, hides them)" if error.message.include?("relation")
+        raise ConfigurationError, "Bobbin's tables are missing in this database#{hidden}: call Bobbin.migrate! once after Bobbin.connect, " \
                                   "or #{Schema::INSTALL}"
       end
 
