@@ -61,7 +61,29 @@ module Bobbin
         @out.puts("  Bobbin's database (connects_to): #{queue} Active Record connections at most (enqueues from jobs)") if queue.positive?
         @out.puts("  total: #{processes} worker processes, #{ConnectionBudget.concurrency(@pools)} concurrent jobs, " \
                   "#{total_connections} database connections at most (including the supervisor's)")
+        report_other_databases
       end
+
+      # The app's other databases (a replica, shards, a cache store's): its jobs open connections to each as they use it, up to
+      # that database's own pool per process, beyond the total above (one worker held 12 each on a primary, a replica
+      # and a shard, 36 where the total said 12: a trial). They count against their own servers' limits.
+      def report_other_databases
+        others = other_databases
+        return if others.empty?
+
+        listed = others.map { |config| "#{config.name} (#{config.database}) #{pool_size_of(config)}" }.join(", ")
+        @out.puts("  also, to the app's other databases as its code uses them (models, a cache store), up to each one's pool per process: #{listed}; " \
+                  "× #{processes} processes = #{processes * others.sum { |config| pool_size_of(config) }} more connections at most")
+      end
+
+      # database.yml's other configurations for this environment: not the primary, not Bobbin's own database.
+      def other_databases
+        env = ActiveRecord::ConnectionHandling::DEFAULT_ENV.call.to_s
+        mine = [ ActiveRecord::Base.connection_db_config, Record.connection_db_config ].map { |config| [ config.env_name, config.name ] }
+        ActiveRecord::Base.configurations.configs_for(env_name: env, include_hidden: true).reject { |config| mine.include?([ config.env_name, config.name ]) }
+      end
+
+      def pool_size_of(config) = config.respond_to?(:max_connections) ? config.max_connections : config.pool
 
       def report_pool_size
         needed = per_process_pool

@@ -34,6 +34,20 @@ class DoctorTest < Bobbin::TestCase
     root
   end
 
+  # A worker held 12 connections each to a primary, a replica and a shard where the report's total said 12 (a trial).
+  test "the report names the app's other databases (a replica, shards) and the connections they add per process" do
+    saved = ActiveRecord::Base.configurations
+    env = ActiveRecord::ConnectionHandling::DEFAULT_ENV.call.to_s
+    primary = ActiveRecord::Base.connection_db_config.configuration_hash
+    ActiveRecord::Base.configurations = { env => { "primary" => primary,
+                                                   "primary_replica" => primary.merge(database: "app_replica", replica: true, pool: 7),
+                                                   "shard_two" => primary.merge(database: "app_shard_two", pool: 5) } }
+    _, report = doctor([ { "fibers" => 50, "processes" => 2 } ])
+    assert_match(/also, to the app's other databases as its code uses them \(models, a cache store\), up to each one's pool per process: primary_replica \(app_replica\) 7, shard_two \(app_shard_two\) 5; × 2 processes = 24 more connections at most/, report)
+  ensure
+    ActiveRecord::Base.configurations = saved
+  end
+
   test "a configuration that fits passes, and the report shows per-pool and total needs" do
     status, report = doctor([ { "queues" => [ "chat" ], "fibers" => 100, "processes" => 2 }, { "threads" => 5 } ])
     assert_equal 0, status, report
