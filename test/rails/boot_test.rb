@@ -31,10 +31,7 @@ class RailsBootTest < Bobbin::TestCase
   # executor, which Bobbin runs each job in, reports what escapes it. Once per failed attempt, with the job's error.
   test "a failing job's error reaches the app's error reporter (Rails.error)" do
     with_error_ledger do |reporter|
-      status, output = run_in_rails_app("-e", 'require "./config/environment"; FailingJob.perform_later("boom")', env: "production")
-      assert status.success?, output
-      status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", "-r", reporter, env: "production")
-      assert status.success?, output
+      output = enqueue_and_drain('FailingJob.perform_later("boom")', reporter, "--fibers", "5")
       assert_equal [ "failed" ], Bobbin::JobRecord.where(class_name: "FailingJob").pluck(:state), output
       assert_equal 1, LedgerEntry.where("key LIKE 'reported ArgumentError: boom handled=false source=application.%'").count,
                    LedgerEntry.pluck(:key).inspect + output
@@ -56,11 +53,8 @@ class RailsBootTest < Bobbin::TestCase
   # A Bobbin::Job's error reached Rails.error with an empty context: no job, class, queue or attempt (a trial).
   test "a failing Bobbin::Job's error reaches Rails.error with the job named in its context" do
     with_error_ledger do |reporter|
-      status, output = run_in_rails_app("-e", 'require "./config/environment"; puts "id=#{PlainFailingJob.enqueue("plain boom")}"', env: "production")
-      assert status.success?, output
+      output = enqueue_and_drain('puts "id=#{PlainFailingJob.enqueue("plain boom")}"', reporter, "--threads", "2")
       id = output[/^id=(\d+)$/, 1] or flunk(output)
-      status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--threads", "2", "--drain", "-r", reporter, env: "production")
-      assert status.success?, output
       assert_equal [ "reported RuntimeError: plain boom handled=false job=PlainFailingJob,#{id},rails_app,1" ],
                    LedgerEntry.where("key LIKE 'reported %'").pluck(:key).map { |key| key.sub(/ source=\S+/, "") }, output
     end
@@ -106,6 +100,16 @@ class RailsBootTest < Bobbin::TestCase
   end
 
   private
+    # Runs `enqueue` (Ruby) in the booted app, then `bobbin work` with `pool` until the queue is empty, `reporter`
+    # required; returns both outputs, after asserting both succeeded.
+    def enqueue_and_drain(enqueue, reporter, *pool)
+      status, output = run_in_rails_app("-e", "require './config/environment'; #{enqueue}", env: "production")
+      assert status.success?, output
+      status, work = bobbin_in_rails_app("work", "--queues", "rails_app", *pool, "--drain", "-r", reporter, env: "production")
+      assert status.success?, work
+      output + work
+    end
+
     # Yields the path of a file that, required in the app, records each error Rails.error hears of in the ledger.
     def with_error_ledger
       Tempfile.create([ "reporter", ".rb" ]) do |reporter|
