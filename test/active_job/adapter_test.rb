@@ -163,6 +163,33 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     assert_equal 1, Bobbin::JobRecord.count
   end
 
+  # Rails 7.2's perform_all_later hands the adapter every job inside the app's transaction: jobs that defer to the
+  # commit were stored at once and ran though the transaction rolled back (a trial, with a separate queue database).
+  test "enqueue_all inside a transaction stores the jobs that defer only once it commits, none on rollback; the others at once" do
+    adapter = ActiveJob::QueueAdapters::BobbinAdapter.new
+    jobs = [ AfterCommitActiveJob.new("deferred"), LedgerActiveJob.new("at once") ]
+    ActiveRecord::Base.transaction do
+      assert_equal 2, adapter.enqueue_all(jobs)
+      assert_equal [ "LedgerActiveJob" ], Bobbin::JobRecord.pluck(:class_name), "the deferring job waits for the commit"
+      assert jobs.all?(&:successfully_enqueued?)
+      raise ActiveRecord::Rollback
+    end
+    assert_equal 0, Bobbin::JobRecord.count
+    committed = AfterCommitActiveJob.new("committed")
+    ActiveRecord::Base.transaction { adapter.enqueue_all([ committed ]) }
+    assert_equal [ committed.provider_job_id ], Bobbin::JobRecord.where(class_name: "AfterCommitActiveJob").pluck(:id)
+    assert committed.successfully_enqueued?
+  end
+
+  # Rails 7.2 asks the adapter for a job class left at :default: in the primary database the enqueue is part of the
+  # transaction, as the README says; it was deferred past the commit there too (a trial).
+  test "the adapter defers to the commit only when Bobbin's tables live in a database of their own" do
+    adapter = ActiveJob::QueueAdapters::BobbinAdapter.new
+    assert_not adapter.enqueue_after_transaction_commit?
+    Bobbin.config.connects_to = { database: { writing: :queue } }
+    assert adapter.enqueue_after_transaction_commit?
+  end
+
   test "non-serializable arguments raise Active Job's error at enqueue and store nothing" do
     assert_raises(ActiveJob::SerializationError) { LedgerActiveJob.perform_later(Object.new) }
     assert_equal 0, Bobbin::JobRecord.count

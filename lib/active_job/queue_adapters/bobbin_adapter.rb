@@ -8,8 +8,10 @@ module ActiveJob
     # Active Job adapter: `config.active_job.queue_adapter = :bobbin`. Each job is one row; Active Job's own
     # serialization, retry_on and discard_on run inside Bobbin's worker unchanged.
     class BobbinAdapter < (defined?(AbstractAdapter) ? AbstractAdapter : Object)
-      # Rails 7.2 asks the adapter; later versions ask the job class (enqueue_after_transaction_commit).
-      def enqueue_after_transaction_commit? = true
+      # Rails 7.2 asks the adapter (a job class's :default); later versions ask the job class. True when Bobbin's tables
+      # live in a database of their own (connects_to), where an enqueue cannot commit with the app's transaction; in the
+      # primary database the enqueue is part of it (Rails 7.2 deferred it past the commit there too: a trial).
+      def enqueue_after_transaction_commit? = !Bobbin.config.connects_to.nil?
 
       # True once a worker in this process has begun shutting down: a continuable job (ActiveJob::Continuable)
       # stops at its next checkpoint and is re-enqueued to resume from there.
@@ -27,20 +29,20 @@ module ActiveJob
       # arguments over max_argument_bytes, a bad queue name) is left out with `successfully_enqueued?` false and its
       # error in `enqueue_error`, as Active Job does for an adapter without enqueue_all, and the others are stored:
       # one oversized job lost a batch of a thousand (a trial; Solid Queue stores the rest).
+      #
+      # Jobs that defer to the commit (enqueue_after_transaction_commit) are stored after the app's transactions commit,
+      # and dropped on a rollback: Rails 8.1's perform_all_later defers them itself, Rails 7.2's calls this inside the
+      # transaction (its jobs ran though it rolled back: a trial). With no transaction open they are stored at once.
       def enqueue_all(jobs)
-        rows = jobs.to_h do |job|
-          [ job, row(job, job.scheduled_at&.to_f) ]
-        rescue Bobbin::EnqueueError => error
-          job.successfully_enqueued = false
-          job.enqueue_error = error
-          [ job, nil ]
-        end.compact
-        ids = rows.empty? ? [] : Bobbin::Client::Enqueuer.insert(rows.values)
-        rows.each_key.zip(ids) do |job, id|
-          job.provider_job_id = id
-          job.successfully_enqueued = true
+        deferred, now = jobs.partition { |job| defers?(job) }
+        if deferred.any?
+          deferred.each { |job| job.successfully_enqueued = true } # as Active Job says of a perform_later it defers
+          ActiveRecord.after_all_transactions_commit do
+            deferred.each { |job| job.successfully_enqueued = false }
+            store_all(deferred)
+          end
         end
-        ids.size
+        store_all(now) + deferred.count(&:successfully_enqueued?)
       end
 
       # The checked job row for `job` to run at `timestamp` (seconds since the epoch; nil: now), not yet written.
@@ -54,6 +56,34 @@ module ActiveJob
       end
 
       private
+        # Stores `jobs` in one INSERT; returns how many were stored (see enqueue_all).
+        def store_all(jobs)
+          rows = jobs.to_h do |job|
+            [ job, row(job, job.scheduled_at&.to_f) ]
+          rescue Bobbin::EnqueueError => error
+            job.successfully_enqueued = false
+            job.enqueue_error = error
+            [ job, nil ]
+          end.compact
+          ids = rows.empty? ? [] : Bobbin::Client::Enqueuer.insert(rows.values)
+          rows.each_key.zip(ids) do |job, id|
+            job.provider_job_id = id
+            job.successfully_enqueued = true
+          end
+          ids.size
+        end
+
+        # True when `job`'s enqueue waits for the app's transactions to commit, by its class's setting as Active Job
+        # reads it: Rails 7.2's :always / :never / anything else asks the adapter; from Rails 8.0, true or false.
+        def defers?(job)
+          return false unless defined?(ActiveRecord) && ActiveRecord.respond_to?(:after_all_transactions_commit)
+
+          setting = job.class.enqueue_after_transaction_commit
+          return setting == true if ActiveJob.gem_version >= Gem::Version.new("8.0")
+
+          setting == :always || (setting != :never && enqueue_after_transaction_commit?)
+        end
+
         # The concurrency columns of a job whose class has limits_concurrency (Bobbin's, or Solid Queue's when
         # that gem defines it): both answer concurrency_limit and concurrency_key.
         def concurrency(job)
