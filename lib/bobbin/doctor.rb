@@ -79,8 +79,8 @@ module Bobbin
       # database.yml's other configurations for this environment: not the primary, not Bobbin's own database.
       def other_databases
         env = ActiveRecord::ConnectionHandling::DEFAULT_ENV.call.to_s
-        mine = [ ActiveRecord::Base.connection_db_config, Record.connection_db_config ].map { |config| [ config.env_name, config.name ] }
-        ActiveRecord::Base.configurations.configs_for(env_name: env, include_hidden: true).reject { |config| mine.include?([ config.env_name, config.name ]) }
+        mine = [ ActiveRecord::Base.connection_db_config, Record.connection_db_config ].map(&:name)
+        ActiveRecord::Base.configurations.configs_for(env_name: env, include_hidden: true).reject { |config| mine.include?(config.name) }
       end
 
       def pool_size_of(config) = config.respond_to?(:max_connections) ? config.max_connections : config.pool
