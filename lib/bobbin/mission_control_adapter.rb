@@ -105,8 +105,8 @@ module Bobbin
     def can_enqueue_recurring_task?(task_id)
       task = recurring_task(task_id)
       task.present? && task.job_row.present?
-    rescue ConfigurationError, NameError
-      false
+    rescue StandardError # a class gone, or arguments its job refuses (a concurrency key that cannot be computed): one such
+      false              # task made Mission Control's whole Recurring list fail (500; a trial)
     end
 
     # The job enqueued, as Mission Control's page goes on to show it (an id alone made its controller fail, 500, with
@@ -213,7 +213,7 @@ module Bobbin
           [ row.arguments ]
         end
         row_payload = { "job_class" => row.class_name, "job_id" => "bobbin-#{row.id}", "queue_name" => row.queue, "priority" => row.priority,
-                        "executions" => row.attempts }
+                        "executions" => [ row.attempts - 1, 0 ].max } # as Active Job counts: runs before this one
         payload = parsed.is_a?(Hash) && parsed["job_class"] ? row_payload.merge(parsed.compact) : row_payload.merge("arguments" => parsed)
         payload["arguments"] = Array.wrap(payload["arguments"])
         payload["enqueued_at"] = row.enqueued_at&.utc&.iso8601(6) unless (Time.iso8601(payload["enqueued_at"]) rescue nil)

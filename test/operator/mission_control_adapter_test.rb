@@ -33,6 +33,24 @@ class MissionControlAdapterTest < Bobbin::TestCase
     assert adapter.can_enqueue_recurring_task?("tick")
     assert_not adapter.can_enqueue_recurring_task?("gone")
     assert_not adapter.can_enqueue_recurring_task?("unknown")
+
+    # A task whose job refuses its arguments (here too large; a concurrency key that cannot be computed in a trial) is not
+    # offered either: its error made Mission Control's whole Recurring list fail (500).
+    Bobbin::RecurringTask.sync(tasks + [ Bobbin::Recurring::Task.parse("refused", { schedule: "every day at 3am", class: "TickJob", args: [ "x" * 100 ] }, "t") ])
+    Bobbin.config.max_argument_bytes = 50
+    assert_not adapter.can_enqueue_recurring_task?("refused")
+    assert_raises(Bobbin::EnqueueError) { adapter.send(:recurring_task, "refused").job_row }
+  end
+
+  # What Mission Control's pages read of a row (JobProxy.new(payload)): a plain job that ran once showed "Retries 1"
+  # (a trial); Active Job counts executions before this one. Arguments are always a list, with an enqueue time.
+  test "a row's payload for Mission Control counts earlier runs as executions and always has a list of arguments" do
+    ran_once = insert_jobs(1, state: "succeeded", attempts: 1, finished_at: Time.now.utc).first
+    broken = insert_jobs(1, **failed_attributes, arguments: "{not json").first
+    payload = ->(id) { adapter.send(:active_job_payload, Bobbin::JobRecord.find(id)) }
+    assert_equal 0, payload.(ran_once)["executions"]
+    assert_equal [ [ "{not json" ], "bobbin-#{broken}" ], payload.(broken).values_at("arguments", "job_id")
+    assert Time.iso8601(payload.(broken)["enqueued_at"])
   end
 
   # Mission Control links a job to its queue, found by name in the adapter's list (ActiveJob::Base#queue): a finished or
