@@ -26,6 +26,7 @@ class ErrorOutcomesTest < Bobbin::TestCase
       when "huge" then raise "x" * 1_000_000
       when "refused" then raise "please refuse me"
       when "deep" then raise RuntimeError, "deep in gems", DEEP
+      when "recursion" then raise RuntimeError, "deep in the app", RECURSION
       end
     end
   end
@@ -34,8 +35,12 @@ class ErrorOutcomesTest < Bobbin::TestCase
 
   # An error raised 70 frames deep inside a gem, called from the app's job, called from Ruby and a gem again.
   GEM = "#{Gem.path.first}/gems/http-5.0/lib/http.rb".freeze
+  WORKER = "#{Bobbin::OutageLog::LIB}/bobbin/worker.rb:9:in 'run'".freeze
   DEEP = Array.new(70) { |i| "#{GEM}:#{i}:in 'deep'" } + [ "app/jobs/sync_job.rb:7:in 'call_api'", "app/jobs/sync_job.rb:3:in 'perform'" ] +
-         Array.new(5) { |i| "#{RbConfig::CONFIG['rubylibdir']}/monitor.rb:#{i}:in 'synchronize'" } + [ "lib/bobbin/worker.rb:9:in 'run'" ]
+         Array.new(5) { |i| "#{RbConfig::CONFIG['rubylibdir']}/monitor.rb:#{i}:in 'synchronize'" } + [ WORKER ]
+  # The app's own recursion, 120 deep under its job's perform.
+  RECURSION = Array.new(60) { |i| "#{GEM}:#{i}:in 'deep'" } + Array.new(120) { |i| "app/models/tree.rb:#{i}:in 'walk'" } +
+              [ "app/jobs/tree_job.rb:3:in 'perform'", WORKER ]
 
   def row(id) = Bobbin::JobRecord.find(id)
 
@@ -63,10 +68,12 @@ class ErrorOutcomesTest < Bobbin::TestCase
   # Mission Control's "Clean" view (a backtrace cleaner) showed nothing of an error raised deep inside gems: the row kept
   # only its first 50 frames, all of the gem's (a trial).
   test "a deep backtrace keeps its first 50 frames and then the app's own, leaving out the gems' and Ruby's" do
-    id = OddErrorJob.enqueue("deep")
+    ids = %w[deep recursion].map { |kind| OddErrorJob.enqueue(kind) }
     drain_within(threads: 1)
-    assert_equal DEEP.first(50) + [ "… 25 frames of gems and Ruby left out" ] + DEEP[70, 2] + [ DEEP.last ],
-                 row(id).last_error_backtrace.lines(chomp: true)
+    assert_equal DEEP.first(50) + [ "… 20 frames left out" ] + DEEP[70, 2] + [ "… 6 frames left out" ], row(ids[0]).last_error_backtrace.lines(chomp: true)
+    # Of more than 50 of the app's own, the first 25 and the last 25: the job's perform is among them, each gap marked.
+    assert_equal RECURSION.first(50) + [ "… 10 frames left out" ] + RECURSION[60, 25] + [ "… 71 frames left out" ] + RECURSION[156, 25] + [ "… 1 frame left out" ],
+                 row(ids[1]).last_error_backtrace.lines(chomp: true)
   end
 
   test "an outcome the database refuses fails that job alone, as Bobbin::OutcomeNotWritten; the batch beside it is written" do

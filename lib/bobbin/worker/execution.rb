@@ -10,8 +10,8 @@ module Bobbin
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
-      # A frame in an installed gem or in Ruby's own library.
-      LIBRARY_FRAME = Regexp.union([ *Gem.path, RbConfig::CONFIG["rubylibdir"], "<internal:" ].uniq.map { |dir| /\A#{Regexp.escape(dir)}/ })
+      # A frame in an installed gem, in Ruby's own library or in Bobbin's.
+      LIBRARY_FRAME = Regexp.union([ *Gem.path, RbConfig::CONFIG["rubylibdir"], OutageLog::LIB, "<internal:" ].uniq.map { |dir| /\A#{Regexp.escape(dir)}/ })
 
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
       # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
@@ -222,14 +222,20 @@ module Bobbin
         end
 
         # The frames a row keeps: the first BACKTRACE_LINES, then, of a deeper backtrace, up to as many again that are
-        # not a gem's or Ruby's own. An error raised deep inside gems kept none of the app's frames, the ones a
-        # backtrace cleaner (Mission Control's "Clean" view) shows, and that view was empty (a trial).
+        # not a gem's, Ruby's or Bobbin's own (the first and the last of them when there are more, the job's perform
+        # among them), each gap marked where it is. An error raised deep inside gems kept none of the app's frames, the
+        # ones a backtrace cleaner (Mission Control's "Clean" view) shows, and that view was empty (a trial).
         def kept_backtrace(frames)
           return frames if frames.size <= BACKTRACE_LINES
 
-          own = frames.drop(BACKTRACE_LINES).reject { |frame| LIBRARY_FRAME.match?(frame) }.first(BACKTRACE_LINES)
-          left_out = frames.size - BACKTRACE_LINES - own.size
-          frames.first(BACKTRACE_LINES) + (left_out.positive? ? [ "… #{left_out} frames of gems and Ruby left out" ] : []) + own
+          own = (BACKTRACE_LINES...frames.size).reject { |index| LIBRARY_FRAME.match?(frames[index]) }
+          own = own.first(BACKTRACE_LINES / 2) + own.last(BACKTRACE_LINES / 2) if own.size > BACKTRACE_LINES
+          kept = []
+          [ *0...BACKTRACE_LINES, *own, frames.size ].each_cons(2) do |index, following|
+            kept << frames[index]
+            kept << "… #{following - index - 1} #{"frame".pluralize(following - index - 1)} left out" if following - index > 1
+          end
+          kept
         end
 
         # Jobs of a fiber pool that waited past checkout_timeout for a connection most often wait behind jobs that hold
