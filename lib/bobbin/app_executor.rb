@@ -20,10 +20,14 @@ module Bobbin
     # The first perform hook of a Rails app's workers: the job runs inside the app's reloader, which reports an error
     # that escapes the job to Rails.error (Sentry, Honeybadger, …) with the execution context, where the job is named
     # under :bobbin_job. Active Job adds its own :job; a Bobbin::Job's error was reported with no context at all (a trial).
+    # A stopping worker's interrupt is not reported: the job goes back to its queue (InterruptedJobs).
     def wrap_job(job)
       wrap do
         ::ActiveSupport::ExecutionContext[:bobbin_job] = { id: job.id, class_name: job.class_name, queue: job.queue, attempt: job.attempts }
         yield
+      rescue Exception => error # rubocop:disable Lint/RescueException -- marked, then raised again
+        InterruptedJobs.reported!(error) if InterruptedJobs.interrupt?(error)
+        raise
       end
     end
 

@@ -20,12 +20,23 @@ module Bobbin
 
     # Raises `error` (the exception perform raised) again, marked as reported along with its causes.
     def self.pass_on(error)
-      cause = error
-      while cause
-        cause.instance_variable_set(:@__rails_error_reported, true) unless cause.frozen?
-        cause = cause.cause
-      end
+      reported!(error)
       raise error
+    end
+
+    # True when `error` is a stopping worker's interrupt: a Worker::Shutdown, or caused by one (a fiber's Async::Cancel).
+    def self.interrupt?(error)
+      error = error.cause until error.nil? || error.is_a?(Worker::Shutdown)
+      !error.nil?
+    end
+
+    # Marks `error` and its causes as reported, so that Rails' error reporter leaves them out. A plain Bobbin::Job's
+    # interrupt is marked by the app's reloader wrap (AppExecutor.wrap_job).
+    def self.reported!(error)
+      while error
+        error.instance_variable_set(:@__rails_error_reported, true) unless error.frozen?
+        error = error.cause
+      end
     end
   end
 end

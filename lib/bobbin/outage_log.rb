@@ -28,13 +28,14 @@ module Bobbin
     end
 
     # Records a failure of the task (an exception or a message); logs it unless a line said so less than `repeat` s ago.
-    def failed(error)
+    # `cause`: the exception on_thread_error hears of at the outage's start (the failure's own, when it is one).
+    def failed(error, cause: error)
       reason = error.is_a?(Exception) ? "#{error.message.lines.first&.strip}#{Store.driver_said(error)}" : error.to_s.lines.first&.strip
       now = Bobbin.monotonic
       if @since.nil?
         @since = @said = now
         logger.warn("#{@task} failed: #{reason}; retrying")
-        ThreadErrors.report(error, task: @task, severity: :warning) if error.is_a?(Exception) # once an outage, at its start
+        ThreadErrors.report(cause, task: @task, severity: :warning) if cause.is_a?(Exception) # once an outage, at its start
       elsif now - @said >= @repeat
         @said = now
         logger.warn("#{@task} still failing after #{(now - @since).round}s: #{reason}; retrying")

@@ -36,10 +36,16 @@ class OutageLogTest < Bobbin::TestCase
     @log.failed("again")
     assert_equal "bobbin supervisor: heartbeat failed: again; retrying", lines.last, "a new outage is logged from its start"
 
+    # The outcome writer says more than the error (how many outcomes it keeps): the error is still what is reported.
+    @log.succeeded
+    @log.failed("database unavailable during finish (3 outcomes kept)", cause: error)
+    assert_equal [ error, error ], reported.map(&:first)
+    assert_equal "bobbin supervisor: heartbeat failed: database unavailable during finish (3 outcomes kept); retrying", lines.last
+
     Bobbin.config.on_thread_error = false # reports nothing, in a Rails app too
     @log.succeeded
     @log.failed(error)
-    assert_equal 1, reported.size
+    assert_equal 2, reported.size
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin.config.on_thread_error = "Sentry" }
     assert_match(/on_thread_error: a callable \(call\(error, context\)\), nil \(Rails.error in a Rails app\) or false, got "Sentry"/, error.message)
   end

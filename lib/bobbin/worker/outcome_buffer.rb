@@ -78,7 +78,7 @@ module Bobbin
           outcomes.size
         rescue Store::Unavailable => error
           @lock.synchronize { @pending.unshift(*outcomes) }
-          @outage.failed("#{error.message} (#{outcomes.size} #{outcomes.one? ? "outcome" : "outcomes"} kept)")
+          @outage.failed("#{error.message} (#{outcomes.size} #{outcomes.one? ? "outcome" : "outcomes"} kept)", cause: error)
           nil
         end
 
