@@ -53,8 +53,11 @@ module Bobbin
       blamed = blamed_ids(running)
       error = { last_error_class: ProcessDied.name, last_error_message: "#{reason} while this job was running",
                 last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }
-      failed, ready = blamed.empty? ? [ 0, 0 ] : charge(running.where(id: blamed), error)
-      spared = spare(running.where.not(id: blamed), error, suspects: blamed.empty?)
+      # The database's time, as claims compare run_at with: this host's clock 30 s ahead kept a dead host's jobs
+      # waiting 30 s more (a trial).
+      now = ProcessRecord.now
+      failed, ready = blamed.empty? ? [ 0, 0 ] : charge(running.where(id: blamed), error, now)
+      spared = spare(running.where.not(id: blamed), error, now, suspects: blamed.empty?)
       log(reason, ready + spared, failed, blamed)
       Wakeups.announce(nil) if ready + spared > 0
       if ready + failed + spared > 0
@@ -65,10 +68,10 @@ module Bobbin
 
     # The crash counts against these jobs: those out of crash retries fail, the others go back to ready. Returns
     # [failed, ready].
-    def charge(blamed, error)
+    def charge(blamed, error, now)
       failed = blamed.where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
-                     .update_all(error.merge(state: "failed", finished_at: Time.now.utc))
-      [ failed, blamed.update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil)) ]
+                     .update_all(error.merge(state: "failed", finished_at: now))
+      [ failed, blamed.update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: now, started_at: nil)) ]
     end
 
     # The jobs a crash counts against: the only one in flight, else the suspect in flight.
@@ -79,8 +82,8 @@ module Bobbin
 
     # Jobs that were in flight beside the crash get their attempt back; without a suspect to blame, their crash
     # counts go up (at SUSPECT they run one at a time).
-    def spare(relation, error, suspects:)
-      changes = error.merge(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, started_at: nil,
+    def spare(relation, error, now, suspects:)
+      changes = error.merge(state: Arel.sql(Store::WAITING), run_at: now, started_at: nil,
                             attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"))
       changes.delete(:crashes) unless suspects
       relation.update_all(changes)

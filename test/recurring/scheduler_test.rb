@@ -84,6 +84,30 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_equal 1, after.scan(/every_second missed ticks since #{Regexp.escape(now.utc.iso8601)} .*enqueued only the latest \(#{Regexp.escape((now + 20).utc.iso8601)}\)/).size, log
   end
 
+  # A scheduler cut off from the database said every tick since was missed, "enqueued only the latest", when the others
+  # had enqueued them all, the latest among them (a trial, one host cut off for 90 s among four).
+  test "a scheduler back from a failure does not call ticks missed that another scheduler enqueued" do
+    now = Time.now.floor
+    rename = ->(from, to) { Bobbin::Record.with_connection { |c| c.execute("ALTER TABLE #{from} RENAME TO #{to}") } }
+    log = bobbin_log do
+      cut_off, other = Array.new(2) { Bobbin::Recurring::Scheduler.new([ every_second ]) }
+      [ cut_off, other ].each { |scheduler| scheduler.pass(now) }
+      Bobbin::RecurringRun.reset_column_information
+      Bobbin::Record.with_connection { |c| c.schema_cache.indexes("bobbin_recurring_runs") }
+      rename.("bobbin_recurring_runs", "bobbin_recurring_runs_away")
+      begin
+        assert_raises(ActiveRecord::StatementInvalid) { cut_off.pass(now + 5) }
+      ensure
+        rename.("bobbin_recurring_runs_away", "bobbin_recurring_runs")
+        Bobbin::RecurringRun.reset_column_information
+      end
+      (1..20).each { |second| other.pass(now + second) }
+      cut_off.pass(now + 20)
+    end
+    assert_equal (1..20).map { |second| now + second }, ticks.map(&:first)
+    assert_no_match(/missed ticks/, log)
+  end
+
   # Active Job refuses an Integer hash key; the task's own check (JSON) does not.
   def unserializable = Bobbin::Recurring::Task.parse("bad_args", { schedule: "every second", class: "ProviderIdActiveJob", args: [ { 1 => "x" } ] }, "t")
 

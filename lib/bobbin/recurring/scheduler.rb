@@ -29,19 +29,27 @@ module Bobbin
       # tasks). A task that cannot be enqueued (its class cannot be found, Active Job cannot serialize its arguments)
       # is logged and its ticks skipped, and the other tasks still run; a database error ends the pass with nothing
       # enqueued, and the next pass retries its ticks.
-      def pass(now = Time.now)
+      #
+      # Without `now`, the time is the database's, so every host's scheduler ticks at the same moments (a host whose
+      # clock ran 30 s ahead enqueued every tick 30 s early, and twice as many for 30 s as it started: a trial); the
+      # next tick is returned on this host's clock, for its wait.
+      def pass(now = nil)
         sync unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
         return if @tasks.empty?
 
+        offset = 0
+        now ||= Time.now.then { |here| ProcessRecord.now.tap { |there| offset = there - here } }
         @last_runs = nil
         plans = @tasks.filter_map { |task| plan(task, now) }
-        RecurringRun.claim_all(plans.flat_map { |task, ticks, _skipped_since, rows| ticks.zip(rows).map { |tick, row| [ task.key, tick, row ] } })
-        plans.each do |task, ticks, skipped_since|
-          skipped(task, skipped_since, ticks.last) if skipped_since
+        ticks = plans.flat_map { |task, due, _skipped_since, rows| due.zip(rows).map { |tick, row| [ task.key, tick, row ] } }
+        taken = ticks.map { |key, tick, _row| [ key, tick ] }.zip(RecurringRun.claim_all(ticks)).to_h
+        plans.each do |task, due, skipped_since|
+          # Missed by this scheduler only, when another took the latest tick (it was cut off; the others ran).
+          skipped(task, skipped_since, due.last) if skipped_since && taken[[ task.key, due.last ]]
           @since[task.key] = now
         end
         @failed = false
-        @tasks.map { |task| task.next_time(now) }.min
+        @tasks.map { |task| task.next_time(now) }.min - offset
       rescue ActiveRecord::ActiveRecordError
         @failed = true
         raise
