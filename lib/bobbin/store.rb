@@ -147,8 +147,9 @@ module Bobbin
     end
 
     # `ids`, unless the SQLite file this process enqueues into is no longer at its path (moved, deleted or replaced
-    # since the process's first enqueue): the rows went into the old file, which no worker reads any more, and the
-    # caller hears so (a trial: a web process went on enqueuing into a deleted file, each call returning an id).
+    # since the process's first enqueue): the rows went into the old file, which workers read only until they notice
+    # (they then exit), so the jobs may or may not run, and the caller hears so (a trial: a web process went on
+    # enqueuing into a deleted file, each call returning an id; another: a third of the jobs so refused ran).
     def self.same_file!(ids)
       db_config = Record.connection_db_config
       @enqueue_file = [ db_config, DatabaseFile.open(db_config) ] unless @enqueue_file&.first.equal?(db_config)
@@ -157,7 +158,8 @@ module Bobbin
 
       jobs = ids.one? ? "job #{ids.first}" : "#{ids.size} jobs (#{ids.first}…#{ids.last})"
       raise EnqueueError, "the SQLite database #{file.path} was moved, deleted or replaced since this process opened it: #{jobs} went " \
-                          "into the old file it still has open, which no worker reads; start this process again to open the file at the path"
+                          "into the old file it still has open, which workers that have not noticed yet (a second or two) may still run, " \
+                          "and then none will; start this process again to open the file at the path"
     end
 
     # One statement on `connection`, around Active Record's query cache (two identical enqueues are two jobs) and

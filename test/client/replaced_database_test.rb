@@ -42,7 +42,8 @@ class ReplacedDatabaseTest < Bobbin::TestCase
       lines = out.lines.map(&:chomp)
       assert_equal "first 1", lines[0]
       assert_equal "the SQLite database #{path} was moved, deleted or replaced since this process opened it: job 2 went into the old file " \
-                   "it still has open, which no worker reads; start this process again to open the file at the path", lines[1]
+                   "it still has open, which workers that have not noticed yet (a second or two) may still run, and then none will; " \
+                   "start this process again to open the file at the path", lines[1]
       assert_match(/: 2 jobs \(3…4\) went into the old file/, lines[2])
     end
   end
