@@ -76,14 +76,14 @@ module Bobbin
     # holding its key's only slot (a trial).
     def dispatch_job(job, relation)
       row = job_row!(job.job_id, relation)
-      now = Time.now.utc
-      operated = [ "operation = 'dispatched', operated_by = ?, operated_at = ?", ACTOR, now ]
-      if JobRecord.where(id: row.id, state: "blocked").where(run_at: now..).update_all([ "run_at = ?, #{operated[0]}", now, *operated.drop(1) ]).positive?
+      binds = { now: Time.now.utc, actor: ACTOR }
+      dispatched = "operation = 'dispatched', operated_by = :actor, operated_at = :now"
+      if JobRecord.where(id: row.id, state: "blocked").where(run_at: binds[:now]..).update_all([ "run_at = :now, #{dispatched}", binds ]).positive?
         return Store.promote_keys([ row.concurrency_key ])
       end
 
       JobRecord.where(id: row.id, state: %w[ready blocked])
-               .update_all([ "state = 'ready', run_at = CASE WHEN run_at > ? THEN ? ELSE run_at END, #{operated[0]}", now, now, *operated.drop(1) ])
+               .update_all([ "state = 'ready', run_at = CASE WHEN run_at > :now THEN :now ELSE run_at END, #{dispatched}", binds ])
       Wakeups.announce(nil)
     end
 

@@ -22,16 +22,16 @@ module Bobbin
       now = Time.now.utc
       taken = transaction do
         # In one order on every host: two schedulers taking the same ticks wait on each other, never deadlock.
-        runs = ticks.map { |key, run_at, _row| { task_key: key, run_at: run_at, created_at: now } }.sort_by { |run| [ run[:task_key], run[:run_at] ] }
-        inserted = insert_all(runs, unique_by: :bobbin_recurring_runs_tick, returning: [ :id ])
+        rows = ticks.map { |key, run_at, _row| { task_key: key, run_at: run_at, created_at: now } }.sort_by { |run| [ run[:task_key], run[:run_at] ] }
+        inserted = insert_all(rows, unique_by: :bobbin_recurring_runs_tick, returning: [ :id ])
         next {} if inserted.rows.empty?
 
-        runs = where(id: inserted.rows.flatten).pluck(:task_key, :run_at, :id).to_h { |key, run_at, id| [ tick_key(key, run_at), id ] }
-        mine = ticks.select { |key, run_at, _row| runs.key?(tick_key(key, run_at)) }
-        job_ids = Client::Enqueuer.insert(mine.map(&:last))
-        upsert_all(mine.zip(job_ids).map { |(key, run_at, _row), job_id| { id: runs[tick_key(key, run_at)], task_key: key, run_at: run_at, job_id: job_id, created_at: now } },
+        run_ids = where(id: inserted.rows.flatten).pluck(:task_key, :run_at, :id).to_h { |key, run_at, id| [ tick_key(key, run_at), id ] }
+        mine = ticks.select { |key, run_at, _row| run_ids.key?(tick_key(key, run_at)) }
+        job_ids = mine.map { |key, run_at, _row| tick_key(key, run_at) }.zip(Client::Enqueuer.insert(mine.map(&:last))).to_h
+        upsert_all(job_ids.map { |(key, run_at), job_id| { id: run_ids[[ key, run_at ]], task_key: key, run_at: run_at, job_id: job_id, created_at: now } },
                    unique_by: :id, update_only: [ :job_id ])
-        mine.zip(job_ids).to_h { |(key, run_at, _row), job_id| [ tick_key(key, run_at), job_id ] }
+        job_ids
       end
       ticks.map do |key, run_at, _row|
         taken[tick_key(key, run_at)]&.tap { |job_id| Instrumentation.instrument(:recurring, key: key, run_at: run_at, job_id: job_id) }

@@ -37,8 +37,12 @@ module Bobbin
         sync unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
         return if @tasks.empty?
 
-        offset = 0
-        now ||= Time.now.then { |here| ProcessRecord.now.tap { |there| offset = there - here } }
+        offset = 0 # the database's clock less this host's
+        unless now
+          here = Time.now
+          now = ProcessRecord.now
+          offset = now - here
+        end
         @last_runs = nil
         plans = @tasks.filter_map { |task| plan(task, now) }
         ticks = plans.flat_map { |task, due, _skipped_since, rows| due.zip(rows).map { |tick, row| [ task.key, tick, row ] } }
