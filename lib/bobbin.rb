@@ -42,6 +42,7 @@ module Bobbin
   autoload :Retention, "bobbin/retention"
   autoload :Maintenance, "bobbin/maintenance"
   autoload :OutageLog, "bobbin/outage_log"
+  autoload :LibraryFrames, "bobbin/library_frames"
   autoload :ThreadErrors, "bobbin/thread_errors"
   autoload :ConnectionBudget, "bobbin/connection_budget"
   autoload :FiberSafety, "bobbin/fiber_safety"

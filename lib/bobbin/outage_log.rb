@@ -7,14 +7,11 @@ module Bobbin
   class OutageLog
     REPEAT = 30
 
-    # Where Bobbin's own files are (installed as a gem, they are under /gems/ too).
-    LIB = File.expand_path("..", __dir__)
-
     # Logs a failure of `task` that is not an outage (a bug, a schema that does not match): waiting will not cure
     # it, so it is an error, with the first line of Bobbin's or the app's code that raised it (not a driver's).
     # `next_try` says what happens now.
     def self.error(task, error, next_try)
-      origin = error.backtrace&.find { |line| line.start_with?(LIB) || !line.include?("/gems/") }
+      origin = LibraryFrames.first_own(error.backtrace, bobbin: true)
       Bobbin.logger.error("#{task} failed: #{Store.reason(error)}#{" (#{origin})" if origin}; #{next_try}")
       ThreadErrors.report(error, task: task)
     end

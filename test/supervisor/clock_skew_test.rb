@@ -6,7 +6,7 @@ require "open3"
 # Hosts whose clocks disagree share one PostgreSQL: what one host writes for others to act on is on the database's
 # clock. A process here runs 30 s ahead under libfaketime (Debian's faketime package, which bin/setup installs).
 class ClockSkewTest < Bobbin::TestCase
-  FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+  FAKETIME = Dir["/usr/lib/*/faketime/libfaketime.so.1"].first.to_s
 
   setup do
     skip "on SQLite the database's clock is the process's" unless postgres?

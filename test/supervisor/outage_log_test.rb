@@ -65,4 +65,19 @@ class OutageLogTest < Bobbin::TestCase
     @log.failed(error)
     assert_match(/heartbeat failed: .* \(#{Regexp.escape(error.cause.class.name)}: .+\); retrying\z/, lines.last)
   end
+
+  test "an error that waiting will not cure is logged with the first line of Bobbin's or the app's code, not a gem's" do
+    Bobbin.config.logger = Logger.new(@out, formatter: ->(*, message) { "#{message}\n" })
+    Bobbin.config.on_thread_error = false
+    line = __LINE__ + 1
+    error = assert_raises(ActiveRecord::StatementInvalid) { Bobbin::Record.connection.select_value("SELECT x FROM bobbin_no_such_table") }
+    assert Bobbin::LibraryFrames.library?(error.backtrace.first), "Active Record's frames come first: #{error.backtrace.first}"
+    Bobbin::OutageLog.error("bobbin worker 1: heartbeat", error, "trying again in 1s")
+    assert_match(/\Abobbin worker 1: heartbeat failed: .*bobbin_no_such_table.* \(#{Regexp.escape(__FILE__)}:#{line}:in .*\); trying again in 1s\z/, lines.last)
+
+    refused = assert_raises(Bobbin::EnqueueError) { Bobbin.enqueue_all([ [ String, [] ] ]) }
+    assert refused.backtrace.first.start_with?("#{Bobbin::LibraryFrames::LIB}/bobbin/"), "raised in Bobbin's own code"
+    assert_equal refused.backtrace.first, Bobbin::LibraryFrames.first_own(refused.backtrace, bobbin: true)
+    assert_match(/\A#{Regexp.escape(__FILE__)}:\d+:in /, Bobbin::LibraryFrames.first_own(refused.backtrace), "the app's line, past Bobbin's")
+  end
 end

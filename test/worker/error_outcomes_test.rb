@@ -35,7 +35,7 @@ class ErrorOutcomesTest < Bobbin::TestCase
 
   # An error raised 70 frames deep inside a gem, called from the app's job, called from Ruby and a gem again.
   GEM = "#{Gem.path.first}/gems/http-5.0/lib/http.rb".freeze
-  WORKER = "#{Bobbin::OutageLog::LIB}/bobbin/worker.rb:9:in 'run'".freeze
+  WORKER = "#{Bobbin::LibraryFrames::LIB}/bobbin/worker.rb:9:in 'run'".freeze
   DEEP = Array.new(70) { |i| "#{GEM}:#{i}:in 'deep'" } + [ "app/jobs/sync_job.rb:7:in 'call_api'", "app/jobs/sync_job.rb:3:in 'perform'" ] +
          Array.new(5) { |i| "#{RbConfig::CONFIG['rubylibdir']}/monitor.rb:#{i}:in 'synchronize'" } + [ WORKER ]
   # The app's own recursion, 120 deep under its job's perform.

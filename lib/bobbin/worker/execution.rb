@@ -10,8 +10,6 @@ module Bobbin
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
-      # A frame in an installed gem, in Ruby's own library or in Bobbin's.
-      LIBRARY_FRAME = Regexp.union([ *Gem.path, RbConfig::CONFIG["rubylibdir"], OutageLog::LIB, "<internal:" ].uniq.map { |dir| /\A#{Regexp.escape(dir)}/ })
 
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
       # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
@@ -228,7 +226,7 @@ module Bobbin
         def kept_backtrace(frames)
           return frames if frames.size <= BACKTRACE_LINES
 
-          own = (BACKTRACE_LINES...frames.size).reject { |index| LIBRARY_FRAME.match?(frames[index]) }
+          own = (BACKTRACE_LINES...frames.size).reject { |index| LibraryFrames.library?(frames[index]) }
           own = own.first(BACKTRACE_LINES / 2) + own.last(BACKTRACE_LINES / 2) if own.size > BACKTRACE_LINES
           kept = []
           [ *0...BACKTRACE_LINES, *own, frames.size ].each_cons(2) do |index, following|

@@ -32,8 +32,6 @@ module Bobbin
       RECENT = 5
       # A stall still going on after this many seconds is logged once before it ends.
       ONGOING = 0.5
-      # Where frames that are not the app's own code come from: Bobbin, installed gems, Ruby's own library.
-      LIBRARY_FRAMES = [ File.expand_path("../..", __dir__), *Gem.path, RbConfig::CONFIG["rubylibdir"], "<internal:" ].uniq.freeze
 
       # `jobs` answers the claimed job for an id (nil when gone); `on_stall` gets each Stall once it ends.
       def initialize(threshold, jobs:, on_stall:)
@@ -236,7 +234,7 @@ module Bobbin
         # The first frame of the stuck fiber's backtrace in the app's own code (not a gem's, Bobbin's or Ruby's): the line
         # that made the blocking call; the backtrace itself shows the library it went into.
         def location(backtrace)
-          backtrace.find { |line| LIBRARY_FRAMES.none? { |library| line.start_with?(library) } } || backtrace.first ||
+          LibraryFrames.first_own(backtrace) || backtrace.first ||
             "a line no look saw (a C call that kept the GVL until the job ended)"
         end
 
