@@ -230,8 +230,11 @@ module Bobbin
           configuration: (JSON.parse(process.metadata) rescue {}), raw_data: process.as_json }
       end
 
+      # Mission Control joins a task's arguments with commas: a String reads as itself, anything else as JSON (a Hash
+      # showed as Ruby's `{"a" => 1}`).
       def recurring_task_attributes(task)
-        { id: task.key, job_class_name: task.class_name, command: task.command, arguments: task.parsed_arguments, schedule: task.schedule,
+        arguments = task.parsed_arguments.map { |argument| argument.is_a?(String) ? argument : JSON.generate(argument) }
+        { id: task.key, job_class_name: task.class_name, command: task.command, arguments: arguments, schedule: task.schedule,
           next_time: task.next_run_at, queue_name: task.queue, priority: task.priority, last_enqueued_at: task.last_run_at }
       end
   end

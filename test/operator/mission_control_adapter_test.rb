@@ -42,6 +42,13 @@ class MissionControlAdapterTest < Bobbin::TestCase
     assert_raises(Bobbin::EnqueueError) { adapter.send(:recurring_task, "refused").job_row }
   end
 
+  test "a recurring task's arguments read as JSON in Mission Control's list, Strings as themselves" do
+    task = Bobbin::Recurring::Task.parse("report", { schedule: "every day at 3am", class: "TickJob", args: [ "daily", { "to" => [ "ops" ], "n" => 2 }, 7, nil ] }, "t")
+    Bobbin::RecurringTask.sync([ task ])
+    assert_equal [ "daily", '{"to":["ops"],"n":2}', "7", "null" ], adapter.find_recurring_task("report")[:arguments]
+    assert_equal 'daily,{"to":["ops"],"n":2},7,null', adapter.recurring_tasks.first[:arguments].join(","), "as Mission Control's page joins them"
+  end
+
   # What Mission Control's pages read of a row (JobProxy.new(payload)): a plain job that ran once showed "Retries 1"
   # (a trial); Active Job counts executions before this one. Arguments are always a list, with an enqueue time.
   test "a row's payload for Mission Control counts earlier runs as executions and always has a list of arguments" do
