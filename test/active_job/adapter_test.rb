@@ -152,6 +152,38 @@ class ActiveJobAdapterTest < Bobbin::TestCase
                  [ failed.class_name, failed.last_error_class, failed.last_error_message ]
   end
 
+  # A row is what the dashboard, the CLI, limits and lanes go by; its Active Job payload names the class Active Job
+  # instantiates. A row changed in the database made the worker instantiate a class that is no job (a trial: Tempfile),
+  # or run an Active Job class's perform without its callbacks.
+  test "a row runs only its own class: a payload naming another class, or an Active Job class without a payload, fails and instantiates nothing" do
+    made = []
+    canary = Class.new { define_method(:initialize) { |*| made << :canary } }
+    guarded = Class.new(LedgerActiveJob) { before_perform { raise "guard refused" } }
+    constants = { "TrialCanary" => canary, "GuardedActiveJob" => guarded }
+    constants.each { |name, klass| Object.const_set(name, klass) }
+    row = ->(class_name, arguments, active_job_id) do
+      Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: class_name, arguments: arguments, queue: "default", priority: 0,
+                                                                       run_at: nil, max_attempts: 1, active_job_id: active_job_id) ]).first
+    end
+    payload = LedgerActiveJob.new("hijacked").serialize
+    other_class = row.("LedgerActiveJob", payload.merge("job_class" => "TrialCanary").to_json, payload["job_id"])
+    not_active_job = row.("TrialCanary", payload.merge("job_class" => "TrialCanary").to_json, payload["job_id"])
+    no_payload = row.("GuardedActiveJob", [ "plain" ].to_json, nil)
+    LedgerActiveJob.perform_later("fine")
+    drain(fibers: 5)
+
+    failed = Bobbin::JobRecord.where(id: [ other_class, not_active_job, no_payload ]).order(:id).pluck(:state, :last_error_class, :last_error_message)
+    assert_equal [ "failed" ] * 3, failed.map(&:first)
+    assert_equal [ "Bobbin::UnrunnableJob" ] * 3, failed.map(&:second)
+    assert_match(/payload names job_class "TrialCanary", not the row's class LedgerActiveJob/, failed[0][2])
+    assert_match(/TrialCanary is not a job class/, failed[1][2])
+    assert_match(/GuardedActiveJob is an Active Job class, but this row has no Active Job payload/, failed[2][2])
+    assert_empty made, "no instance of a class that is not the row's job"
+    assert_equal [ "fine" ], LedgerEntry.pluck(:key), "the guarded job's perform did not run; the good job did"
+  ensure
+    constants&.each_key { |name| Object.send(:remove_const, name) if Object.const_defined?(name) }
+  end
+
   test "enqueue after transaction commit: nothing on rollback, one job on commit" do
     ActiveRecord::Base.transaction do
       AfterCommitActiveJob.perform_later("rolled-back")

@@ -83,7 +83,7 @@ module Bobbin
               if job.active_job_id
                 perform_active_job(job)
               else
-                around(job, @job_hooks) { (job_class = resolve(job)).new.perform(*Client::Arguments.load(job.arguments)) }
+                around(job, @job_hooks) { (job_class = plain_class(job)).new.perform(*Client::Arguments.load(job.arguments)) }
               end
             end
           ensure
@@ -138,7 +138,7 @@ module Bobbin
           base = ActiveJob::Base # loads ActiveJob::Callbacks too, in apps that do not eager-load (development)
           ActiveJob::Callbacks.run_callbacks(:execute) do
             around(job, @hooks) do
-              active_job = base.deserialize(active_job_payload(job.arguments))
+              active_job = base.deserialize(active_job_payload(job))
               active_job.provider_job_id = job.id
               active_job.perform_now
             end
@@ -167,12 +167,30 @@ module Bobbin
         def runnable?(job_class)
           return false unless job_class.is_a?(Class)
 
-          job_class.include?(Bobbin::Job) || (defined?(ActiveJob::Base) && job_class < ActiveJob::Base)
+          job_class.include?(Bobbin::Job) || active_job_class?(job_class)
         end
 
-        def active_job_payload(json)
-          payload = JSON.parse(json)
+        def active_job_class?(job_class) = defined?(ActiveJob::Base) && job_class < ActiveJob::Base
+
+        # A row without an Active Job payload runs its class's `perform` directly: only a Bobbin::Job's (an Active Job
+        # class's would skip its callbacks, retry_on and GlobalID arguments).
+        def plain_class(job)
+          job_class = resolve(job)
+          return job_class if job_class.include?(Bobbin::Job)
+
+          raise UnrunnableJob, "#{job.class_name} is an Active Job class, but this row has no Active Job payload (no active_job_id); " \
+                               "enqueue it with perform_later"
+        end
+
+        # The payload Active Job deserializes, which names the class it instantiates: it must be the row's own, an Active
+        # Job class (the row's class is the one the dashboard, the CLI, limits and lanes go by).
+        def active_job_payload(job)
+          payload = JSON.parse(job.arguments)
           raise UnrunnableJob, "Active Job payload is not a JSON object" unless payload.is_a?(Hash)
+          unless payload["job_class"] == job.class_name
+            raise UnrunnableJob, "the Active Job payload names job_class #{payload["job_class"].inspect[0, 200]}, not the row's class #{job.class_name}"
+          end
+          raise UnrunnableJob, "#{job.class_name} is not an Active Job class (inherit ActiveJob::Base)" unless active_job_class?(resolve(job))
 
           payload
         rescue JSON::ParserError => error
