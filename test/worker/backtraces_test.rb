@@ -22,7 +22,9 @@ class BacktracesTest < Bobbin::TestCase
   { "fibers" => /fibers-4, fiber$/, "threads" => /threads-4, thread bobbin-job-\d+$/ }.each do |mode, runner|
     test "TTIN with #{mode}: each running job's own backtrace is logged, and the jobs and the worker go on" do
       gate = GatedJob.gate("dump-#{mode}")
-      ids = Bobbin.enqueue_all(Array.new(2) { |i| [ GatedJob, [ gate, "held-#{i}" ] ] })
+      # The second job's queue would write a line of its own and clear the screen, printed raw.
+      queues = [ "default", "default\n\e[2Jbobbin worker 99: stopped" ]
+      ids = Bobbin.enqueue_all(Array.new(2) { |i| [ GatedJob, [ gate, "held-#{i}" ], { queue: queues[i] } ] })
       log = @log = "tmp/dump-#{mode}-#{Process.pid}.log"
       pids = []
       ensure_killed(pids) do
@@ -32,9 +34,11 @@ class BacktracesTest < Bobbin::TestCase
         wait_for("the dump", seen: -> { File.read(log) }) { job_sections(log).size == 2 }
 
         assert_match(/TTIN: 2 running jobs, \d+ other threads/, File.read(log))
+        assert_no_match(/\e|^bobbin worker 99/, File.read(log))
         job_sections(log).each do |id, lines|
           assert_includes ids, id
-          assert_match(/job #{id} GatedJob \(queue default, attempt 1\) on worker \d+ #{runner}/, lines.first.chomp)
+          queue = Regexp.escape(Bobbin::Printable.printable(queues[ids.index(id)]))
+          assert_match(/job #{id} GatedJob \(queue #{queue}, attempt 1\) on worker \d+ #{runner}/, lines.first.chomp)
           assert lines.drop(1).any? { |frame| frame.match?(GATE_LINE) }, "job #{id}'s frames show where it waits:\n#{lines.join}"
         end
 

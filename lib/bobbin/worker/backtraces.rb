@@ -24,7 +24,7 @@ module Bobbin
         lines = [ "bobbin #{::Process.pid}: #{SIGNAL}: #{count(jobs.size, 'running job')}, #{count(threads.size, 'other thread')}" ]
         jobs.each { |worker, runner, id| lines.concat(section(job_title(worker, id, runner), runner.backtrace(0, FRAMES))) }
         threads.each { |thread| lines.concat(section("thread #{thread.name || thread.object_id} (#{thread.status})", thread.backtrace(0, FRAMES))) }
-        lines.join("\n")
+        lines.map { |line| Printable.printable(line) }.join("\n") # a queue named with a newline or \e[2J writes no line of its own
       end
 
       def job_title(worker, id, runner)
