@@ -80,7 +80,7 @@ module Bobbin
       self
     rescue ActiveRecord::NoDatabaseError => error # Active Record's own advice is for a Rails app (config/database.yml)
       raise ConfigurationError, DatabaseProblem.describe(error)
-    rescue URI::InvalidURIError
+    rescue URI::InvalidURIError, ActiveRecord::DatabaseConfigurations::InvalidConfigurationError # their messages repeat the URL, password and all
       raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil
     end
 

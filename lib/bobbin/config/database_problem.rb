@@ -33,8 +33,8 @@ module Bobbin
     # A database URL that URI cannot parse (a password with % or a space not percent-encoded): URI's message repeats the
     # whole URL, password and all, so it is not shown.
     def unreadable_url(where)
-      "#{where} is not a URL Active Record can read: percent-encode special characters in its user name and password " \
-        "(% as %25, @ as %40, # as %23, / as %2F, a space as %20)"
+      "#{where} is not a URL Active Record can read: write it postgres://user:password@host:port/database or sqlite3:path, " \
+        "and percent-encode special characters in its user name and password (% as %25, @ as %40, # as %23, / as %2F, a space as %20)"
     end
 
     # The first non-blank line of the error's message.
