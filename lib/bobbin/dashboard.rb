@@ -18,12 +18,21 @@ module Bobbin
     LOOPBACK = %w[127.0.0.1 ::1].freeze
     # The names a browser on this machine reaches a loopback server by; another name is a proxy's or a rebinding one's.
     LOOPBACK_HOSTS = %w[localhost 127.0.0.1 [::1]].freeze
-    # Headers a proxy adds to say whom it forwards for: X-Forwarded-*, Forwarded, X-Real-IP, Via, and the CDNs' own.
-    PROXY_HEADER = /\AHTTP_(X_FORWARDED_\w+|FORWARDED|X_REAL_IP|VIA|CF_CONNECTING_IP|\w*CLIENT_IP)\z/
+    # Headers a proxy adds to say whom it forwards for: X-Forwarded-*, Forwarded, X-Real-IP, Via, and the CDNs' and
+    # others' own (X-Forwarded: for=…, X-Original-Forwarded-For, Forwarded-For, X-Originating-IP).
+    PROXY_HEADER = /\AHTTP_(\w*FORWARDED\w*|\w*REAL_IP|VIA|CF_CONNECTING_IP|\w*CLIENT_IP|\w*ORIGINATING_IP)\z/
 
     class << self
       # True when a request's Host (nil: none sent) names this machine by a loopback name.
       def loopback_host?(host) = host.nil? || LOOPBACK_HOSTS.include?(host.downcase.sub(/:\d+\z/, ""))
+
+      # True when a request (its Rack env) comes from this machine straight: the peer's own address (not Rack's
+      # request.ip, which believes X-Forwarded-For from any private address) is loopback, no proxy is in between (a proxy
+      # on this machine would make every visitor local: nginx's common `X-Real-IP` alone did), and Host is a loopback
+      # name (a page on a name rebound to 127.0.0.1 would otherwise read and act on it).
+      def from_this_machine?(env)
+        LOOPBACK.include?(env["REMOTE_ADDR"]) && loopback_host?(env["HTTP_HOST"]) && env.each_key.none? { |key| PROXY_HEADER.match?(key) }
+      end
 
       # The instance `mount Bobbin::Dashboard` serves; set it to configure auth for a mounted dashboard.
       attr_writer :default
@@ -61,16 +70,10 @@ module Bobbin
     end
 
     private
-      # Without an auth hook: in development and test (or with no environment set at all), to this machine alone: the
-      # peer's own address (not Rack's request.ip, which believes X-Forwarded-For from any private address), no proxy
-      # in between (a proxy on this machine would make every visitor local: nginx's common `X-Real-IP` alone did), and
-      # a loopback name in Host (a page on a name rebound to 127.0.0.1 would otherwise read and act on it). Development
-      # alone is not enough: rackup sets RACK_ENV=development when nothing is set, and `rackup -o 0.0.0.0` served all.
-      def open_to?(request)
-        return false unless local_environment? && LOOPBACK.include?(request.get_header("REMOTE_ADDR"))
-
-        Dashboard.loopback_host?(request.get_header("HTTP_HOST")) && request.env.each_key.none? { |key| PROXY_HEADER.match?(key) }
-      end
+      # Without an auth hook: in development and test (or with no environment set at all), to this machine alone
+      # (from_this_machine?). Development alone is not enough: rackup sets RACK_ENV=development when nothing is set,
+      # and `rackup -o 0.0.0.0` served all.
+      def open_to?(request) = local_environment? && Dashboard.from_this_machine?(request.env)
 
       def local_environment? = @environments.all? { |name| LOCAL.include?(name) }
 

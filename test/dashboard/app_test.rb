@@ -79,7 +79,8 @@ class DashboardAppTest < Bobbin::TestCase
     # rewritten to the upstream's 127.0.0.1:port) and RFC 7239's.
     { "HTTP_X_FORWARDED_FOR" => "203.0.113.7", "HTTP_FORWARDED" => "for=203.0.113.7", "HTTP_X_REAL_IP" => "203.0.113.7", "HTTP_VIA" => "1.1 nginx",
       "HTTP_X_FORWARDED_HOST" => "jobs.example.com", "HTTP_CF_CONNECTING_IP" => "203.0.113.7", "HTTP_TRUE_CLIENT_IP" => "203.0.113.7",
-      "HTTP_X_CLIENT_IP" => "203.0.113.7" }.each do |header, value|
+      "HTTP_X_CLIENT_IP" => "203.0.113.7", "HTTP_X_FORWARDED" => "for=203.0.113.7", "HTTP_X_ORIGINAL_FORWARDED_FOR" => "203.0.113.7",
+      "HTTP_FORWARDED_FOR" => "203.0.113.7", "HTTP_X_ORIGINATING_IP" => "203.0.113.7" }.each do |header, value|
       assert_equal 403, from.("127.0.0.1", "HTTP_HOST" => "127.0.0.1:9441", header => value).status, "#{header}: a proxy on this machine"
     end
     assert_equal 403, from.("127.0.0.1", "HTTP_HOST" => "attacker.example:9292").status, "a page on a name rebound to 127.0.0.1 (DNS rebinding)"

@@ -107,13 +107,31 @@ class MetricsTest < Bobbin::TestCase
     FileUtils.rm_f([ quiet, output ].compact)
   end
 
-  test "bobbin metrics without a token answers only requests naming this machine (no DNS rebinding)" do
+  test "bobbin metrics without a token answers only requests from this machine naming it, with no proxy in between" do
     app = Bobbin::Dashboard::Server.new(port: 9394, host: "127.0.0.1", name: "metrics") { |auth| Bobbin::Metrics.rack_app(auth: auth) }.app
-    scrape = ->(host) { Rack::MockRequest.new(app).get("/metrics", "HTTP_HOST" => host) }
+    scrape = ->(host, ip = "127.0.0.1", **headers) { Rack::MockRequest.new(app).get("/metrics", "HTTP_HOST" => host, "REMOTE_ADDR" => ip, **headers) }
     [ "localhost:9394", "127.0.0.1:9394", "[::1]:9394", "LOCALHOST" ].each { |host| assert_equal 200, scrape.(host).status, host }
+    assert_equal 200, scrape.("localhost:9394", "::1").status
     response = scrape.("rebound.example:9394")
-    assert_equal 403, response.status
-    assert_equal "bobbin metrics without --auth-token answers requests to localhost, 127.0.0.1 or [::1] only.\n", response.body
+    assert_equal 403, response.status, "a name rebound to 127.0.0.1 (DNS rebinding)"
+    assert_equal "bobbin metrics without --auth-token answers requests from this machine to localhost, 127.0.0.1 or [::1] only, with no proxy in between.\n",
+                 response.body
+    # An nginx on this machine forwarding to it (Host rewritten to the upstream's) published the metrics (a trial).
+    %w[HTTP_X_REAL_IP HTTP_X_FORWARDED_FOR HTTP_FORWARDED HTTP_X_FORWARDED HTTP_X_ORIGINAL_FORWARDED_FOR HTTP_FORWARDED_FOR HTTP_X_ORIGINATING_IP].each do |header|
+      assert_equal 403, scrape.("127.0.0.1:9394", "127.0.0.1", header => "203.0.113.7").status, header
+    end
+    assert_equal 403, scrape.("localhost:9394", "10.0.0.5").status, "another machine's address"
+  end
+
+  test "an empty --auth-token is refused as the server starts (an unset variable matched a request with no credentials)" do
+    [ "", "  " ].each do |token|
+      error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Dashboard::Server.new(port: 9394, host: "0.0.0.0", token: token, name: "metrics") { flunk } }
+      assert_equal "bobbin metrics: --auth-token is empty (an unset variable?); give it a secret, or leave the option out and bind 127.0.0.1", error.message
+    end
+    app = Bobbin::Dashboard::Server.new(port: 9394, host: "0.0.0.0", token: "s3cret", name: "metrics") { |auth| Bobbin::Metrics.rack_app(auth: auth) }.app
+    basic = ->(password) { "Basic #{[ "prometheus:#{password}" ].pack('m0')}" }
+    scrape = ->(**headers) { Rack::MockRequest.new(app).get("/metrics", "HTTP_HOST" => "jobs.example:9394", "REMOTE_ADDR" => "10.0.0.5", **headers).status }
+    assert_equal [ 401, 403, 200 ], [ scrape.(), scrape.("HTTP_AUTHORIZATION" => basic.("")), scrape.("HTTP_AUTHORIZATION" => basic.("s3cret")) ]
   end
 
   test "a queue name that is not UTF-8 is reported with its bad bytes replaced, and costs no other metric" do

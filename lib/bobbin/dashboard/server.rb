@@ -9,6 +9,9 @@ module Bobbin
     # hook (usable outside development); without one it binds only a loopback address.
     class Server
       def initialize(port:, host:, token: nil, name: "dashboard")
+        if token&.strip&.empty? # `--auth-token "$TOKEN"` with the variable unset: no credentials at all matched it
+          raise ConfigurationError, "bobbin #{name}: --auth-token is empty (an unset variable?); give it a secret, or leave the option out and bind 127.0.0.1"
+        end
         if token.nil? && !loopback?(host)
           raise ConfigurationError, "bobbin #{name} on #{host} is reachable from other machines: give it --auth-token TOKEN " \
                                     "(HTTP basic auth), or bind 127.0.0.1 and reach it through a tunnel or an authenticating proxy"
@@ -51,12 +54,14 @@ module Bobbin
         def loopback?(host) = host == "localhost" || (IPAddr.new(host).loopback? rescue false)
 
         # Bound to loopback without a token: a page on a name rebound to 127.0.0.1 (DNS rebinding) would read it, as it
-        # did `bobbin metrics` (a trial); the dashboard's own check refuses it too.
+        # did `bobbin metrics` (a trial), and a proxy on this machine would publish it (an nginx forwarding to
+        # `bobbin metrics` did, in a trial); the dashboard's own check refuses them too.
         def loopback_named(app)
           lambda do |env|
-            next app.call(env) if Dashboard.loopback_host?(env["HTTP_HOST"])
+            next app.call(env) if Dashboard.from_this_machine?(env)
 
-            [ 403, { "content-type" => "text/plain" }, [ "bobbin #{@name} without --auth-token answers requests to localhost, 127.0.0.1 or [::1] only.\n" ] ]
+            [ 403, { "content-type" => "text/plain" },
+              [ "bobbin #{@name} without --auth-token answers requests from this machine to localhost, 127.0.0.1 or [::1] only, with no proxy in between.\n" ] ]
           end
         end
 
