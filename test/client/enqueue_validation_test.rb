@@ -73,6 +73,18 @@ class EnqueueValidationTest < Bobbin::TestCase
     assert_refused(/Bobbin\.enqueue_all row 4: LedgerJob: queue must be/) { Bobbin.enqueue_all(rows) }
   end
 
+  # One statement of 1 GB (PostgreSQL's limit for a message) failed as a lost connection after 11 s at 4 GB of memory.
+  test "an enqueue_all carrying more than 256 × max_argument_bytes of arguments is refused whole, saying so" do
+    Bobbin.config.max_argument_bytes = 1_000
+    row = [ LedgerJob, [ "x" * 900 ] ]
+    each = Bobbin::Client::Arguments.dump("LedgerJob", row.last).bytesize
+    fits = 256_000 / each
+    error = assert_refused(/more than one enqueue writes/) { Bobbin.enqueue_all([ row ] * (fits + 1)) }
+    assert_equal "#{fits + 1} jobs carry #{each * (fits + 1)} bytes of arguments, more than one enqueue writes (256000 bytes, " \
+                 "256 × max_argument_bytes): enqueue them in smaller batches (nothing was written)", error.message
+    assert_equal fits, Bobbin.enqueue_all([ row ] * fits).size
+  end
+
   test "arguments nested deeper than the worker can parse are refused at enqueue, without a stack overflow" do
     deep = (1..10_000).reduce([]) { |inner, _| [ inner ] }
     error = assert_refused(/SleepJob argument 2.* nested more than 100 levels/) { SleepJob.enqueue(0, deep) }

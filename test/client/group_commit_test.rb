@@ -54,6 +54,27 @@ class GroupCommitTest < Bobbin::TestCase
     Bobbin::Wakeups.unsubscribe(@probe)
   end
 
+  test "a statement carries at most 64 × max_argument_bytes of arguments; the callers past that wait for the next" do
+    Bobbin.config.max_argument_bytes = 1_000
+    @probe = Probe.new
+    Bobbin::Wakeups.subscribe(@probe)
+    if postgres?
+      wait_for("the listener to listen") { Bobbin::Wakeups.listening? }
+      @probe.take
+    end
+    holding_write_lock do
+      first = Thread.new { SleepJob.enqueue(0, "first") }
+      wait_for("the first caller to write (blocked by the lock)") { group_commit.writing? && group_commit.queued.zero? }
+      followers = Array.new(100) { |i| Thread.new { SleepJob.enqueue(0, i.to_s.rjust(900, "x")) } } # ~910 bytes each
+      wait_for("a hundred callers waiting for the next write") { group_commit.queued == 100 }
+      @threads = [ first, *followers ]
+    end
+    assert_equal 101, @threads.map(&:value).uniq.size
+    assert_heard(3, "the first write, then the hundred followers' ~91 KB in two statements of at most 64,000 bytes")
+  ensure
+    Bobbin::Wakeups.unsubscribe(@probe)
+  end
+
   test "a row the database refuses fails its own caller only; the others in its batch are stored" do
     skip_unless_postgres # a CHECK constraint stands in for any row-level refusal
     Bobbin::Record.connection.execute("ALTER TABLE bobbin_jobs ADD CONSTRAINT test_no_poison CHECK (arguments NOT LIKE '%poison%')")

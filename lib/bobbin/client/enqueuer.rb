@@ -9,6 +9,10 @@ module Bobbin
       OPTIONS = %i[run_at queue priority].freeze
       # run_at when none was given: the job runs now. (An explicit nil is refused: it is usually a missing time.)
       NOW = Object.new.freeze
+      # One call writes at most this many times `max_argument_bytes` of arguments (256 MB by default): its rows are one
+      # statement (all or nothing), and one of 1 GB (PostgreSQL's limit for a message) failed as a lost connection
+      # after 11 s at 4 GB of memory (a trial).
+      BATCH_ARGUMENTS = 256
 
       module_function
 
@@ -60,6 +64,8 @@ module Bobbin
       # Inserts rows in one statement and returns their ids.
       def insert(rows)
         return [] if rows.empty?
+
+        batch_size!(rows) if rows.size > 1
         return Store.insert(rows) unless Instrumentation.listening?(:enqueue)
 
         Instrumentation.instrument(:enqueue, count: rows.size, queues: rows.map { |row| row[:queue] }.uniq,
@@ -76,6 +82,17 @@ module Bobbin
         raise ConfigurationError, "Bobbin's tables are missing in this database#{hidden}: call Bobbin.migrate! once after Bobbin.connect, " \
                                   "or #{Schema::INSTALL}"
       end
+
+      def batch_size!(rows)
+        bytes = rows.sum { |row| row[:arguments].bytesize }
+        limit = Bobbin.config.max_argument_bytes * BATCH_ARGUMENTS
+        return if bytes <= limit
+
+        raise EnqueueError, "#{rows.size} jobs carry #{size_of(bytes)} of arguments, more than one enqueue writes (#{size_of(limit)}, " \
+                            "#{BATCH_ARGUMENTS} × max_argument_bytes): enqueue them in smaller batches (nothing was written)"
+      end
+
+      def size_of(bytes) = bytes < 1024**2 ? "#{bytes} bytes" : "#{format('%.1f', bytes / 1024.0**2)} MB"
 
       # One `[JobClass, args, options]` of enqueue_all, with its position in any error.
       def pair_row(pair, number)

@@ -11,8 +11,10 @@ module Bobbin
     # them to come back (threads return through the GVL one by one), so batches stay whole rather than
     # alternating between one caller and the rest.
     class GroupCommit
-      # At most this many rows in one statement; the rest wait for the next.
+      # At most this many rows, and this many times `max_argument_bytes` of arguments (64 MB by default), in one
+      # statement; the rest wait for the next.
       MAX_ROWS = 5_000
+      MAX_ARGUMENTS = 64
       # Seconds a writer waits for the callers of the last batch to come back (only when it had several).
       GATHER = 0.0005
 
@@ -88,10 +90,16 @@ module Bobbin
 
         def take
           @lock.synchronize do
-            rows = 0
-            @waiting.take_while { |request| (rows += request.rows.size) <= MAX_ROWS || request.equal?(@waiting.first) }
-                    .tap { |batch| @waiting.shift(batch.size) }
-                    .tap { |batch| @last_size = batch.size }
+            rows = bytes = 0
+            max_bytes = Bobbin.config.max_argument_bytes * MAX_ARGUMENTS
+            batch = @waiting.take_while do |request|
+              rows += request.rows.size
+              bytes += request.rows.sum { |row| row[:arguments].bytesize }
+              (rows <= MAX_ROWS && bytes <= max_bytes) || request.equal?(@waiting.first)
+            end
+            @waiting.shift(batch.size)
+            @last_size = batch.size
+            batch
           end
         end
 
