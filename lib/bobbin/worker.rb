@@ -240,6 +240,7 @@ module Bobbin
 
       def work(drain:)
         @draining = drain
+        unworkable!(drain ? "run_until_empty" : "run")
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
         @executor.run do
@@ -253,6 +254,23 @@ module Bobbin
         finish
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
         @stopping_at = nil
+      end
+
+      # A worker claims and runs jobs on connections of its own. Started inside a transaction its caller holds open (a
+      # test's), it found none of the jobs enqueued in it (PostgreSQL) or waited on its write lock (SQLite: 25 s, then
+      # it returned having run nothing); an in-memory SQLite database is a different, empty one on each connection.
+      # Rails' transactional tests pin one connection that every thread shares: that one is no obstacle.
+      def unworkable!(call)
+        connection = Record.connection_pool.active_connection
+        if connection&.transaction_open? && !connection.try(:pinned)
+          raise ConfigurationError, "Bobbin::Worker##{call} inside an open transaction: the worker claims and runs jobs on connections of its own, " \
+                                    "which do not see what the transaction has not committed; commit first (in a test, drain after the transaction)"
+        end
+        database = Record.connection_db_config.database.to_s
+        return unless Record.connection_db_config.adapter == "sqlite3" && (database == ":memory:" || database.match?(/\Afile:.*(:memory:|mode=memory)/))
+
+        raise ConfigurationError, "Bobbin::Worker##{call} on an in-memory SQLite database: each connection has one of its own, so the worker's " \
+                                  "would be empty; use a file (Bobbin.connect(\"sqlite3:tmp/jobs.sqlite3\"))"
       end
 
       def boot
