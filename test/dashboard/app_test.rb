@@ -2,6 +2,7 @@
 
 require_relative "../operator/operator_helper"
 require "rack/mock"
+require "rack/urlmap"
 
 # The dashboard's Rack behaviour without a browser: headers, auth hook, read-only mode, fiber-health columns.
 class DashboardAppTest < Bobbin::TestCase
@@ -38,6 +39,15 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal "nosniff", response.headers["x-content-type-options"]
     head = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development")).request("HEAD", "/", LOCAL)
     assert_equal [ 200, "" ], [ head.status, head.body ], "HEAD answers as GET, without the body (uptime checks)"
+  end
+
+  # Rack::URLMap (and Roda's or Sinatra's own mounting) hand /jobs to an app mounted there with an empty path: the
+  # overview answered an empty 404 there (a trial), where Sidekiq's web UI answers.
+  test "mounted under a prefix, the prefix itself leads to the overview" do
+    app = Rack::URLMap.new("/jobs" => Bobbin::Dashboard.new(environment: "development"))
+    response = Rack::MockRequest.new(app).get("/jobs", LOCAL)
+    assert_equal [ 302, "/jobs/" ], [ response.status, response.location ]
+    assert_equal 200, Rack::MockRequest.new(app).get("/jobs/", LOCAL).status
   end
 
   test "the auth hook decides, in any environment" do

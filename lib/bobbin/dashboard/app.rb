@@ -56,6 +56,10 @@ module Bobbin
       include Helpers
 
       route do |r|
+        # Mounted at /jobs by Rack::URLMap or a Roda/Sinatra app, a request for /jobs arrives with no path at all (Rails
+        # passes "/"): the pages' links are relative to the mount's "/jobs/".
+        r.redirect("#{r.script_name}/") if r.path_info.empty?
+
         # The gem's own stylesheet and script, the same for everyone: served before the auth check, so the page that
         # refuses someone is styled too.
         r.get("assets", ASSETS.keys) do |name|
