@@ -80,6 +80,11 @@ module Bobbin
       self
     rescue ActiveRecord::NoDatabaseError => error # Active Record's own advice is for a Rails app (config/database.yml)
       raise ConfigurationError, DatabaseProblem.describe(error)
+    rescue ActiveRecord::ConnectionNotEstablished => error # "There is an issue connecting with your hostname: …": and what the driver said
+      said = Store.driver_said(error)
+      raise if said.empty?
+
+      raise error.class, "#{DatabaseProblem.first_line(error)}#{said}"
     rescue URI::InvalidURIError, ActiveRecord::DatabaseConfigurations::InvalidConfigurationError # their messages repeat the URL, password and all
       raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil
     end

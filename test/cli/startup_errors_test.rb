@@ -145,6 +145,18 @@ class StartupErrorsTest < Bobbin::TestCase
                        /the database "bobbin_no_such_database_\d+" does not exist: create it \(createdb/)
   end
 
+  # Active Record's message named only the host ("There is an issue connecting with your hostname: 127.0.0.1.").
+  test "Bobbin.connect (plain Ruby) to a PostgreSQL server that refuses says what the driver said, in Active Record's error class" do
+    skip_unless_postgres
+    port = closed_port
+    error = assert_raises(ActiveRecord::ConnectionNotEstablished) { Bobbin.connect("postgres://app:s3cret@127.0.0.1:#{port}/app") }
+    assert_match(/\AThere is an issue connecting with your hostname: 127\.0\.0\.1\. \(PG::ConnectionBad: connection to server at "127\.0\.0\.1", port #{port} failed: Connection refused\)\z/,
+                 error.message)
+    refute_match(/s3cret/, error.message)
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+  end
+
   test "Bobbin.connect (plain Ruby) to a PostgreSQL database that does not exist says so, without Rails' advice" do
     skip_unless_postgres
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin.connect(postgres_url(path: "/bobbin_no_such_database_#{Process.pid}")) }
