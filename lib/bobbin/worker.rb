@@ -256,15 +256,15 @@ module Bobbin
         @stopping_at = nil
       end
 
-      # A worker claims and runs jobs on connections of its own. Started inside a transaction its caller holds open (a
-      # test's), it found none of the jobs enqueued in it (PostgreSQL) or waited on its write lock (SQLite: 25 s, then
-      # it returned having run nothing); an in-memory SQLite database is a different, empty one on each connection.
-      # Rails' transactional tests pin one connection that every thread shares: that one is no obstacle.
+      # A worker claims jobs on connections of its own. Started inside a transaction its caller holds open (a test's;
+      # Rails' transactional tests hold one around every test, on a connection they pin), it found none of the jobs
+      # enqueued in it (PostgreSQL) or waited on its write lock (SQLite: 25 s, then it returned having run nothing);
+      # an in-memory SQLite database is a different, empty one on each connection.
       def unworkable!(call)
-        connection = Record.connection_pool.active_connection
-        if connection&.transaction_open? && !connection.try(:pinned)
-          raise ConfigurationError, "Bobbin::Worker##{call} inside an open transaction: the worker claims and runs jobs on connections of its own, " \
-                                    "which do not see what the transaction has not committed; commit first (in a test, drain after the transaction)"
+        if Record.connection_pool.with_connection(&:transaction_open?)
+          raise ConfigurationError, "Bobbin::Worker##{call} inside an open transaction: the worker claims jobs on connections of its own, which do " \
+                                    "not see what the transaction has not committed; commit first (a Rails test that runs a worker needs " \
+                                    "`self.use_transactional_tests = false`)"
         end
         database = Record.connection_db_config.database.to_s
         return unless Record.connection_db_config.adapter == "sqlite3" && (database == ":memory:" || database.match?(/\Afile:.*(:memory:|mode=memory)/))
@@ -290,7 +290,7 @@ module Bobbin
         @execution = Execution.new(interrupted: @executor.method(:interrupted?))
         @stall_log = StallLog.new(@process_id) if @detector
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
-                                                  maintain: @supervisor.nil?)
+                                                  maintain: @supervisor.nil?, recurring: !@draining) # a drain adds no jobs of its own
         @heartbeat.beat_now if quiet? # made quiet while booting: the row says so at once
         Bobbin.logger.info("bobbin worker #{@process_id} (pid #{::Process.pid}) started: #{@name}, queues #{@selection}")
         FiberSafety.warnings.each { |line| Bobbin.logger.warn("bobbin worker #{@process_id}: #{line}") } if @detector

@@ -11,6 +11,7 @@ module Bobbin
       # Starts the clock thread; `who` names the process in log lines.
       def self.start(who, **) = new(who, **).tap(&:start)
 
+      # `scheduler`: nil runs no recurring pass (a draining worker's clock).
       def initialize(who, scheduler: Recurring::Scheduler.new)
         @who = who
         @scheduler = scheduler
@@ -54,7 +55,7 @@ module Bobbin
         # The recurring pass, then the promotion whatever the pass did; then the pass's error, if any, for the log.
         def services
           next_tick = begin
-            @scheduler.pass
+            @scheduler&.pass
           rescue StandardError => error
             error
           end

@@ -10,8 +10,10 @@ module Bobbin
     class Heartbeat
       TICK = 1.0
 
-      def initialize(worker, store, supervisor_pid: nil, title: true, maintain: false, interval: Bobbin.config.heartbeat_interval)
+      # `recurring`: whether the housekeeping it may do includes enqueuing recurring tasks (not while draining).
+      def initialize(worker, store, supervisor_pid: nil, title: true, maintain: false, recurring: true, interval: Bobbin.config.heartbeat_interval)
         @maintain = maintain
+        @recurring = recurring
         @title = title
         @worker = worker
         @store = store
@@ -104,7 +106,7 @@ module Bobbin
           return Bobbin.monotonic + @interval unless @maintain && Maintenance.quietly { Maintenance.elected?(@worker.process_id) }
 
           wait = Maintenance.run("worker #{@worker.process_id}")
-          @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}")
+          @clock ||= Maintenance::Clock.start("worker #{@worker.process_id}", scheduler: (Recurring::Scheduler.new if @recurring))
           Bobbin.monotonic + wait
         rescue ActiveRecord::ActiveRecordError => error
           Maintenance.skipped("worker #{@worker.process_id}", error)
