@@ -60,6 +60,7 @@ module Bobbin
         return unless (target = Bobbin.config.connects_to)
 
         Record.connects_to(**target)
+        return unless app.config.respond_to?(:active_job) # an app without Active Job (rails new --minimal): Bobbin::Job only
         return if app.config.active_job.key?(:enqueue_after_transaction_commit) &&
                   (ActiveJob.gem_version < Gem::Version.new("8.0") || [ false, :never ].include?(app.config.active_job.enqueue_after_transaction_commit))
 

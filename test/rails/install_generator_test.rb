@@ -125,6 +125,18 @@ class InstallGeneratorTest < Bobbin::TestCase
   end
 
   # The upgrade path says to run the generator again; run without the option, it once set up production alone on top.
+  # `rails new --minimal` comments Active Job's require out; the adapter line the generator writes then stopped the app
+  # at boot (a trial).
+  test "an app that left Active Job out (rails new --minimal) gets it back, and is told; a second run changes nothing" do
+    write("config/application.rb", "require \"active_record/railtie\"\n# require \"active_job/railtie\"\n" + File.read(path("config/application.rb")))
+    write("config/environments/production.rb", "Rails.application.configure do\nend\n")
+    output = generate
+    assert_match(/^require "active_job\/railtie"$/, File.read(path("config/application.rb")))
+    assert_includes File.read(path("config/environments/production.rb")), "config.active_job.queue_adapter = :bobbin"
+    assert_match(/Active Job was left out of this app \(rails new --minimal\): config\/application.rb now requires active_job\/railtie/, output)
+    assert_no_match(/Active Job was left out/, generate)
+  end
+
   test "an install with --environments all, run again without it, stays as it is" do
     write("config/environments/production.rb", "Rails.application.configure do\n  config.active_job.queue_adapter = :solid_queue\nend\n")
     generate("--environments", "all")

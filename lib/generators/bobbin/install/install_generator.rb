@@ -49,6 +49,17 @@ module Bobbin
         separate_database if separate?
       end
 
+      # `rails new --minimal` leaves Active Job out (its require commented out in config/application.rb), and the adapter
+      # lines below then stopped the app at boot (NoMethodError for config.active_job; a trial): Active Job comes on.
+      def enable_active_job
+        path = "config/application.rb"
+        commented = /^([ \t]*)#[ \t]*(require[ \t]+["']active_job\/railtie["'].*)$/
+        return unless exist?(path) && read(path).match?(commented)
+
+        write(path, read(path).sub(commented) { "#{::Regexp.last_match(1)}#{::Regexp.last_match(2)}" })
+        @active_job_enabled = true
+      end
+
       def set_adapter
         production_adapter
         return unless all?
@@ -109,6 +120,7 @@ module Bobbin
           Recurring jobs go in config/recurring.yml.
         TEXT
         say "Kamal (config/deploy.yml) runs Bobbin now: BOBBIN_IN_PUMA, or bin/bobbin start on a job role." if @deploy_changed
+        say "Active Job was left out of this app (rails new --minimal): config/application.rb now requires active_job/railtie." if @active_job_enabled
         @database_notes&.each { |note| say "config/database.yml: #{note}." }
         if @database_notes.present? || (separate? && database_url?)
           say "#{'DATABASE_URL is set here. ' if database_url?}Set QUEUE_DATABASE_URL to the #{database} database's URL wherever the primary " \
