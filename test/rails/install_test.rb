@@ -147,7 +147,7 @@ class RailsInstallTest < Bobbin::TestCase
     end
   end
 
-  test "in a clustered Puma the plugin starts Bobbin again after a phased restart, and Puma stops when Bobbin dies" do
+  test "in a clustered Puma the plugin starts Bobbin again after a phased restart, Puma stops when Bobbin dies, and Bobbin stops with Puma's TERM" do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     # A clustered Puma's master reaps every child it has, Bobbin's supervisor too: its death was missed, and Puma
     # went on serving with no worker behind it.
@@ -174,6 +174,22 @@ class RailsInstallTest < Bobbin::TestCase
       assert_puma_exits(pid, log, dump, "its supervisor's death")
       assert_match(/Bobbin's supervisor \(pid #{second}\) exited; stopping Puma/, File.read(log))
       assert_equal 2, supervisors(log).size, "no supervisor started but these two"
+    end
+
+    # A clustered Puma ran the plugin's after_stopped hook only once its workers had stopped: one stuck in Puma's own
+    # shutdown kept Bobbin up for worker_shutdown_timeout (30 s; two trials). Bobbin now stops as Puma's workers do.
+    File.write(log, "")
+    pid = app.spawn("bundle", "exec", "puma", "-C", app.path("tmp/puma-cluster.rb"), log: log,
+                    env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
+    ensure_killed(pid) do
+      supervisor = wait_for("Bobbin beside the clustered Puma", timeout: 90) { supervisors(log).first }
+      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
+      Process.kill(:TERM, pid)
+      assert_puma_exits(pid, log, dump, "TERM")
+      output = File.read(log)
+      assert_operator output.index("Stopping Bobbin (pid #{supervisor}) beside Puma..."), :<, output.index("- Gracefully shutting down workers..."), output
+      assert_no_match(/exited; stopping Puma/, output, "the stop it asked for is not taken for a crash")
+      assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
     end
   end
 

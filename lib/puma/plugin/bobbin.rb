@@ -37,6 +37,31 @@ Puma::Plugin.create do
     # Puma booted: at start, and again after each restart.
     def start_supervisor
       @pid = fork { run_supervisor }
+      stop_on_puma_term
+    end
+
+    # A clustered Puma's TERM stops its workers first and runs the after_stopped hooks only then: a worker stuck in its
+    # own shutdown (puma/puma#3677) kept Bobbin running until worker_shutdown_timeout had passed (30 s; two trials),
+    # and a process manager's stop timeout could kill it mid-job. Bobbin gets its TERM with Puma's, and stops beside
+    # Puma's workers; after_stopped then waits for it. (Puma's own TERM handler runs right after.)
+    def stop_on_puma_term
+      return if @term_chained
+
+      puma_term = Signal.trap("TERM") do |signal|
+        if (pid = @pid)
+          @stopping = pid
+          log("Stopping Bobbin (pid #{pid}) beside Puma...")
+          begin
+            Process.kill(:TERM, pid)
+          rescue Errno::ESRCH
+            nil
+          end
+        end
+        puma_term.call(signal)
+      end
+      return Signal.trap("TERM", puma_term) unless puma_term.respond_to?(:call) # Puma set none: leave it as it was
+
+      @term_chained = true
     end
 
     # Runs in Puma's TERM handler (its after_stopped hook; a trap context, where no Mutex may be taken) and before a
@@ -57,7 +82,7 @@ Puma::Plugin.create do
       loop do
         sleep(1)
         gone = @pid
-        next unless gone && exited?(gone) && @pid == gone # not stopped on purpose meanwhile
+        next unless gone && @stopping != gone && exited?(gone) && @pid == gone # not stopped on purpose meanwhile
 
         @pid = nil
         log("Bobbin's supervisor (pid #{gone}) exited; stopping Puma")
