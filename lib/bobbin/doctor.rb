@@ -105,7 +105,10 @@ module Bobbin
         max, reserved, in_use = server_numbers
         available = max - reserved
         @out.puts("PostgreSQL: max_connections #{max} (#{reserved} reserved for superusers), #{in_use} in use now")
-        return if total_connections <= available
+        if total_connections <= available # the app's own processes count too: Puma beside Bobbin used up the rest (a trial)
+          return @out.puts("  #{available - total_connections} left for everything else: Puma takes up to workers × threads for each " \
+                           "database it uses (plugin :bobbin or not), a console or a cron job one more each")
+        end
 
         @problems << "Bobbin needs #{total_connections} connections but PostgreSQL allows #{available}: #{connection_remedies.join(', or ')}"
       end

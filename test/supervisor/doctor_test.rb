@@ -105,6 +105,11 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/Bobbin needs 139 connections but PostgreSQL allows \d+: raise max_connections, or fewer threads \(or fiber pools\), or fewer processes$/,
                  report, "6 × (20 + 2 + 1 listening) + 1")
 
+    status, report = doctor([ { "threads" => 2 } ])
+    assert_equal 0, status, report
+    assert_match(/^  \d+ left for everything else: Puma takes up to workers × threads for each database it uses/, report,
+                 "what is left for the app's own processes")
+
     status, report = doctor([ { "fibers" => 200, "processes" => 6 } ])
     assert_equal 1, status
     assert_match(/PostgreSQL allows \d+: raise max_connections, or a smaller Active Record pool for the workers \(pool: 3: fibers wait their turn\), or fewer processes$/,
