@@ -84,7 +84,7 @@ module Bobbin
       said = Store.driver_said(error)
       raise if said.empty?
 
-      raise error.class, "#{DatabaseProblem.first_line(error)}#{said}"
+      raise error.class, "#{DatabaseProblem.first_line(error)}#{said}", cause: error.cause # the driver's error, which DatabaseProblem reads
     rescue URI::InvalidURIError, ActiveRecord::DatabaseConfigurations::InvalidConfigurationError # their messages repeat the URL, password and all
       raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil
     end
