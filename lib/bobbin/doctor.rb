@@ -43,6 +43,7 @@ module Bobbin
       report_notifications
       report_active_job
       report_adapter_settings
+      report_unselected_queues
       @out.puts(@problems.empty? ? "OK: this configuration fits." : "#{@problems.size} problem(s):")
       @problems.each { |problem| @out.puts("  ✗ #{problem}") }
       @problems.empty? ? 0 : 1
@@ -187,6 +188,23 @@ module Bobbin
         end
         warn_adapter(base, "environments that do not set their own") if base
         environments.each { |env, setting| warn_adapter(setting, env) if setting }
+      end
+
+      # Jobs waiting in a queue that neither these pools nor any running worker select wait for ever, and nothing else
+      # says so (a trial: a job class's queue_as renamed in a deploy, the pools not). A warning: a worker elsewhere,
+      # down just now, may select it.
+      def report_unselected_queues
+        waiting = JobRecord.where(state: %w[ready blocked]).group(:queue).count
+        return if waiting.empty?
+
+        running = ProcessRecord.live.where(kind: "worker").filter_map { |process| process.own_metadata["queues"] }
+        selections = (@pools.map(&:queues) + running).map { |queues| Store::QueueSelection.new(queues) }
+        unselected = waiting.reject { |queue, _| selections.any? { |selection| selection.match?(queue) } }
+        return if unselected.empty?
+
+        named = unselected.sort_by { |queue, count| [ -count, queue ] }.first(5).map { |queue, count| "#{Printable.printable(queue)} (#{count})" }
+        @out.puts("  ! jobs wait in #{unselected.size} queue(s) that neither these pools nor a running worker select: " \
+                  "#{named.join(', ')}#{', …' if unselected.size > 5}; add them to a pool's queues, or they never run")
       end
 
       def adapter_setting(file)

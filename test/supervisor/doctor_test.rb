@@ -91,6 +91,19 @@ class DoctorTest < Bobbin::TestCase
     Gem.loaded_specs.delete("mysql2")
   end
 
+  # A deploy renamed a job class's queue (queue_as) and not the pools': its jobs waited, and doctor said "OK" (a trial).
+  test "jobs waiting in queues that neither the pools nor a running worker select are named" do
+    Bobbin.enqueue_all([ [ SleepJob, [ 0 ], { queue: "emails" } ], [ SleepJob, [ 0 ], { queue: "emails" } ], [ SleepJob, [ 0 ], { queue: "mail" } ],
+                         [ SleepJob, [ 0 ], { queue: "llm_chat" } ], [ SleepJob, [ 0 ], { queue: "reports" } ] ])
+    Bobbin::ProcessRecord.register(kind: "worker", name: "elsewhere", metadata: { queues: "reports" })
+    status, report = doctor([ { "queues" => [ "mail", "llm_*" ], "threads" => 2 } ])
+    assert_equal 0, status, report
+    assert_includes warnings(report), "  ! jobs wait in 1 queue(s) that neither these pools nor a running worker select: emails (2); " \
+                                      "add them to a pool's queues, or they never run\n"
+    _, report = doctor([ { "queues" => [ "*" ], "threads" => 2 } ])
+    assert_empty warnings(report).grep(/jobs wait in/)
+  end
+
   test "a thread pool larger than the Active Record pool fails the check" do
     status, report = doctor([ { "threads" => 40 } ])
     assert_equal 1, status

@@ -96,13 +96,12 @@ module Bobbin
       own.is_a?(Numeric) && own.positive? ? own : fallback
     end
 
-    private
-      # The row's metadata as a Hash ({} when it holds none, or not JSON).
-      def own_metadata
-        parsed = JSON.parse(metadata.to_s) if metadata.to_s.start_with?("{")
-        parsed.is_a?(Hash) ? parsed : {}
-      rescue JSON::ParserError
-        {}
-      end
+    # The row's metadata as a Hash ({} when it holds none, or not JSON).
+    def own_metadata
+      parsed = JSON.parse(metadata.to_s) if metadata.to_s.start_with?("{")
+      parsed.is_a?(Hash) ? parsed : {}
+    rescue JSON::ParserError
+      {}
+    end
   end
 end
