@@ -87,6 +87,29 @@ class FailuresTest < Bobbin::TestCase
     %i[MissingGemJob BrokenSyntaxJob UnsetEnvJob].each { |name| Object.send(:remove_const, name) if Object.const_defined?(name, false) }
   end
 
+  # A rolling deploy: old workers met jobs of classes only the new code has, and failed them for good (an Active Job
+  # job at once, a plain one within a minute) seconds before the new workers came up (a trial).
+  test "an unknown class is tried 25 times whatever the job's own retries, at most 5 minutes apart, then fails" do
+    insert = lambda do |name, active_job_id: nil, attempts: 0|
+      arguments = active_job_id ? { job_class: name, job_id: active_job_id, arguments: [] }.to_json : "[]"
+      id = Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: name, arguments: arguments, queue: "default", priority: 0,
+                                                                           run_at: nil, max_attempts: 1, active_job_id: active_job_id) ]).first
+      Bobbin::JobRecord.where(id: id).update_all(attempts: attempts)
+      id
+    end
+    plain = insert.("GoneJob")
+    active_job = insert.("GoneActiveJob", active_job_id: "aj-gone")
+    late = insert.("GoneJob", attempts: 20)
+    last = insert.("GoneJob", attempts: 24)
+    drain(fibers: 5)
+    now = Time.now.utc
+    row = ->(id) { Bobbin::JobRecord.find(id) }
+    assert_equal [ [ "ready", 1 ], [ "ready", 1 ], [ "ready", 21 ], [ "failed", 25 ] ], [ plain, active_job, late, last ].map { |id| [ row.(id).state, row.(id).attempts ] }
+    assert_equal [ "Bobbin::UnknownJobClass" ] * 4, [ plain, active_job, late, last ].map { |id| row.(id).last_error_class }
+    assert_operator row.(late).run_at - now, :<=, 300 * 1.25, "at most 5 minutes (±25 %) away, not 2^20 s"
+    assert_operator row.(late).run_at - now, :>, 200
+  end
+
   test "an unknown job class is retried (a deploy may be under way) with a clear message; the worker keeps running" do
     Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "LaterJob", arguments: "[\"late\"]", queue: "default",
                                                                      priority: 0, run_at: nil, max_attempts: 5) ])

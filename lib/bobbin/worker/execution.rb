@@ -7,6 +7,12 @@ module Bobbin
     # job the executor interrupted (shutdown) lets its exception through, and then stays claimed until released.
     class Execution
       MAX_BACKOFF = 6 * 3600
+      # A job whose class this worker does not have (a rolling deploy: web processes on the new code enqueue what only
+      # new workers know, or the reverse) is tried this many times at least, each retry at most UNKNOWN_CLASS_BACKOFF
+      # seconds after the last: about an hour and a half, whatever its own retries (an Active Job job has one attempt
+      # here). A trial's jobs failed for good seconds before the new workers came up.
+      UNKNOWN_CLASS_ATTEMPTS = 25
+      UNKNOWN_CLASS_BACKOFF = 300
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
@@ -93,6 +99,9 @@ module Bobbin
           Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key, job.queue, job.attempts)
         rescue UnrunnableJob => error
           failed(job, error)
+        rescue UnknownJobClass => error
+          attempts = [ job.max_attempts, UNKNOWN_CLASS_ATTEMPTS ].max
+          job.attempts < attempts ? retried(job, nil, error, of: attempts, at_most: UNKNOWN_CLASS_BACKOFF) : failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
           interrupted!(error) if @interrupted.call(job.id)
           job.attempts < job.max_attempts ? retried(job, job_class, error) : failed(job, error)
@@ -204,10 +213,10 @@ module Bobbin
           raise error
         end
 
-        def retried(job, job_class, error)
+        def retried(job, job_class, error, of: job.max_attempts, at_most: MAX_BACKOFF)
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
-          delay = [ base * (2**(job.attempts - 1)), MAX_BACKOFF ].min * rand(0.75..1.25)
-          @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{job.max_attempts} " \
+          delay = [ base * (2**(job.attempts - 1)), at_most ].min * rand(0.75..1.25)
+          @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{of} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
           error_outcome(job, job.concurrency_key ? "blocked" : "ready", error, run_at: Store.timestamp(Time.now + delay))
