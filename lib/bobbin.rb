@@ -73,6 +73,9 @@ module Bobbin
       raise ConfigurationError, "no database: call Bobbin.connect(url) or set DATABASE_URL" if url.to_s.empty?
 
       require_driver(url)
+      # postgres:/user:secret@host/db (a "/" short) reached the local server, all of it taken for a database name.
+      raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil if url.match?(%r{\Apostgres(ql)?:(?!//)})
+
       url = with_sqlite_timeout(url)
       ActiveSupport::IsolatedExecutionState.isolation_level = :fiber unless defined?(::Rails.application) && ::Rails.application
       ActiveRecord::Base.establish_connection(url)

@@ -43,6 +43,10 @@ module Bobbin
     # The configured database does not exist on the server.
     def no_database(where)
       name = database
+      # A URL missing a "/" (postgres:/user:secret@host/db) reaches the local server with all of it as the database's
+      # name: not a database anyone created, and the password would be shown twice (a trial).
+      return unreadable_url(where) if name.to_s.include?("@")
+
       "the database #{name.inspect} does not exist: create it (createdb #{name}, or bin/rails db:create) or fix the database URL (#{where})"
     end
 
