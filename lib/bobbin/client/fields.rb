@@ -22,12 +22,13 @@ module Bobbin
                             "assign it to a constant"
       end
 
-      # The queue as a UTF-8 String: a non-empty String or Symbol without NUL, at most 255 bytes.
+      # The queue as a UTF-8 String: a non-empty String or Symbol without control characters, at most 255 bytes.
       def queue(value, job)
         name = utf8(value.is_a?(Symbol) ? value.name : value)
-        return name if name && !name.strip.empty? && !name.include?("\0") && name.bytesize <= QUEUE_BYTES
+        # Control characters (NUL, a newline, \e[2J) in a name went raw into Active Job's log lines (a trial).
+        return name if name && !name.strip.empty? && !name.match?(Printable::UNPRINTABLE) && name.bytesize <= QUEUE_BYTES
 
-        raise EnqueueError, "#{job}: queue must be a non-empty String or Symbol of valid UTF-8 without NUL, at most " \
+        raise EnqueueError, "#{job}: queue must be a non-empty String or Symbol of valid UTF-8 without control characters, at most " \
                             "#{QUEUE_BYTES} bytes, got #{value.inspect[0, 80]}"
       end
 
