@@ -244,4 +244,14 @@ class DashboardCommandTest < Bobbin::TestCase
     assert_equal 78, status.exitstatus, err
     assert_match(/bobbin dashboard on 0\.0\.0\.0 is reachable from other machines: give it --auth-token TOKEN/, err)
   end
+
+  # `--auth-token --port 9399` served on 0.0.0.0:9292 with the password "--port" (a trial).
+  test "an --auth-token without its value, or words left over, stop it with a usage error" do
+    %w[dashboard metrics].each do |command|
+      status, _, err = run_bobbin(command, "--host", "0.0.0.0", "--auth-token", "--port", closed_port.to_s)
+      assert_equal [ 64, "bobbin: bobbin #{command}: --auth-token needs a value, got the option --port" ], [ status.exitstatus, err.lines.first.chomp ]
+      status, _, err = run_bobbin(command, "--port", closed_port.to_s, "9399")
+      assert_equal [ 64, "bobbin: bobbin #{command} takes options only, got \"9399\"" ], [ status.exitstatus, err.lines.first.chomp ]
+    end
+  end
 end

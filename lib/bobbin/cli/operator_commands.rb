@@ -89,9 +89,15 @@ module Bobbin
             @cli.database_options(o, options)
             o.on("-p", "--port PORT", Integer, "port (default #{port})") { |v| options[:port] = v }
             o.on("--host HOST", "address to bind (default 127.0.0.1; another needs --auth-token)") { |v| options[:host] = v }
-            o.on("--auth-token TOKEN", "require this token (HTTP basic auth password)") { |v| options[:token] = v }
+            o.on("--auth-token TOKEN", "require this token (HTTP basic auth password)") do |token|
+              # `--auth-token --port 9399` (its value left out) took "--port" for the token and dropped the port
+              raise UsageError, "bobbin #{command}: --auth-token needs a value, got the option #{token}" if token.start_with?("--")
+
+              options[:token] = token
+            end
             yield(o, options) if block_given?
           end.parse!(argv)
+          refuse_arguments(command, argv)
           options
         end
 
