@@ -189,6 +189,7 @@ class RailsInstallTest < Bobbin::TestCase
       output = File.read(log)
       assert_operator output.index("Stopping Bobbin (pid #{supervisor}) beside Puma..."), :<, output.index("- Gracefully shutting down workers..."), output
       assert_no_match(/exited; stopping Puma/, output, "the stop it asked for is not taken for a crash")
+      assert_equal 1, output.scan("Stopping Bobbin (pid #{supervisor})").size, "told once (a second TERM: \"TERM while stopping\" in its log)"
       assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
     end
   end

@@ -71,9 +71,11 @@ Puma::Plugin.create do
       @pid = nil # the watcher must not take this exit for a crash
       return unless pid
 
-      log("Stopping Bobbin (pid #{pid})...")
-      Process.kill(:TERM, pid)
-      Process.wait(pid)
+      unless @stopping == pid # told already, with Puma's TERM: a second would be "TERM while stopping" in its log
+        log("Stopping Bobbin (pid #{pid})...")
+        Process.kill(:TERM, pid)
+      end
+      Process.wait(pid) # Errno::ECHILD when a clustered Puma's master reaped it first
     rescue Errno::ESRCH, Errno::ECHILD
       nil
     end
