@@ -159,11 +159,8 @@ class RailsInstallTest < Bobbin::TestCase
     RUBY
     log = app.path("log/puma-cluster.log")
     dump = app.path("tmp/dump-threads-cluster")
-    pid = app.spawn("bundle", "exec", "puma", "-C", app.path("tmp/puma-cluster.rb"), log: log,
-                    env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
+    pid, first = clustered_puma(log, dump)
     ensure_killed(pid) do
-      first = wait_for("Bobbin beside the clustered Puma", timeout: 90) { supervisors(log).first }
-      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
       Process.kill(:USR1, pid)
       second = wait_for("Bobbin started again after the phased restart", timeout: 90) { supervisors(log)[1] }
       assert_match(/Starting phased worker restart.*Stopping Bobbin \(pid #{first}\)|Stopping Bobbin \(pid #{first}\).*Starting phased worker restart/m, File.read(log))
@@ -179,11 +176,8 @@ class RailsInstallTest < Bobbin::TestCase
     # A clustered Puma ran the plugin's after_stopped hook only once its workers had stopped: one stuck in Puma's own
     # shutdown kept Bobbin up for worker_shutdown_timeout (30 s; two trials). Bobbin now stops as Puma's workers do.
     File.write(log, "")
-    pid = app.spawn("bundle", "exec", "puma", "-C", app.path("tmp/puma-cluster.rb"), log: log,
-                    env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
+    pid, supervisor = clustered_puma(log, dump)
     ensure_killed(pid) do
-      supervisor = wait_for("Bobbin beside the clustered Puma", timeout: 90) { supervisors(log).first }
-      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
       Process.kill(:TERM, pid)
       assert_puma_exits(pid, log, dump, "TERM")
       output = File.read(log)
@@ -195,6 +189,18 @@ class RailsInstallTest < Bobbin::TestCase
   end
 
   private
+    # Starts the clustered Puma of tmp/puma-cluster.rb and waits for it and Bobbin beside it: [Puma's pid, the supervisor's].
+    def clustered_puma(log, dump)
+      pid = app.spawn("bundle", "exec", "puma", "-C", app.path("tmp/puma-cluster.rb"), log: log,
+                      env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
+      supervisor = wait_for("Bobbin beside the clustered Puma", timeout: 90) { supervisors(log).first }
+      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
+      [ pid, supervisor ]
+    rescue Exception # rubocop:disable Lint/RescueException -- a Puma that did not boot in time is not left running
+      Process.kill(:KILL, pid) if pid
+      raise
+    end
+
     # The supervisors the plugin started, in order, as their start lines in Puma's log name them.
     def supervisors(log) = File.read(log).scan(/^bobbin supervisor (\d+) \(fork\) starting/).flatten.map(&:to_i)
 

@@ -162,6 +162,9 @@ module Bobbin
         end
 
         def lookup(name)
+          # No deploy brings a class of a name Ruby cannot have (written to the row from outside): it fails at once.
+          raise UnrunnableJob, "#{name.inspect} is not a class name" unless name.match?(/\A(::)?[A-Z]\w*(::[A-Z]\w*)*\z/)
+
           job_class = Object.const_get(name)
           raise UnrunnableJob, "#{name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)" unless runnable?(job_class)
 
