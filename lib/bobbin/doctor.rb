@@ -44,6 +44,7 @@ module Bobbin
       report_active_job
       report_adapter_settings
       report_unselected_queues
+      report_job_files
       @out.puts(@problems.empty? ? "OK: this configuration fits." : "#{@problems.size} problem(s):")
       @problems.each { |problem| @out.puts("  ✗ #{problem}") }
       @problems.empty? ? 0 : 1
@@ -205,6 +206,21 @@ module Bobbin
         named = unselected.sort_by { |queue, count| [ -count, queue ] }.first(5).map { |queue, count| "#{Printable.printable(queue)} (#{count})" }
         @out.puts("  ! jobs wait in #{unselected.size} queue(s) that neither these pools nor a running worker select: " \
                   "#{named.join(', ')}#{', …' if unselected.size > 5}; add them to a pool's queues, or they never run")
+      end
+
+      # In a Rails app that loads its code lazily (eager_load off: development, and any environment that sets it so), a
+      # job file that does not load (a syntax error, ENV.fetch of a variable not set) passed doctor and failed its jobs
+      # later (a trial); where code is eager-loaded the app would not boot. Each file under app/jobs is loaded here.
+      def report_job_files
+        return unless defined?(::Rails.application) && ::Rails.application && ::Rails.respond_to?(:autoloaders)
+
+        jobs = ::Rails.root.join("app", "jobs").to_s
+        Dir[File.join(jobs, "**", "*.rb")].sort.each do |file|
+          ::Rails.autoloaders.main.load_file(file)
+        rescue ScriptError, StandardError => error
+          @problems << "#{file.delete_prefix("#{::Rails.root}/")} does not load (#{error.class}: #{DatabaseProblem.first_line(error)[0, 200]}): " \
+                       "its jobs would fail, and an app that eager-loads would not boot"
+        end
       end
 
       def adapter_setting(file)

@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "rails_app_processes"
+
+# `bobbin doctor` is the check before a deploy. In development (eager_load off) a job file that does not load passed
+# it, and its jobs failed later; an app that eager-loads would not boot (a trial).
+class RailsDoctorJobFilesTest < Bobbin::TestCase
+  include RailsAppProcesses
+
+  test "bobbin doctor in development names each job file that does not load, and fails" do
+    once_per_run
+    Dir.mktmpdir do |dir|
+      app = File.join(dir, "app")
+      FileUtils.cp_r(APP, app) # a copy: the suites beside this one boot the dummy app itself
+      File.write(File.join(app, "app/jobs/needs_key_job.rb"), "class NeedsKeyJob < ApplicationJob\n  KEY = ENV.fetch(\"BOBBIN_NO_SUCH_KEY\")\nend\n")
+      File.write(File.join(app, "app/jobs/broken_syntax_job.rb"), "class BrokenSyntaxJob < ApplicationJob\n  def perform(\nend\n")
+      status, output = bobbin_in_rails_app("doctor", env: "development", app: app,
+                                           variables: { "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url })
+      assert_equal 1, status.exitstatus, output
+      assert_match(%r{✗ app/jobs/broken_syntax_job\.rb does not load \(SyntaxError: .*\): its jobs would fail, and an app that eager-loads would not boot}, output)
+      assert_match(%r{✗ app/jobs/needs_key_job\.rb does not load \(KeyError: key not found: "BOBBIN_NO_SUCH_KEY"\)}, output)
+      assert_no_match(%r{ledger_job\.rb|failing_job\.rb}, output, "the files that load are not named")
+
+      FileUtils.rm([ File.join(app, "app/jobs/needs_key_job.rb"), File.join(app, "app/jobs/broken_syntax_job.rb") ])
+      status, output = bobbin_in_rails_app("doctor", env: "development", app: app,
+                                           variables: { "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url })
+      assert_no_match(/does not load/, output)
+    end
+  end
+end
