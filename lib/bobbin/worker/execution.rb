@@ -13,6 +13,8 @@ module Bobbin
       # here). A trial's jobs failed for good seconds before the new workers came up.
       UNKNOWN_CLASS_ATTEMPTS = 25
       UNKNOWN_CLASS_BACKOFF = 300
+      # A name Ruby can give a class (ÜberJob and CaféJob too), nested or not.
+      CLASS_NAME = /\A(?:::)?[[:upper:]][[:word:]]*(?:::[[:upper:]][[:word:]]*)*\z/
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
@@ -163,7 +165,7 @@ module Bobbin
 
         def lookup(name)
           # No deploy brings a class of a name Ruby cannot have (written to the row from outside): it fails at once.
-          raise UnrunnableJob, "#{name.inspect} is not a class name" unless name.match?(/\A(::)?[A-Z]\w*(::[A-Z]\w*)*\z/)
+          raise UnrunnableJob, "#{name.inspect} is not a class name" unless name.match?(CLASS_NAME)
 
           job_class = Object.const_get(name)
           raise UnrunnableJob, "#{name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)" unless runnable?(job_class)
@@ -218,7 +220,7 @@ module Bobbin
 
         def retried(job, job_class, error, of: job.max_attempts, at_most: MAX_BACKOFF)
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
-          delay = [ base * (2**(job.attempts - 1)), at_most ].min * rand(0.75..1.25)
+          delay = [ base * (2**(job.attempts - 1)) * rand(0.75..1.25), at_most ].min # ±25 %, then the cap: at most is at most
           @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{of} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
