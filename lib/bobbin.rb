@@ -67,14 +67,18 @@ module Bobbin
     # Seconds on the monotonic clock, which Bobbin's deadlines, intervals and durations are measured by.
     def monotonic = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
 
+    # A postgres URL without its "//", or with "user:password@" after the host's "/".
+    MISTYPED_POSTGRES_URL = %r{\Apostgres(?:ql)?:(?!//)|\Apostgres(?:ql)?://[^/?]*/[^?]*@}
+
     # Connects Active Record (and so Bobbin) to `url`: "postgres://…", "sqlite3:path/to/db.sqlite3".
     # Outside a Rails app it also makes Active Record isolate connections per fiber, which fiber pools need.
     def connect(url = ENV["DATABASE_URL"])
       raise ConfigurationError, "no database: call Bobbin.connect(url) or set DATABASE_URL" if url.to_s.empty?
 
       require_driver(url)
-      # postgres:/user:secret@host/db (a "/" short) reached the local server, all of it taken for a database name.
-      raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil if url.match?(%r{\Apostgres(ql)?:(?!//)})
+      # postgres:/user:secret@host/db (a "/" short) or postgres:///user:secret@host/db (one too many) reached a server
+      # with all of it, password included, for a database name.
+      raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil if url.match?(MISTYPED_POSTGRES_URL)
 
       url = with_sqlite_timeout(url)
       ActiveSupport::IsolatedExecutionState.isolation_level = :fiber unless defined?(::Rails.application) && ::Rails.application

@@ -79,11 +79,12 @@ class StartupErrorsTest < Bobbin::TestCase
   # URI's error repeats the whole URL: a password with a bare % or a space went to stderr in a backtrace (a trial).
   test "a database URL URI cannot parse is one line that does not show its password, from DATABASE_URL or -d" do
     once_per_run
-    [ "s3cret%PW", "a^b", "s3cret PW", "s3cret-no-colon", "s3cret-one-slash" ].each do |password|
-      # The last two lack the ":" after the scheme, or a "/": Active Record's error repeated the URL, or the database
-      # "app:s3cret…@127.0.0.1:5432/app" did not exist on the local server.
+    [ "s3cret%PW", "a^b", "s3cret PW", "s3cret-no-colon", "s3cret-one-slash", "s3cret-three-slashes" ].each do |password|
+      # The last three lack the ":" after the scheme, or have a "/" too few or too many: Active Record's error repeated
+      # the URL, or a server was asked for the database "app:s3cret…@127.0.0.1:5432/app" (its log keeps the password).
       url = { "s3cret-no-colon" => "postgres//app:#{password}@127.0.0.1:5432/app",
-              "s3cret-one-slash" => "postgres:/app:#{password}@127.0.0.1:5432/app" }.fetch(password, "postgres://app:#{password}@127.0.0.1:5432/app")
+              "s3cret-one-slash" => "postgres:/app:#{password}@127.0.0.1:5432/app",
+              "s3cret-three-slashes" => "postgres:///app:#{password}@127.0.0.1:5432/app" }.fetch(password, "postgres://app:#{password}@127.0.0.1:5432/app")
       from_env = run_bobbin("counts", env: { "DATABASE_URL" => url })
       # (Active Record reads DATABASE_URL as it loads, and URI's refusal comes then; the other, as Bobbin connects.)
       assert_config_exit(from_env, /\Abobbin: (DATABASE_URL|the database URL) is not a URL Active Record can read: write it postgres:\/\/.* percent-encode/)
