@@ -249,7 +249,12 @@ class DashboardCommandTest < Bobbin::TestCase
   test "an --auth-token without its value, or words left over, stop it with a usage error" do
     %w[dashboard metrics].each do |command|
       status, _, err = run_bobbin(command, "--host", "0.0.0.0", "--auth-token", "--port", closed_port.to_s)
-      assert_equal [ 64, "bobbin: bobbin #{command}: --auth-token needs a value, got the option --port" ], [ status.exitstatus, err.lines.first.chomp ]
+      assert_equal [ 64, "bobbin: bobbin #{command}: --auth-token needs a value, got the option --port (a token may not start with - and a letter)" ],
+                   [ status.exitstatus, err.lines.first.chomp ]
+      port = closed_port
+      status, _, err = run_bobbin(command, "--host", "0.0.0.0", "--auth-token", "-p#{port}")
+      assert_equal [ 64, "bobbin: bobbin #{command}: --auth-token needs a value, got the option -p#{port} (a token may not start with - and a letter)" ],
+                   [ status.exitstatus, err.lines.first.chomp ]
       status, _, err = run_bobbin(command, "--port", closed_port.to_s, "9399")
       assert_equal [ 64, "bobbin: bobbin #{command} takes options only, got \"9399\"" ], [ status.exitstatus, err.lines.first.chomp ]
     end

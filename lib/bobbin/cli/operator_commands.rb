@@ -90,8 +90,10 @@ module Bobbin
             o.on("-p", "--port PORT", Integer, "port (default #{port})") { |v| options[:port] = v }
             o.on("--host HOST", "address to bind (default 127.0.0.1; another needs --auth-token)") { |v| options[:host] = v }
             o.on("--auth-token TOKEN", "require this token (HTTP basic auth password)") do |token|
-              # `--auth-token --port 9399` (its value left out) took "--port" for the token and dropped the port
-              raise UsageError, "bobbin #{command}: --auth-token needs a value, got the option #{token}" if token.start_with?("--")
+              # `--auth-token --port 9399` or `-p9399` (its value left out) took the option for the token and dropped the port
+              if token.match?(/\A-(-|[a-zA-Z])/)
+                raise UsageError, "bobbin #{command}: --auth-token needs a value, got the option #{token} (a token may not start with - and a letter)"
+              end
 
               options[:token] = token
             end
