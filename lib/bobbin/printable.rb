@@ -6,11 +6,12 @@ module Bobbin
   # SQL_ASCII database too, handing them back as binary), it comes out as valid UTF-8, so one bad row cannot fail
   # the page, the scrape or the command that shows it.
   module Printable
-    # Unicode's bidirectional embedding, override and isolate controls (the "Trojan Source" set): invisible, and they
+    # Unicode's bidirectional marks, embedding, override and isolate controls (the "Trojan Source" set): invisible, and they
     # reorder the text after them, so an error reading `report\u202Efdp.exe` shows as "reportexe.pdf".
-    BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/
-    # What a terminal or a log line shows escaped: control characters, and the bidi controls.
-    UNPRINTABLE = /\p{Cc}|#{BIDI_CONTROLS}/
+    BIDI_CONTROLS = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/
+    # What a terminal or a log line shows escaped: control characters, the line and paragraph separators, and the bidi
+    # controls.
+    UNPRINTABLE = /\p{Cc}|[\u2028\u2029]|#{BIDI_CONTROLS}/
 
     module_function
 

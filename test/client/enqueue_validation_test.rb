@@ -58,10 +58,12 @@ class EnqueueValidationTest < Bobbin::TestCase
     assert_equal [ 2, :mail ], SleepJob.dup.bobbin_options(retries: 2, queue: :mail, priority: -1).values_at(:retries, :queue)
   end
 
-  test "the queue must be a non-empty String or Symbol of valid UTF-8 without control characters, at most 255 bytes" do
-    [ [ "a", "b" ], "", "  ", "a\0b", "a\nfake line", "\e[2Jq", "mail\u202Etxt", "\xff".dup.force_encoding("UTF-8"), "é" * 128, 5, [] ].each do |queue|
+  test "the queue must be a non-empty String or Symbol of valid UTF-8 without control characters, commas or spaces around it, at most 255 bytes" do
+    [ [ "a", "b" ], "", "  ", "a\0b", "a\nfake line", "\e[2Jq", "mail\u202Etxt", "mail\u200Ftxt", "a\u2028b", "x,y", " pad", "pad ",
+      "\xff".dup.force_encoding("UTF-8"), "é" * 128, 5, [] ].each do |queue|
       error = assert_refused(/SleepJob: queue must be/) { enqueue_with(queue: queue) }
-      assert_includes error.message, queue.inspect[0, 40]
+      assert_includes error.message, Bobbin::Printable.printable(queue.inspect[0, 40])
+      assert_no_match(/[\u200F\u202E\u2028]/, error.message, "shown escaped")
     end
     ids = [ :llm, "é" * 127 + "x", "llm 🧵" ].map { |queue| enqueue_with(queue: queue).first }
     assert_equal [ "llm", "é" * 127 + "x", "llm 🧵" ], ids.map { |id| Bobbin::JobRecord.find(id).queue }
