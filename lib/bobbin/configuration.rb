@@ -60,8 +60,11 @@ module Bobbin
       define_method(:"#{name}=") { |value| set(name => value) }
     end
 
+    # max_argument_bytes unless set (1 MB).
+    MAX_ARGUMENT_BYTES = 1_048_576
+
     def initialize
-      @max_argument_bytes = 1_048_576
+      @max_argument_bytes = MAX_ARGUMENT_BYTES
       @retention = 86_400
       @shutdown_timeout = 25
       @heartbeat_interval = 10

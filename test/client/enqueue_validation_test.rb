@@ -87,6 +87,15 @@ class EnqueueValidationTest < Bobbin::TestCase
     assert_equal fits, Bobbin.enqueue_all([ row ] * fits).size
   end
 
+  # The batch caps are multiples of max_argument_bytes, which may be nil (no limit for one job's arguments): every
+  # enqueue then raised NoMethodError.
+  test "with max_argument_bytes nil, enqueues and batches still work, capped by its default" do
+    Bobbin.config.max_argument_bytes = nil
+    assert_kind_of Integer, LedgerJob.enqueue("x" * 2_000_000)
+    assert_equal 2, Bobbin.enqueue_all([ [ LedgerJob, [ "a" ] ], [ LedgerJob, [ "b" ] ] ]).size
+    assert_equal 256 * 1_048_576, Bobbin::Client::Enqueuer.statement_bytes(256)
+  end
+
   test "arguments nested deeper than the worker can parse are refused at enqueue, without a stack overflow" do
     deep = (1..10_000).reduce([]) { |inner, _| [ inner ] }
     error = assert_refused(/SleepJob argument 2.* nested more than 100 levels/) { SleepJob.enqueue(0, deep) }

@@ -83,9 +83,13 @@ module Bobbin
                                   "or #{Schema::INSTALL}"
       end
 
+      # Bytes of arguments one statement may carry: `times` max_argument_bytes, or its default when it is nil (no limit
+      # for one job's; a statement still has PostgreSQL's).
+      def statement_bytes(times) = (Bobbin.config.max_argument_bytes || Configuration::MAX_ARGUMENT_BYTES) * times
+
       def batch_size!(rows)
         bytes = rows.sum { |row| row[:arguments].bytesize }
-        limit = Bobbin.config.max_argument_bytes * BATCH_ARGUMENTS
+        limit = statement_bytes(BATCH_ARGUMENTS)
         return if bytes <= limit
 
         raise EnqueueError, "#{rows.size} jobs carry #{size_of(bytes)} of arguments, more than one enqueue writes (#{size_of(limit)}, " \

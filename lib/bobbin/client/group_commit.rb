@@ -91,7 +91,7 @@ module Bobbin
         def take
           @lock.synchronize do
             rows = bytes = 0
-            max_bytes = Bobbin.config.max_argument_bytes * MAX_ARGUMENTS
+            max_bytes = Enqueuer.statement_bytes(MAX_ARGUMENTS)
             batch = @waiting.take_while do |request|
               rows += request.rows.size
               bytes += request.rows.sum { |row| row[:arguments].bytesize }
