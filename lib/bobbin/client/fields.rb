@@ -27,7 +27,7 @@ module Bobbin
         name = utf8(value.is_a?(Symbol) ? value.name : value)
         # Control characters (NUL, a newline, \e[2J) in a name went raw into Active Job's log lines; a comma, or spaces
         # around it, made a name no worker's queue list can select (both trials).
-        return name if name && !name.strip.empty? && name == name.strip && !name.include?(",") && !name.match?(Printable::UNPRINTABLE) &&
+        return name if name && !name.empty? && name == name.strip && !name.include?(",") && !name.match?(Printable::UNPRINTABLE) &&
                        name.bytesize <= QUEUE_BYTES
 
         raise EnqueueError, "#{job}: queue must be a non-empty String or Symbol of valid UTF-8 without control characters, commas or " \
