@@ -246,6 +246,7 @@ class DashboardCommandTest < Bobbin::TestCase
   end
 
   # `--auth-token --port 9399` served on 0.0.0.0:9292 with the password "--port" (a trial).
+  # A trailing `--auth-token` with no value exited 78, as if the configuration were wrong (a trial).
   test "an --auth-token without its value, or words left over, stop it with a usage error" do
     %w[dashboard metrics].each do |command|
       status, _, err = run_bobbin(command, "--host", "0.0.0.0", "--auth-token", "--port", closed_port.to_s)
@@ -257,6 +258,8 @@ class DashboardCommandTest < Bobbin::TestCase
                    [ status.exitstatus, err.lines.first.chomp ]
       status, _, err = run_bobbin(command, "--port", closed_port.to_s, "9399")
       assert_equal [ 64, "bobbin: bobbin #{command} takes options only, got \"9399\"" ], [ status.exitstatus, err.lines.first.chomp ]
+      status, _, err = run_bobbin(command, "--host", "0.0.0.0", "--port", closed_port.to_s, "--auth-token")
+      assert_equal [ 64, "bobbin: missing argument: --auth-token" ], [ status.exitstatus, err.lines.first.chomp ]
     end
   end
 end

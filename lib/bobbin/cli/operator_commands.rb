@@ -101,6 +101,8 @@ module Bobbin
           end.parse!(argv)
           refuse_arguments(command, argv)
           options
+        rescue OptionParser::ParseError => error # a trailing `--auth-token` with no value, an unknown flag: exit 64
+          raise UsageError, error.message
         end
 
         def serve(command, options, &app)
