@@ -172,7 +172,7 @@ module Bobbin
 
           job_class
         rescue NameError => error
-          hint = AppExecutor.rails? ? "is it defined in this app (app/jobs)?" : "load it in the worker with --require FILE"
+          hint = AppExecutor.rails? ? "is it defined in this app (app/jobs)?" : "require its file in the worker process (bobbin start --require FILE)"
           raise UnknownJobClass, "unknown job class #{name} (#{error.message.lines.first.strip}); #{hint}"
         rescue ScriptError => error # its file (autoloaded) requires a missing gem, or does not parse: a deploy may fix it
           raise UnknownJobClass, "job class #{name} could not be loaded (#{error.class}: #{error.message.lines.first.strip})"
