@@ -76,7 +76,7 @@ module Bobbin
     # holding its key's only slot (a trial).
     def dispatch_job(job, relation)
       row = job_row!(job.job_id, relation)
-      binds = { now: Time.now.utc, actor: ACTOR }
+      binds = { now: Store.timestamp(Time.now), actor: ACTOR } # text: quoted, a Time turns local on `default_timezone = :local`
       dispatched = "operation = 'dispatched', operated_by = :actor, operated_at = :now"
       if JobRecord.where(id: row.id, state: "blocked").where(run_at: binds[:now]..).update_all([ "run_at = :now, #{dispatched}", binds ]).positive?
         return Store.promote_keys([ row.concurrency_key ])

@@ -4,6 +4,7 @@ module Bobbin
   # One row per job. Used off the hot path (counts, inspection, retry/discard); workers use Store SQL.
   class JobRecord < Record
     self.table_name = "bobbin_jobs"
+    utc_times :run_at, :claimed_at, :enqueued_at, :started_at, :finished_at, :operated_at
 
     STATES = %w[ready blocked running succeeded failed discarded].freeze
     # The stored states a job waits in: claimable, or held back by its concurrency key. With its run_at still ahead,

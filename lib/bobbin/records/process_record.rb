@@ -6,6 +6,7 @@ module Bobbin
   # A running Bobbin process (worker or supervisor) and its heartbeat.
   class ProcessRecord < Record
     self.table_name = "bobbin_processes"
+    utc_times :last_heartbeat_at, :created_at
 
     # Times go in as bind parameters (a range), as in every periodic query: SQL with the time written in is a new
     # statement each call, and Active Record prepares each new one on the server.

@@ -4,6 +4,7 @@ module Bobbin
   # A paused queue: the claim query skips its jobs until the row is gone.
   class QueuePause < Record
     self.table_name = "bobbin_pauses"
+    utc_times :created_at
 
     # Pauses `queue` (idempotent) and tells every worker, so announcements of its new jobs wake none of them; returns
     # 1, or 0 when it was paused already.

@@ -5,6 +5,9 @@ module Bobbin
   class Record < ActiveRecord::Base
     self.abstract_class = true
 
+    # Declares Bobbin's time columns UtcTime, whatever the app's `default_timezone`.
+    def self.utc_times(*columns) = columns.each { |column| attribute(column, UtcTime.new) }
+
     # Reads the columns of Bobbin's tables now, at boot. A model reads them at its first query and holds a lock of its
     # class meanwhile: a first query that waited on a table lock (a migration) held up every thread that came after
     # it, housekeeping on a worker's heartbeat thread too, and the worker went silent.

@@ -5,6 +5,7 @@ module Bobbin
   # enqueue once, however many schedulers on however many hosts reach it.
   class RecurringRun < Record
     self.table_name = "bobbin_recurring_runs"
+    utc_times :run_at, :created_at
 
     # Runs older than this are deleted, except each task's latest (its last run stays known).
     KEEP = 86_400

@@ -5,6 +5,7 @@ module Bobbin
   # dashboard and Mission Control list. `Bobbin::RecurringTask.all.map { |t| [t.key, t.last_run_at, t.next_run_at] }`.
   class RecurringTask < Record
     self.table_name = "bobbin_recurring_tasks"
+    utc_times :created_at, :updated_at
 
     has_many :runs, class_name: "Bobbin::RecurringRun", foreign_key: :task_key, primary_key: :key, inverse_of: false
 
