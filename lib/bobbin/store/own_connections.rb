@@ -19,16 +19,24 @@ module Bobbin
       KEEPALIVE = { connect_timeout: 5, keepalives: 1, keepalives_idle: 5, keepalives_interval: 2, keepalives_count: 3,
                     tcp_user_timeout: 10_000 }.freeze
 
+      # Session settings of these sessions, over the database's, the role's and the config's: Bobbin's statements are
+      # written for READ COMMITTED (SKIP LOCKED claims, guarded updates). Under a role's `default_transaction_isolation
+      # = 'serializable'` claims failed with serialization errors that crashed the worker, and outcomes of jobs that
+      # had succeeded were recorded as failed (a trial).
+      SESSION = { default_transaction_isolation: "read committed" }.freeze
+
       @adapters = ObjectSpace::WeakMap.new
 
       # A new session on `db_config` (an Active Record adapter) that a forked child leaves alone.
       def self.open(db_config)
-        db_config = with_keepalive(db_config) if Store.postgresql?(db_config)
+        db_config = for_bobbin(db_config) if Store.postgresql?(db_config)
         db_config.new_connection.tap { |adapter| @adapters[adapter] = true }
       end
 
-      def self.with_keepalive(db_config)
-        ActiveRecord::DatabaseConfigurations::HashConfig.new(db_config.env_name, db_config.name, KEEPALIVE.merge(db_config.configuration_hash))
+      def self.for_bobbin(db_config)
+        config = KEEPALIVE.merge(db_config.configuration_hash)
+        config[:variables] = (config[:variables] || {}).to_h.transform_keys(&:to_sym).merge(SESSION)
+        ActiveRecord::DatabaseConfigurations::HashConfig.new(db_config.env_name, db_config.name, config)
       end
 
       # In a forked child: forgets every session opened in the parent.
