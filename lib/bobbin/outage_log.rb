@@ -27,6 +27,7 @@ module Bobbin
     # Records a failure of the task (an exception or a message); logs it unless a line said so less than `repeat` s ago.
     # `cause`: the exception on_thread_error hears of at the outage's start (the failure's own, when it is one).
     def failed(error, cause: error)
+      Store.drop_read_only_sessions(error) if error.is_a?(Exception)
       reason = error.is_a?(Exception) ? "#{error.message.lines.first&.strip}#{Store.driver_said(error)}" : error.to_s.lines.first&.strip
       now = Bobbin.monotonic
       if @since.nil?

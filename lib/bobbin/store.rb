@@ -58,6 +58,16 @@ module Bobbin
       causes(error).any? { |e| e.is_a?(ActiveRecord::LockWaitTimeout) || (defined?(PG::LockNotAvailable) && e.is_a?(PG::LockNotAvailable)) }
     end
 
+    # A database made read-only for a while (a failover's window: `default_transaction_read_only`, which a session
+    # reads when it starts) leaves the sessions opened meanwhile read-only after it ends. Bobbin's own sessions are
+    # opened again after any outage; the idle ones of Active Record's pool are closed here, so the next try opens one
+    # that can write (the supervisor's heartbeat and clock stayed read-only for good: a trial).
+    def self.drop_read_only_sessions(error)
+      return unless defined?(PG::ReadOnlySqlTransaction) && causes(error).any?(PG::ReadOnlySqlTransaction)
+
+      Record.connection_pool.flush!
+    end
+
     # `error` and the errors behind it (at most five in all).
     def self.causes(error)
       chain = [ error ]

@@ -287,4 +287,44 @@ class DatabaseOutageTest < Bobbin::TestCase
     producing = false
     producer&.join
   end
+
+  # A failover turns the database read-only for a while (`default_transaction_read_only`), and a session reads that
+  # setting when it starts: the Active Record sessions the supervisor opened in the window refused every write long
+  # after it ended, so its heartbeat and recurring ticks stopped for good (a trial).
+  test "a database read-only for a while: the supervisor's heartbeat writes again once it is writable" do
+    skip_unless_postgres
+    database = Bobbin::Record.connection.select_value("SELECT current_database()")
+    log = log_file("read-only")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "2", "--processes", "1", "--polling-interval", "0.1", log: log)
+      wait_for("the supervisor's heartbeat") { Bobbin::ProcessRecord.exists?(kind: "supervisor") }
+      read_only(database, true)
+      wait_for("the supervisor to fail to beat", timeout: 30) { File.read(log).include?("bobbin supervisor: heartbeat failed") }
+      sleep(3) # it tries again within a second: on a new session, read-only from its start
+      read_only(database, false)
+      written = Time.now.utc
+      wait_for("the supervisor to beat again", timeout: 30, seen: -> { File.read(log)[-600..] }) do
+        query { Bobbin::ProcessRecord.where(kind: "supervisor").pick(:last_heartbeat_at) }.then { it && it > written }
+      end
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?
+    end
+    assert_match(/bobbin supervisor: heartbeat works again/, File.read(log))
+  ensure
+    read_only(database, false) if database
+  end
+
+  # Sets the database's default_transaction_read_only, on a session of its own; turning it on also ends every other
+  # session of the database (a failover's), so each starts again read-only. Turning it off ends none.
+  def read_only(database, on)
+    sessions_killed!
+    connection = Bobbin::Record.connection_db_config.new_connection
+    connection.execute("SET default_transaction_read_only = off")
+    name = connection.quote_column_name(database)
+    connection.execute(on ? "ALTER DATABASE #{name} SET default_transaction_read_only = on" : "ALTER DATABASE #{name} RESET default_transaction_read_only")
+    connection.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = #{connection.quote(database)} AND pid <> pg_backend_pid()") if on
+  ensure
+    connection&.disconnect!
+  end
 end
