@@ -147,6 +147,11 @@ module Bobbin
     # callers of this process share a statement and a commit (Client::GroupCommit) and each returns once its rows
     # are durable.
     def self.insert(rows)
+      # With Bobbin's tables in the app's primary database, a GET under Rails' role switching prevents writes on it;
+      # an enqueue is let through, as into a queue database of their own (see Record.current_role).
+      owner = Record.connection_class_for_self
+      return owner.connected_to(role: ActiveRecord.writing_role) { insert(rows) } if owner.current_preventing_writes
+
       own = Record.connection_pool.active_connection?
       ids = if own&.transaction_open? || rows.any? { |row| row[:concurrency_key] }
         Record.with_connection { |connection| write(connection, rows) }

@@ -5,6 +5,13 @@ module Bobbin
   class Record < ActiveRecord::Base
     self.abstract_class = true
 
+    # Bobbin's tables are read and written on the writing role whatever role the app switched to: they have no reading
+    # role (a queue database), or a replica that a job's state must not be read from or written to. Rails' automatic
+    # role switching runs every GET in `connected_to(role: :reading, prevent_writes: true)`, and a `perform_later` or a
+    # dashboard page there raised ConnectionNotDefined, or sent its INSERT to the replica (a trial).
+    def self.current_role = ActiveRecord.writing_role
+    def self.current_preventing_writes = false
+
     # Declares Bobbin's time columns UtcTime, whatever the app's `default_timezone`.
     def self.utc_times(*columns) = columns.each { |column| attribute(column, UtcTime.new) }
 
