@@ -21,6 +21,7 @@ module Bobbin
       # An earlier test's outage (a worker run in this process that lost the database) leaves Recovery distrusting
       # silent heartbeats for process_alive_threshold; each test starts with none.
       Bobbin::Recovery.instance_variable_set(:@reachable_since, nil)
+      Bobbin::Recovery.instance_variable_set(:@beat_at, nil)
     end
 
     # A test may change Bobbin.config (set, configure, a config file loaded in this process): the next one finds the

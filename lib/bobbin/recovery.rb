@@ -37,6 +37,18 @@ module Bobbin
       @reachable_since = Bobbin.monotonic
     end
 
+    # Notes a heartbeat this process wrote. A gap of more than two heartbeat intervals since its last one counts as the
+    # database unreachable, as a failed beat does: its statements hung (a frozen server or a black-holed network
+    # answers nothing and raises nothing) or the process stalled, and every other process's beats may have hung too.
+    def beat!
+      now = Bobbin.monotonic
+      unreachable! if late?(now)
+      @beat_at = now
+    end
+
+    # True when this process's last heartbeat is more than two heartbeat intervals old (see beat!).
+    def late?(now) = !@beat_at.nil? && now - @beat_at > 2 * Bobbin.config.heartbeat_interval
+
     # Recovers the jobs of supervisor `supervisor_id`'s worker rows for OS process `pid` (the supervisor saw it exit).
     # Not by pid and hostname: containers with host networking share the host's name, and each numbers its
     # processes from 1, so another host's live worker can have the same pid and hostname.
@@ -127,6 +139,13 @@ module Bobbin
       recover(id, reason, beside: siblings.select { |sibling| rows.where(id: sibling).delete_all == 1 })
     end
 
-    def trusted_silence?(threshold) = @reachable_since.nil? || Bobbin.monotonic - @reachable_since >= threshold
+    # A housekeeping query that hung through a frozen server's whole outage returns once it resumes, before any other
+    # process could beat again: this process has not beaten meanwhile either, and does not judge (a trial: a live
+    # worker was pruned 0.1 s after a 100 s freeze ended, and its running jobs were given to others).
+    def trusted_silence?(threshold)
+      now = Bobbin.monotonic
+      unreachable! if late?(now)
+      @reachable_since.nil? || now - @reachable_since >= threshold
+    end
   end
 end

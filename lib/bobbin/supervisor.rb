@@ -135,6 +135,7 @@ module Bobbin
           ProcessRecord.insert(@process.attributes.merge("last_heartbeat_at" => now)) # skips the row should it be back meanwhile
           Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: pruned as dead while alive; registered again")
         end
+        Recovery.beat!
         @outage.succeeded
       end
 

@@ -55,6 +55,30 @@ class RecoveryTest < Bobbin::TestCase
     assert_equal 3, Bobbin::Recovery.prune(threshold: 60), "once reachable for the silent process's whole threshold, its silence counts"
   end
 
+  # A frozen database server (or a black-holed network) answers nothing and raises nothing: a housekeeping query hung
+  # through a 100 s freeze and returned once it ended, before any other process could beat, and pruned a live worker
+  # (a trial). A process that has not beaten for two heartbeat intervals does not judge anyone by their silence.
+  test "after a stretch in which this process could not beat, silent processes are not pruned at once" do
+    Bobbin.config.set(heartbeat_interval: 0.2, process_alive_threshold: 1)
+    process, ids = dead_process_with_jobs(attempts: 1)
+    Bobbin::Recovery.beat!
+    sleep(0.6) # no beat for more than two heartbeat intervals: its statements hung
+    assert_equal 0, Bobbin::Recovery.prune(threshold: 60), "every live process may have been stuck as long"
+    assert_equal [ "running" ], jobs(ids).pluck(:state).uniq
+    process.update_columns(metadata: JSON.generate(alive_threshold: 0.3))
+    3.times do # beating again, on time, for the silent process's whole threshold
+      Bobbin::Recovery.beat!
+      sleep(0.15)
+    end
+    assert_equal 3, Bobbin::Recovery.prune(threshold: 60), "then its silence counts"
+
+    process, ids = dead_process_with_jobs(attempts: 1)
+    process.update_columns(metadata: JSON.generate(alive_threshold: 0.3))
+    sleep(0.6)
+    Bobbin::Recovery.beat! # a beat after the gap (the supervisor beats before it keeps house)
+    assert_equal 0, Bobbin::Recovery.prune(threshold: 60), "the gap is noticed at the beat after it too"
+  end
+
   test "each process is judged by the threshold it runs with, a row that does not say by this process's" do
     Bobbin.config.set(heartbeat_interval: 40, process_alive_threshold: 120)
     patient = Bobbin::ProcessRecord.register(kind: "worker", name: "beats every 40 s")

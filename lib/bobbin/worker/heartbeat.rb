@@ -71,6 +71,7 @@ module Bobbin
           metadata = ProcessRecord.metadata_json(status)
           registered = @store.heartbeat(@worker.process_id, metadata, status.values_at(:loop_lag_ms, :max_loop_lag_ms, :stalls))
           @store.reregister(@worker.process_id, @worker.registration.merge(metadata: metadata)) unless registered
+          Recovery.beat!
           held = @worker.held_attempts
           kept = held.empty? ? 0 : reclaim(held)
           @outage.succeeded
