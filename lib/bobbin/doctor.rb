@@ -15,10 +15,14 @@ module Bobbin
       return unless defined?(::ActiveJob)
       return unless (defined?(::ActiveJob::Railtie) && ::Rails.application) || (::ActiveJob.autoload?(:Base).nil? && defined?(::ActiveJob::Base))
 
-      base = ::ActiveJob::Base
-      return base.queue_adapter_name.to_s if base.respond_to?(:queue_adapter_name) && base.queue_adapter_name
+      adapter_of(::ActiveJob::Base)
+    end
 
-      base.queue_adapter.class.name.demodulize.delete_suffix("Adapter").underscore
+    # The adapter a job class uses: Active Job's own, or the one the class (or a parent) sets with self.queue_adapter.
+    def self.adapter_of(job_class)
+      return job_class.queue_adapter_name.to_s if job_class.respond_to?(:queue_adapter_name) && job_class.queue_adapter_name
+
+      job_class.queue_adapter.class.name.demodulize.delete_suffix("Adapter").underscore
     end
 
     # True when Active Job's `adapter` in environment `env` is as it should be: bobbin, or the test adapter in test (Rails'
@@ -41,10 +45,10 @@ module Bobbin
       report_server
       report_fibers
       report_notifications
+      report_job_files # first: report_active_job looks at the job classes they define
       report_active_job
       report_adapter_settings
       report_unselected_queues
-      report_job_files
       @out.puts(@problems.empty? ? "OK: this configuration fits." : "#{@problems.size} problem(s):")
       @problems.each { |problem| @out.puts("  ✗ #{problem}") }
       @problems.empty? ? 0 : 1
@@ -168,10 +172,34 @@ module Bobbin
         name = Doctor.active_job_adapter or return
         @out.puts("Active Job adapter in this process: #{name}")
         return if name == "bobbin"
+        return report_classes_moved(name) if bobbin_job_classes.any?
 
         @problems << "Active Job uses the #{name} adapter, so perform_later does not reach Bobbin: set " \
                      "config.active_job.queue_adapter = :bobbin (config/environments/*.rb override config/application.rb)"
       end
+
+      # A team moving job classes to Bobbin one by one (self.queue_adapter = :bobbin on each, the global adapter still
+      # another) is doing what the README suggests: a failure here stopped its deploys (a trial). A warning.
+      def report_classes_moved(adapter)
+        moved = bobbin_job_classes
+        names = moved.map(&:name).sort
+        listed = names.first(3).join(", ") + (names.size > 3 ? ", …" : "")
+        rest = job_classes.size - moved.size
+        @out.puts("  ! Active Job uses the #{adapter} adapter, but #{moved.size} job class(es) loaded here set Bobbin's (#{listed}): " \
+                  "their perform_later reaches Bobbin, that of the #{rest} other(s) #{adapter}; set " \
+                  "config.active_job.queue_adapter = :bobbin once every class has moved")
+      end
+
+      # The named job classes loaded in this process that run no subclass of their own (ApplicationJob and other bases left
+      # out), and of those, the ones whose adapter is Bobbin's.
+      def job_classes
+        @job_classes ||= begin
+          named = ::ActiveJob::Base.descendants.select(&:name)
+          named.reject { |job_class| named.any? { |other| other < job_class } }
+        end
+      end
+
+      def bobbin_job_classes = @bobbin_job_classes ||= job_classes.select { |job_class| Doctor.adapter_of(job_class) == "bobbin" }
 
       # In a Rails app's root: the adapter each environment gets from config/application.rb and its own file
       # (which overrides it), with a warning naming each line that sets one other than bobbin.

@@ -283,4 +283,71 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_no_match(/Kamal/, generate)
     assert_equal deploy, File.read(path("config/deploy.yml"))
   end
+
+  def adapter_lines(file) = File.read(path(file)).lines.grep(/^[ \t]*config\.active_job\.queue_adapter/).map(&:strip)
+
+  # A team leaving Sidekiq (or GoodJob, Resque) got Bobbin's line beside its old one, and whichever came last won (a trial).
+  test "with --environments all, another adapter's line in application.rb and production.rb becomes Bobbin's, named in the summary; again, nothing" do
+    write("config/application.rb", File.read(path("config/application.rb")).sub("config.load_defaults 8.1\n", "config.load_defaults 8.1\n    config.active_job.queue_adapter = :sidekiq\n"))
+    write("config/environments/production.rb", "Rails.application.configure do\n  config.active_job.queue_adapter = \"good_job\" # since 2023\nend\n")
+    output = generate("--environments", "all")
+    assert_equal [ "config.active_job.queue_adapter = :bobbin" ], adapter_lines("config/application.rb")
+    assert_includes File.read(path("config/application.rb")), "    config.active_job.queue_adapter = :bobbin\n    config.bobbin.connects_to = { database: { writing: :queue } }\n"
+    assert_equal [ "config.active_job.queue_adapter = :bobbin" ], adapter_lines("config/environments/production.rb")
+    line = File.readlines(path("config/application.rb")).index { |text| text.include?("queue_adapter = :bobbin") } + 1
+    assert_match(/^config\/application.rb:#{line} set queue_adapter = :sidekiq: replaced by :bobbin\.$/, output)
+    assert_match(/^config\/environments\/production.rb:2 set queue_adapter = :good_job: replaced by :bobbin\.$/, output)
+    assert_match(/^Jobs already in Sidekiq's Redis run only on Sidekiq: keep it running until its queues and its scheduled and retry sets are empty/, output)
+
+    snapshot = files("**/*").to_h { |file| [ file, File.file?(path(file)) && File.read(path(file)) ] }
+    output = generate("--environments", "all")
+    assert_equal snapshot, files("**/*").to_h { |file| [ file, File.file?(path(file)) && File.read(path(file)) ] }, "a second run changes nothing"
+    assert_no_match(/replaced by|Sidekiq/, output)
+  end
+
+  test "production only: production.rb's other adapter becomes Bobbin's (its commented example left); application.rb's is kept for development, and said" do
+    write("config/application.rb", File.read(path("config/application.rb")).sub("config.load_defaults 8.1\n", "config.load_defaults 8.1\n    config.active_job.queue_adapter = 'sidekiq'\n"))
+    write("config/environments/production.rb", "Rails.application.configure do\n  # config.active_job.queue_adapter = :resque\n  config.active_job.queue_adapter = :resque\nend\n")
+    output = generate
+    assert_equal [ "# config.active_job.queue_adapter = :resque", "config.active_job.queue_adapter = :bobbin", "config.bobbin.connects_to = { database: { writing: :queue } }" ],
+                 File.read(path("config/environments/production.rb")).lines[1..3].map(&:strip)
+    assert_equal [ "config.active_job.queue_adapter = 'sidekiq'" ], adapter_lines("config/application.rb")
+    assert_match(/^config\/environments\/production.rb:3 set queue_adapter = :resque: replaced by :bobbin\.$/, output)
+    line = File.readlines(path("config/application.rb")).index { |text| text.include?("'sidekiq'") } + 1
+    assert_match(/^config\/application.rb:#{line} keeps queue_adapter = :sidekiq for development and test \(production.rb's :bobbin overrides it in production; --environments all replaces it\)\.$/, output)
+    assert_no_match(/Sidekiq's Redis/, output, "production's jobs were Resque's")
+  end
+
+  # Under schema_format :sql Rails loads db/queue_structure.sql, never db/queue_schema.rb: db:prepare created no tables (a trial).
+  test "queue database with schema_format :sql: a create migration in db/queue_migrate, no queue_schema.rb; again, nothing" do
+    write("config/application.rb", File.read(path("config/application.rb")).sub("config.load_defaults 8.1\n", "config.load_defaults 8.1\n    config.active_record.schema_format = :sql\n"))
+    output = generate
+    created = files("db/queue_migrate/*_create_bobbin_tables.rb")
+    assert_equal 1, created.size
+    assert_includes File.read(path(created.first)), "Bobbin schema version #{VERSION}"
+    assert_not File.exist?(path("db/queue_schema.rb"))
+    assert_match(/Bobbin's tables live in the queue database \(config.bobbin.connects_to; a migration in db\/queue_migrate: with schema_format :sql Rails loads db\/queue_structure.sql/, output)
+    assert_match(/bin\/rails db:prepare\s+create the database and Bobbin's tables/, output)
+    snapshot = files("**/*")
+    generate
+    assert_equal snapshot, files("**/*"), "a second run adds nothing"
+  end
+
+  test "queue database with schema_format :sql, installed before with only db/queue_schema.rb: the create migration, and db:migrate" do
+    write("config/application.rb", File.read(path("config/application.rb")).sub("config.load_defaults 8.1\n", "config.load_defaults 8.1\n    config.active_record.schema_format = :sql\n"))
+    generate
+    FileUtils.rm_rf(path("db/queue_migrate"))
+    write("db/queue_schema.rb", ERB.new(File.read(File.expand_path("../../lib/generators/bobbin/install/templates/db/queue_schema.rb.tt", __dir__))).result_with_hash(database: "queue"))
+    output = generate
+    assert_equal 1, files("db/queue_migrate/*_create_bobbin_tables.rb").size
+    assert_match(/bin\/rails db:migrate\s+create Bobbin's tables \(db\/queue_migrate: under schema_format :sql, db\/queue_schema.rb is never loaded\)/, output)
+  end
+
+  test "schema_format :sql with a queue database that names no migrations_paths: the summary says to add it" do
+    write("config/application.rb", File.read(path("config/application.rb")).sub("config.load_defaults 8.1\n", "config.load_defaults 8.1\n    config.active_record.schema_format = :sql\n"))
+    write("config/database.yml", "production:\n  primary:\n    adapter: sqlite3\n    database: storage/production.sqlite3\n  queue:\n    adapter: sqlite3\n    database: storage/production_queue.sqlite3\n")
+    output = generate
+    assert_match(/^config\/database.yml: the queue database of production names no migrations_paths: add `migrations_paths: db\/queue_migrate` to it, or Rails never runs the migration in db\/queue_migrate\.$/, output)
+    assert_no_match(/QUEUE_DATABASE_URL/, output)
+  end
 end

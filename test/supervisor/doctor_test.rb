@@ -236,4 +236,24 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/^  ! config\/environments\/production.rb:#{line} sets queue_adapter = :async: jobs in production do not go to Bobbin$/, output)
     assert_match(/✗ Active Job uses the async adapter/, output)
   end
+
+  # Moving job classes one at a time (self.queue_adapter = :bobbin on each, the global adapter another) is the documented
+  # way to switch, and doctor's failure stopped the deploy step that runs it (a trial): a warning then, still a failure
+  # while no class uses Bobbin.
+  test "bobbin doctor in a Rails app moving job classes to Bobbin one by one warns, naming them; with none moved it fails" do
+    app = File.join(tmpdir, "app")
+    FileUtils.cp_r(RailsAppProcesses::APP, app)
+    variables = { "RAILS_APP_QUEUE_ADAPTER" => "async" }
+    status, output = bobbin_in_rails_app("doctor", "--fibers", "5", env: "development", app: app, variables: variables)
+    assert_equal 1, status.exitstatus, output
+    assert_match(/✗ Active Job uses the async adapter, so perform_later does not reach Bobbin/, output)
+
+    File.write(File.join(app, "app/jobs/moved_job.rb"), "class MovedJob < ApplicationJob\n  self.queue_adapter = :bobbin\nend\n")
+    File.write(File.join(app, "app/jobs/also_moved_job.rb"), "class AlsoMovedJob < ApplicationJob\n  self.queue_adapter = :bobbin\nend\n")
+    status, output = bobbin_in_rails_app("doctor", "--fibers", "5", env: "development", app: app, variables: variables)
+    assert_equal 0, status.exitstatus, output
+    assert_match(/^Active Job adapter in this process: async$/, output)
+    assert_match(/^  ! Active Job uses the async adapter, but 2 job class\(es\) loaded here set Bobbin's \(AlsoMovedJob, MovedJob\): their perform_later reaches Bobbin, that of the \d+ other\(s\) async; set config.active_job.queue_adapter = :bobbin once every class has moved$/, output)
+    assert_no_match(/✗/, output)
+  end
 end

@@ -27,6 +27,12 @@ module Bobbin
         [ "the queue database of #{sentence(@url_queues.keys)} reads QUEUE_DATABASE_URL (#{reasons.join('; ')})" ]
       end
 
+      # The environments among `envs` whose queue database names no migrations_paths: Rails then runs db/migrate's
+      # migrations there, and never those of db/queue_migrate.
+      def without_migrations_paths(envs)
+        envs.select { |env| structure[env].is_a?(Hash) && structure[env]["queue"].is_a?(Hash) && !structure[env]["queue"].key?("migrations_paths") }
+      end
+
       # True when `env` already has a queue database (or is not in the file).
       def queue?(env)
         section = structure[env]

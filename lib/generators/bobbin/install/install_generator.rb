@@ -27,6 +27,12 @@ module Bobbin
                         "to run jobs on Bobbin there too: bin/rails generate bobbin:install --environments all"
       # A line setting (or, commented out, suggesting) Active Job's adapter, as `rails new` and Solid Queue write it.
       ADAPTER_LINE = /^([ \t]*)#?[ \t]*config\.active_job\.queue_adapter[ \t]*=.*$/
+      # A line (not commented out) setting another adapter than Bobbin's: `:sidekiq`, `"good_job"`, or computed.
+      OTHER_ADAPTER = /^([ \t]*)config\.active_job\.queue_adapter[ \t]*=(?![ \t]*[:"']bobbin\b)[ \t]*(.*?)[ \t]*(?:#[^"']*)?$/
+      # A line setting Bobbin's adapter.
+      BOBBIN_ADAPTER = /^[ \t]*config\.active_job\.queue_adapter[ \t]*=[ \t]*[:"']bobbin\b/
+      # structure.sql: Rails then loads db/queue_structure.sql, never db/queue_schema.rb.
+      SQL_SCHEMA = /^[ \t]*config\.active_record\.schema_format[ \t]*=[ \t]*(?::sql|["']sql["'])/
 
       def create_config_files
         template "config/bobbin.yml", skip: true
@@ -39,7 +45,7 @@ module Bobbin
       # beside another gem's db/queue_schema.rb (Solid Queue's); an install whose files bring the tables to an older
       # schema version (a gem upgrade) gets an upgrade migration; an install at this version gets nothing.
       def create_schema
-        if installed.version == 0 || (installed.version.nil? && !separate?)
+        if installed.version == 0 || (installed.version.nil? && !separate?) || (@sql_migration = sql_migration_needed?)
           migration_template "db/create_bobbin_tables.rb", "#{migrations}/create_bobbin_tables.rb"
         elsif installed.outdated?
           migration_template "db/upgrade_bobbin_tables.rb", "#{migrations}/#{InstalledSchema.upgrade_migration(Schema::VERSION)}.rb"
@@ -65,6 +71,7 @@ module Bobbin
         return unless all?
 
         application_settings
+        development_adapter
         test_adapter
       end
 
@@ -112,16 +119,18 @@ module Bobbin
         say "\nBobbin is installed.", :green
         say <<~TEXT
           #{all? ? 'Active Job uses Bobbin in every environment (config/application.rb) but test, which keeps the test adapter.' : PRODUCTION_ONLY}
-          Bobbin's tables live in #{separate? ? "the #{database} database (config.bobbin.connects_to; db/queue_schema.rb)" : 'the primary database (a migration in db/migrate)'}.
+          Bobbin's tables live in #{tables_place}.
           Next#{', in production (RAILS_ENV=production)' unless all?}:
             #{next_schema_step}
             bin/bobbin start                run the workers of config/bobbin.yml (bin/bobbin doctor checks them first)
             BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma#{'; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev' if all?}
           Recurring jobs go in config/recurring.yml.
         TEXT
+        adapter_notes.each { |note| say note }
         say "Kamal (config/deploy.yml) runs Bobbin now: BOBBIN_IN_PUMA, or bin/bobbin start on a job role." if @deploy_changed
         say "Active Job was left out of this app (rails new --minimal): config/application.rb now requires active_job/railtie." if @active_job_enabled
         @database_notes&.each { |note| say "config/database.yml: #{note}." }
+        say @migrations_note, :yellow if @migrations_note
         if @database_notes.present? || (separate? && database_url?)
           say "#{'DATABASE_URL is set here. ' if database_url?}Set QUEUE_DATABASE_URL to the #{database} database's URL wherever the primary " \
               "database's comes from a URL (DATABASE_URL): Rails merges DATABASE_URL into the primary database only (Solid Queue's " \
@@ -160,7 +169,36 @@ module Bobbin
           @installed ||= InstalledSchema.new(destination_root, migrations: migrations, schema_file: ("db/#{database}_schema.rb" if separate?))
         end
 
+        def tables_place
+          return "the primary database (a migration in db/migrate)" unless separate?
+          return "the #{database} database (config.bobbin.connects_to; db/#{database}_schema.rb)" unless sql_schema?
+
+          "the #{database} database (config.bobbin.connects_to; a migration in #{migrations}: with schema_format :sql Rails loads " \
+            "db/#{database}_structure.sql, never db/#{database}_schema.rb; db:prepare or db:migrate dumps the tables into it: commit it)"
+        end
+
+        # The adapter lines replaced (file:line of Bobbin's line now, the adapter it replaced), and, production only,
+        # config/application.rb's other adapter kept.
+        def adapter_notes
+          notes = Array(@replaced_adapters).uniq.map do |path, adapter|
+            "#{path}:#{read(path).lines.index { |line| line.match?(BOBBIN_ADAPTER) } + 1} set queue_adapter = #{adapter}: replaced by :bobbin."
+          end
+          if Array(@replaced_adapters).any? { |_, adapter| adapter == ":sidekiq" }
+            notes << "Jobs already in Sidekiq's Redis run only on Sidekiq: keep it running until its queues and its scheduled " \
+                     "and retry sets are empty (Sidekiq's web UI, or Sidekiq::Stats)."
+          end
+          kept = !all? && exist?("config/application.rb") && read("config/application.rb").lines.index { |line| line.match?(OTHER_ADAPTER) }
+          if kept
+            notes << "config/application.rb:#{kept + 1} keeps queue_adapter = #{adapter_named(read('config/application.rb').lines[kept][OTHER_ADAPTER, 2])} " \
+                     "for development and test (production.rb's :bobbin overrides it in production; --environments all replaces it)."
+          end
+          notes
+        end
+
         def next_schema_step
+          if @sql_migration && installed.version
+            return "bin/rails db:migrate            create Bobbin's tables (#{migrations}: under schema_format :sql, db/#{database}_schema.rb is never loaded)"
+          end
           if installed.version == Schema::VERSION
             return "bin/rails db:prepare            where the database is new (Bobbin's files are at schema version #{Schema::VERSION}: nothing to upgrade)"
           end
@@ -175,7 +213,7 @@ module Bobbin
         end
 
         def separate_database
-          template "db/queue_schema.rb", "db/#{database}_schema.rb", skip: true
+          template "db/queue_schema.rb", "db/#{database}_schema.rb", skip: true unless sql_schema?
           path = "config/database.yml"
           return unless exist?(path)
 
@@ -183,6 +221,11 @@ module Bobbin
           config = environments.reduce(DatabaseConfig.new(read(path), database_url: database_url?)) { |yml, env| yml.add_queue(env) }
           write(path, config.text)
           @database_notes = config.notes
+          unpathed = config.without_migrations_paths(environments)
+          return if unpathed.empty? || !(installed.version == 0 || installed.outdated? || @sql_migration)
+
+          @migrations_note = "config/database.yml: the queue database of #{unpathed.join(', ')} names no migrations_paths: add " \
+                             "`migrations_paths: #{migrations}` to it, or Rails never runs the migration in #{migrations}."
         end
 
         # production.rb: the adapter line `rails new` wrote (`:solid_queue`, or a commented example) says :bobbin;
@@ -191,25 +234,53 @@ module Bobbin
           path = "config/environments/production.rb"
           return unless exist?(path)
 
-          text = read(path)
+          text = replace_other_adapters(path, read(path))
           match = text.match(ADAPTER_LINE)
           if match.nil?
             text = text.sub(/configure do\n/) { "#{::Regexp.last_match(0)}  #{ADAPTER}\n" } unless all?
-          elsif !(all? && match[0].lstrip.start_with?("#"))
+          elsif !all? && !text.match?(BOBBIN_ADAPTER) # the commented example
             text = text.sub(ADAPTER_LINE) { "#{match[1]}#{ADAPTER}" }
           end
           text = text.sub(/^([ \t]*)#{Regexp.escape(ADAPTER)}\n/) { "#{::Regexp.last_match(0)}#{::Regexp.last_match(1)}#{connects_to}\n" } if separate? && !all? && !text.include?(connects_to)
           write(path, text)
         end
 
+        # With --environments all, a development.rb naming another adapter would override config/application.rb's.
+        def development_adapter
+          path = "config/environments/development.rb"
+          write(path, replace_other_adapters(path, read(path))) if exist?(path)
+        end
+
         def application_settings
+          path = "config/application.rb"
+          write(path, replace_other_adapters(path, read(path)))
+          adapter = /^([ \t]*)#{Regexp.escape(ADAPTER)}[ \t]*\n/
+          if separate? && !read(path).include?(connects_to) && read(path).match?(adapter) # the line that replaced another adapter's
+            write(path, read(path).sub(adapter) { "#{::Regexp.last_match(0)}#{::Regexp.last_match(1)}#{connects_to}\n" })
+          end
           settings = [ ADAPTER, (connects_to if separate?) ].compact
-          missing = settings.reject { |setting| read("config/application.rb").include?(setting) }
+          missing = settings.reject { |setting| read(path).include?(setting) }
           return if missing.empty?
 
           inject_into_file "config/application.rb", "\n    # Jobs run on Bobbin (config/bobbin.yml).\n#{missing.map { |s| "    #{s}\n" }.join}",
                            after: /^\s*config\.load_defaults.*\n/
         end
+
+        # A line of `path` setting another adapter (Sidekiq's, GoodJob's; a trial found it kept, Bobbin's line added
+        # beside it, and whichever came last won) becomes Bobbin's, or goes where the file has Bobbin's already; each is
+        # named in the summary. Returns the new text.
+        def replace_other_adapters(path, text)
+          lines = text.lines
+          lines.each_with_index do |line, index|
+            match = line.match(OTHER_ADAPTER) or next
+            (@replaced_adapters ||= []) << [ path, adapter_named(match[2]) ]
+            lines[index] = lines.any? { |other| other.match?(BOBBIN_ADAPTER) } ? "" : "#{match[1]}#{ADAPTER}\n"
+          end
+          lines.join
+        end
+
+        # `:sidekiq` for `:sidekiq`, `"good_job"` or `'resque'`; a computed value as written.
+        def adapter_named(value) = value[/\A(?::(\w+)|"(\w+)"|'(\w+)')\z/] ? ":#{::Regexp.last_match.captures.compact.first}" : value
 
         # With --environments all, tests keep Active Job's test adapter, which Rails' job test helpers need
         # (assert_enqueued_with, perform_enqueued_jobs): they use a configured adapter when there is one, so without
@@ -229,6 +300,20 @@ module Bobbin
         end
 
         def fibers? = read("config/bobbin.yml").match?(/^\s*-?\s*fibers:/)
+
+        # config.active_record.schema_format = :sql in config/application.rb or an environment's file.
+        def sql_schema?
+          @sql_schema = [ "config/application.rb", *Dir["config/environments/*.rb", base: destination_root] ]
+                        .any? { |file| exist?(file) && read(file).match?(SQL_SCHEMA) } if @sql_schema.nil?
+          @sql_schema
+        end
+
+        # Under :sql, Rails ignores db/queue_schema.rb (it loads db/queue_structure.sql) and db:prepare created no tables
+        # (a trial): the queue database's tables come from a migration in its migrations path, which db:prepare runs on a
+        # new database and dumps into db/queue_structure.sql. Any of Bobbin's migrations there runs Schema.up.
+        def sql_migration_needed?
+          separate? && sql_schema? && Dir[File.join(destination_root, migrations, "*_{create,upgrade}_bobbin_tables*.rb")].empty?
+        end
 
         def read(path) = File.read(File.join(destination_root, path))
 
