@@ -147,7 +147,11 @@ module Bobbin
       # `bobbin migrate`: brings Bobbin's tables to this version and says what it did.
       def migrate
         before = Record.connection_pool.with_connection { |connection| Schema.version(connection) }
-        Bobbin.migrate!
+        begin
+          Bobbin.migrate!
+        rescue ActiveRecord::ActiveRecordError => error # a role that may not create tables: one line, not a backtrace
+          raise ConfigurationError, "migrate failed: #{DatabaseProblem.describe(error).delete_prefix('database error before starting: ')}"
+        end
         done = case before
         when 0 then "created Bobbin's tables (schema version #{Schema::VERSION})"
         when Schema::VERSION then "Bobbin's tables are at schema version #{Schema::VERSION} already"

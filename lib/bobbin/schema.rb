@@ -20,6 +20,32 @@ module Bobbin
     # Creates whatever of Bobbin's tables, columns and indexes are missing and records VERSION; safe to run again.
     # Tables of a newer Bobbin (this one rolled back) are left as they are: its steps do not know them.
     def up(connection)
+      one_at_a_time(connection) { up_alone(connection) }
+    end
+
+    # Two processes making the tables at once (two containers' `bin/rails db:prepare` or `bobbin migrate` at a deploy)
+    # raced, and one failed with "relation already exists" (a trial). On PostgreSQL they take turns, on an advisory
+    # lock (until the transaction's end, inside a migration's), and the second finds the work done. SQLite writers
+    # take turns anyway.
+    def one_at_a_time(connection)
+      return yield unless connection.adapter_name.match?(/postg/i)
+
+      if connection.transaction_open?
+        connection.execute("SELECT pg_advisory_xact_lock(#{LOCK})", "Bobbin Schema")
+        return yield
+      end
+      connection.execute("SELECT pg_advisory_lock(#{LOCK})", "Bobbin Schema")
+      begin
+        yield
+      ensure
+        connection.execute("SELECT pg_advisory_unlock(#{LOCK})", "Bobbin Schema") if connection.active?
+      end
+    end
+
+    # The advisory lock key of `one_at_a_time` ("bobbin" as a number).
+    LOCK = 0x626f6262696e
+
+    def up_alone(connection)
       return if version(connection) > VERSION
 
       create_jobs(connection)

@@ -135,6 +135,23 @@ class SchemaTest < Bobbin::TestCase
                  error.message)
   end
 
+  # Two containers' `db:prepare` (or `bobbin migrate`) at one deploy raced on an empty database, and one failed with
+  # "relation already exists" (a trial). They take turns; the second finds the work done.
+  test "PostgreSQL: processes creating the tables at once each succeed, and the schema is made once" do
+    skip_unless_postgres
+    5.times do
+      with_connection { |connection| Bobbin::Schema.down(connection) }
+      sessions = Array.new(3) { Bobbin::Record.connection_db_config.new_connection }
+      gate = Queue.new
+      racers = sessions.map { |session| Thread.new { gate.pop && Bobbin::Schema.up(session) } }
+      3.times { gate << true }
+      racers.each(&:join) # raises what a racer raised
+      assert_equal Bobbin::Schema::VERSION, version
+    ensure
+      sessions&.each(&:disconnect!)
+    end
+  end
+
   private
     # Bobbin's tables as the database describes them: columns (name, type, null, default) and indexes.
     def shape(connection)

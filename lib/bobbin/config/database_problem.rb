@@ -11,7 +11,7 @@ module Bobbin
     def lasting!
       yield
     rescue ActiveRecord::ActiveRecordError => error
-      raise unless sqlite_unwritable?(error) || disk_full?(error)
+      raise unless sqlite_unwritable?(error) || disk_full?(error) || denied?(error)
 
       raise ConfigurationError, describe(error)
     end
@@ -23,6 +23,7 @@ module Bobbin
       if error.is_a?(ActiveRecord::NoDatabaseError) && text.match?(/does not exist|not found|no such file/i) then no_database(where)
       elsif text.match?(/too many (connections|clients)/i) then too_many(text)
       elsif sqlite_unwritable?(error) then read_only(text)
+      elsif denied?(error) then denied(text)
       elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last)}): free space on it"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished)
         "cannot connect to the database: #{text}; is the server running, and is #{where} right?"
@@ -77,6 +78,14 @@ module Bobbin
 
       causes(error).any? { |e| e.is_a?(SQLite3::ReadOnlyException) || e.is_a?(SQLite3::CantOpenException) }
     end
+
+    # The database role lacks a privilege: a least-privilege role a DBA made (a trial got a backtrace and exit 1).
+    def denied(text)
+      "the database role lacks a privilege Bobbin needs (#{text}): grant it SELECT, INSERT, UPDATE and DELETE on Bobbin's " \
+        "tables and USAGE on their sequences (README: Running in production, database roles)"
+    end
+
+    def denied?(error) = defined?(PG::InsufficientPrivilege) && causes(error).any?(PG::InsufficientPrivilege)
 
     # Whether the disk is full: SQLite says so (behind the failed ROLLBACK that follows, at times), PostgreSQL too.
     def disk_full?(error)
