@@ -33,6 +33,7 @@ module Bobbin
           service(who, "deleting expired jobs") { Retention.sweep(budget: retention_budget).behind }
         end
       end
+      outage(who).succeeded
       behind ? SOON : Bobbin.config.heartbeat_interval
     rescue StandardError => error
       raise unless Store.transient?(error)
@@ -53,8 +54,14 @@ module Bobbin
       return failed(who, "keeping house", error) unless locked || Store.outage?(error)
 
       Recovery.unreachable!
-      Bobbin.logger.warn("bobbin #{who}: maintenance skipped, #{locked ? "it #{Store.lock_waited}" : 'database unavailable'} (#{Store.reason(error)}); retrying")
+      return outage(who).failed(error) unless locked
+
+      Bobbin.logger.warn("bobbin #{who}: maintenance skipped, it #{Store.lock_waited} (#{Store.reason(error)}); retrying")
     end
+
+    # The outage log of `who`'s housekeeping: a line when an outage starts, reminders, a line when it ends (a line
+    # each run, every second through a 6-minute outage, made half of a worker's log: a trial).
+    def outage(who) = (@outages ||= {})[who] ||= OutageLog.new("bobbin #{who}: maintenance")
 
     # Runs one service; an error that is not an outage is logged and the next service runs (an outage, or a pool with
     # no free connection, stops them all).

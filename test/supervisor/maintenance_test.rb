@@ -78,6 +78,25 @@ class MaintenanceTest < Bobbin::TestCase
     Bobbin::RecurringRun.reset_column_information # what Active Record learned while the table was away
   end
 
+  # Through a 6-minute outage a standalone worker logged "maintenance skipped" at every run, each second: half of its
+  # log (a trial). Housekeeping logs an outage as the other periodic tasks do: its start, reminders, its end.
+  test "housekeeping through an outage logs its start once and its end" do
+    once_per_run
+    log = bobbin_log(level: Logger::INFO) do
+      ActiveRecord::Base.establish_connection("postgres://bobbin@127.0.0.1:1/nothing?connect_timeout=1")
+      3.times { assert_equal Bobbin::Maintenance::SOON, Bobbin::Maintenance.run("test") }
+    ensure
+      Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+    end
+    assert_equal 1, log.scan("bobbin test: maintenance failed").size, log
+    bobbin_log(level: Logger::INFO) do |said|
+      Bobbin::Maintenance.run("test")
+      assert_match(/INFO .*bobbin test: maintenance works again after \d+s/, said.call)
+    end
+  ensure
+    Bobbin::Recovery.instance_variable_set(:@reachable_since, nil)
+  end
+
   # A worker without a supervisor keeps house on its jobs' Active Record pool. Jobs that hold every connection
   # (ActiveRecord::Base.connection for the whole job) make housekeeping wait: that is not an outage, and once a
   # connection is free the dead processes are recovered at once, not a process_alive_threshold later.
