@@ -27,6 +27,26 @@ class OutcomeBufferTest < Bobbin::TestCase
     assert_equal 1, log.scan(/bobbin worker #{process_id}: 2 finished jobs were no longer this worker's when their outcomes were written, and their outcomes were dropped/).size, log
   end
 
+  # A write sent to a server that then froze gave up unanswered, landed once the server resumed, and the worker's
+  # retry found the rows finished: it warned that 5 jobs "may have run again", all finished by itself (a trial).
+  test "an outcome written again after its first write landed unseen is not taken for a job taken back" do
+    process_id = Bobbin::ProcessRecord.register(kind: "test", name: "outcomes").id
+    @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))
+    Array.new(2) { |i| SleepJob.enqueue(i) }
+    now = Bobbin::Store.timestamp(Time.now)
+    finished, retried = @store.claim(process_id, 2)
+    outcomes = [ Bobbin::Store::Outcome.new(finished.id, "succeeded", now, nil, nil, nil, nil, nil, finished.queue, 1),
+                 Bobbin::Store::Outcome.new(retried.id, "ready", nil, now, "RuntimeError", "boom", nil, nil, retried.queue, 1) ]
+    @store.finish(process_id, outcomes) # the first write, whose answer never came
+    log = bobbin_log do
+      buffer = Bobbin::Worker::OutcomeBuffer.new(@store, process_id)
+      outcomes.each { buffer << it }
+      assert_equal 2, buffer.flush
+    end
+    assert_no_match(/no longer this worker's/, log)
+    assert_equal %w[succeeded ready], Bobbin::JobRecord.where(id: [ finished.id, retried.id ]).order(:id).pluck(:state)
+  end
+
   test "outcomes all written say nothing" do
     process_id = Bobbin::ProcessRecord.register(kind: "test", name: "outcomes").id
     @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))

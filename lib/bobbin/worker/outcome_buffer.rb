@@ -68,7 +68,8 @@ module Bobbin
         def write(outcomes)
           return 0 if outcomes.empty?
 
-          taken(outcomes.size - finish(outcomes))
+          missed = outcomes.size - finish(outcomes)
+          taken(missed.positive? ? not_landed(outcomes, missed) : 0)
           @outage.succeeded
           @lock.synchronize { outcomes.each { |outcome| @pending_attempts.delete(outcome.id) } } # unwritten until now, even while being written
           @written += outcomes.size
@@ -104,6 +105,21 @@ module Bobbin
           @logger.warn("bobbin worker #{@process_id}: #{count} finished #{count == 1 ? 'job was' : 'jobs were'} no longer this " \
                        "worker's when their outcomes were written, and their outcomes were dropped: they were taken back " \
                        "(this worker declared dead past process_alive_threshold, or an operator's action), and may have run again")
+        end
+
+        # Of `outcomes`, some of which (`missed`) found their row no longer running on this worker, how many rows do not
+        # read as their outcome says. A write sent to a server that then froze gave up unanswered, landed when the server
+        # resumed, and its retry found the rows finished already, by this worker: "may have run again" was said of jobs
+        # that had not (a trial). `missed` if the rows cannot be read now.
+        def not_landed(outcomes, missed)
+          rows = Maintenance.quietly { JobRecord.where(id: outcomes.map(&:id)).pluck(:id, :state, :finished_at, :run_at).to_h { |id, *row| [ id, row ] } }
+          outcomes.count do |outcome|
+            state, finished_at, run_at = rows[outcome.id]
+            state != outcome.state || (outcome.finished_at && Store.timestamp(finished_at) != outcome.finished_at) ||
+              (outcome.run_at && Store.timestamp(run_at) != outcome.run_at)
+          end
+        rescue ActiveRecord::ActiveRecordError
+          missed
         end
 
         # An outcome the database refused alone: its job is recorded as failed with why, in Bobbin's words instead of
