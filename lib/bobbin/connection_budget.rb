@@ -24,7 +24,7 @@ module Bobbin
     # Active Record connections the jobs of `pools` may hold at once, across their processes.
     def jobs_at_most(pools, mode)
       if mode == :async # one process, one Active Record pool
-        [ concurrency(pools), [ ActiveRecord::Base.connection_pool.size, per_process(pools, mode) ].max ].min
+        [ concurrency(pools), [ size_of(ActiveRecord::Base.connection_pool), per_process(pools, mode) ].max ].min
       else
         pools.sum { |pool| pool.processes * job_connections_at_most(pool.mode, pool.size) }
       end
@@ -34,7 +34,7 @@ module Bobbin
     # per query and give it back after it, so the most is the pool's concurrency or the Active Record pool's size,
     # whichever is smaller: a fiber pool needs only its DB concurrency (`job_connections`), and holds no more when
     # database.yml's `pool:` says so, but a larger pool lets its fibers open as many.
-    def job_connections_at_most(mode, size, pool_size = ActiveRecord::Base.connection_pool.size)
+    def job_connections_at_most(mode, size, pool_size = size_of(ActiveRecord::Base.connection_pool))
       [ size, [ pool_size, job_connections(mode, size) ].max ].min
     end
 
@@ -44,10 +44,13 @@ module Bobbin
       queue = Record.connection_pool
       return 0 if queue.equal?(ActiveRecord::Base.connection_pool)
 
-      return [ concurrency(pools), queue.size ].min if mode == :async
+      return [ concurrency(pools), size_of(queue) ].min if mode == :async
 
-      pools.sum { |pool| pool.processes * [ pool.size, queue.size ].min }
+      pools.sum { |pool| pool.processes * [ pool.size, size_of(queue) ].min }
     end
+
+    # An Active Record pool's connections; without a limit (Rails 8.1 reads a negative pool: so), more than any need.
+    def size_of(pool) = pool.size || Float::INFINITY
 
     # Jobs that run at once across `pools`' processes.
     def concurrency(pools) = pools.sum { |pool| pool.processes * pool.size }
@@ -106,9 +109,26 @@ module Bobbin
 
     def check_pool!(needed, what)
       pool = ActiveRecord::Base.connection_pool
-      return if pool.size >= needed
+      return if pool.size.nil? || pool.size >= needed # nil: no limit (Rails 8.1 reads a negative pool: so)
 
-      raise ConfigurationError, "the Active Record pool of #{pool.db_config.name.inspect} has #{pool.size} connections " \
+      short!(pool.size, pool.db_config.name, needed, what)
+    end
+
+    # Raises ConfigurationError when an Active Record pool of `size` connections (named `name`) has none to lend:
+    # pool: 0, a negative one (before Rails 8.1), or a RAILS_MAX_THREADS that is not a number, which Rails reads as 0.
+    # Its first query would wait checkout_timeout (5 s) and fail as if the server were down; called before any
+    # query, naming what the largest of `pools` needs (check_pools! checks a pool that is merely too small later).
+    def check_connectable!(size, name, pools = Bobbin.config.pools)
+      return if size.nil? || size.positive?
+
+      largest = pools.max_by { |pool| job_connections(pool.mode, pool.size) }
+      return short!(size, name, 1, "Bobbin") unless largest
+
+      short!(size, name, job_connections(largest.mode, largest.size), "a #{largest.mode} pool of #{largest.size}")
+    end
+
+    def short!(size, name, needed, what)
+      raise ConfigurationError, "the Active Record pool of #{name.inspect} has #{size} connections " \
                                 "but #{what} needs #{needed}; set pool: #{needed} in database.yml " \
                                 "(or ?pool=#{needed} in DATABASE_URL)"
     end

@@ -18,9 +18,9 @@ module Bobbin
     initializer "bobbin.configure", before: :load_config_initializers do |app|
       options = app.config.bobbin
       path = app.root.join(options.fetch(:config_file, FILES[:config_file])).to_s
-      ConfigFile.load(path, env: Rails.env, optional: true) if File.exist?(path)
+      ConfigFile.load(path, env: Railtie.environment, optional: true) if File.exist?(path)
       recurring = app.root.join(options.fetch(:recurring_file, FILES[:recurring_file])).to_s
-      Recurring.load_file(recurring, env: Rails.env) if File.exist?(recurring)
+      Recurring.load_file(recurring, env: Railtie.environment) if File.exist?(recurring)
       Railtie.apply(options.except(*FILES.keys))
     end
 
@@ -43,6 +43,10 @@ module Bobbin
     end
 
     class << self
+      # The section of config/bobbin.yml and config/recurring.yml that applies: BOBBIN_ENV, as outside Rails
+      # (ConfigFile.environment), else Rails.env. (Rails.env alone ran production's section under BOBBIN_ENV=development.)
+      def environment = ENV["BOBBIN_ENV"].presence || ::Rails.env
+
       # Applies `config.bobbin` settings to Bobbin.config, naming any it does not know.
       def apply(options)
         options.each do |name, value|

@@ -3,15 +3,18 @@
 require "puma/plugin"
 
 # `plugin :bobbin` in config/puma.rb: once Puma has booted, forks `bobbin start` (the supervisor and the workers
-# of config/bobbin.yml) beside it, and stops it with Puma. If the supervisor dies, Puma stops too (a process
-# manager restarts both); if Puma dies, the supervisor notices within a second and stops gracefully. A restart
-# of Puma, hot (USR2) or phased (USR1, clustered), stops Bobbin gracefully first and starts it again, on the new
-# code, once Puma has booted again.
+# of config/bobbin.yml) beside it, in a process group of its own, and stops it with Puma. If the supervisor dies,
+# Puma stops gracefully too, once the workers it left have stopped, and exits with status 1 (a process manager
+# restarts both); if Puma dies, the supervisor notices within a second and stops gracefully. A restart of Puma,
+# hot (USR2) or phased (USR1, clustered), stops Bobbin gracefully first and starts it again, on the new code, once
+# Puma has booted again.
 Puma::Plugin.create do
   # Called by Puma with its launcher.
   def start(launcher)
+    @launcher = launcher
     @log_writer = launcher.log_writer
     @puma_pid = Process.pid
+    exit_failed_on_crash
     events = launcher.events
     on(events, :after_booted, :on_booted) { start_supervisor }
     on(events, :after_stopped, :on_stopped) { stop_supervisor }
@@ -25,7 +28,9 @@ Puma::Plugin.create do
       events.public_send(events.respond_to?(name) ? name : old_name, &block)
     end
 
+    # Its own process group: when it dies (kill -9), the workers it leaves are found by it, to be stopped and waited for.
     def run_supervisor
+      Process.setpgid(0, 0)
       Thread.new { sleep(1) until Process.ppid != @puma_pid; Process.kill(:TERM, Process.pid) }
       require "bobbin"
       exit!(Bobbin::CLI.start([ "start" ]))
@@ -43,33 +48,37 @@ Puma::Plugin.create do
     # A clustered Puma's TERM stops its workers first and runs the after_stopped hooks only then: a worker stuck in its
     # own shutdown (puma/puma#3677) kept Bobbin running until worker_shutdown_timeout had passed (30 s; two trials),
     # and a process manager's stop timeout could kill it mid-job. Bobbin gets its TERM with Puma's, and stops beside
-    # Puma's workers; after_stopped then waits for it. (Puma's own TERM handler runs right after.)
+    # Puma's workers; after_stopped then waits for it. (Puma's own TERM handler runs right after.) INT too: in its own
+    # process group, Bobbin no longer gets a terminal's Ctrl-C itself, and a second Ctrl-C still cuts its stop short.
     def stop_on_puma_term
       return if @term_chained
 
-      puma_term = Signal.trap("TERM") do |signal|
+      %w[TERM INT].each { |name| forward(name) }
+      @term_chained = true
+    end
+
+    def forward(name)
+      puma_handler = Signal.trap(name) do |signal|
         if (pid = @pid)
           @stopping = pid
           log("Stopping Bobbin (pid #{pid}) beside Puma...")
           begin
-            Process.kill(:TERM, pid)
+            Process.kill(signal, pid)
           rescue Errno::ESRCH
             nil
           end
         end
-        puma_term.call(signal)
+        puma_handler.call(signal)
       end
-      return Signal.trap("TERM", puma_term) unless puma_term.respond_to?(:call) # Puma set none: leave it as it was
-
-      @term_chained = true
+      Signal.trap(name, puma_handler) unless puma_handler.respond_to?(:call) # Puma set none: leave it as it was
     end
 
     # Runs in Puma's TERM handler (its after_stopped hook; a trap context, where no Mutex may be taken) and before a
-    # restart: Puma goes on once Bobbin has stopped.
+    # restart: Puma goes on once Bobbin has stopped (after a crash, once the workers it left have).
     def stop_supervisor
       pid = @pid
       @pid = nil # the watcher must not take this exit for a crash
-      return unless pid
+      return wait_for_orphans unless pid
 
       unless @stopping == pid # told already, with Puma's TERM: a second would be "TERM while stopping" in its log
         log("Stopping Bobbin (pid #{pid})...")
@@ -88,9 +97,58 @@ Puma::Plugin.create do
 
         @pid = nil
         log("Bobbin's supervisor (pid #{gone}) exited; stopping Puma")
-        Process.kill(:TERM, @puma_pid)
+        crashed(gone)
         break
       end
+    end
+
+    # Stops Puma as its INT would, gracefully (requests finish), not by signalling it: a Puma ended by TERM dies by that
+    # signal, which systemd's Restart=on-failure takes for a clean stop and does not restart. Puma then exits 1
+    # (exit_failed_on_crash), once after_stopped has waited for the workers the supervisor left (told to stop now).
+    def crashed(supervisor)
+      @orphans = supervisor
+      signal_group(:TERM, supervisor)
+      @launcher.stop
+    end
+
+    # Puma's launcher has no exit status of its own: an at_exit handler that exits makes its status the process's.
+    # Registered first, so it runs after Puma's own; only in Puma's process, not in the forks that inherit it.
+    def exit_failed_on_crash
+      at_exit { exit(1) if @orphans && Process.pid == @puma_pid }
+    end
+
+    # A worker whose supervisor died stops by itself within a second of it, running jobs finishing for up to
+    # shutdown_timeout: Puma waits for them (killing them after that and 10 s more: a worker always exits within
+    # shutdown_timeout + 5 s), so none outlives it.
+    def wait_for_orphans
+      return unless (group = @orphans)
+
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + shutdown_timeout + 10
+      sleep(0.1) while group_alive?(group) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+      signal_group(:KILL, group)
+    end
+
+    def shutdown_timeout = defined?(::Bobbin.config) ? ::Bobbin.config.shutdown_timeout : 25
+
+    # True while a process of `group` lives. Reaps those that are Puma's own children: a Puma that is PID 1 (in a
+    # container) inherits the orphans, and one it never waited for would stay a zombie, alive to kill(0).
+    def group_alive?(group)
+      reap(group)
+      signal_group(0, group)
+    end
+
+    def reap(group)
+      nil while Process.wait(-group, Process::WNOHANG)
+    rescue Errno::ECHILD
+      nil
+    end
+
+    # Sends `signal` to every process of `group`; false when none is left.
+    def signal_group(signal, group)
+      Process.kill(signal, -group)
+      true
+    rescue Errno::ESRCH, Errno::EPERM
+      false
     end
 
     # True once `pid` has exited: reaped here, or already reaped by Puma (a clustered Puma's master reaps every child

@@ -1,0 +1,35 @@
+# frozen_string_literal: true
+
+require_relative "cli_helper"
+
+# An Active Record pool of 0 (pool: 0, or RAILS_MAX_THREADS=abc, which Rails reads as 0) made `bobbin start` wait
+# 5 s on it and exit with "cannot connect to the database …; is the server running" (a trial); a pool of 1 got the
+# precise message. Both are refused at once, with the numbers.
+class EmptyPoolTest < Bobbin::TestCase
+  include CLIHelper
+
+  test "start refuses an Active Record pool of 0 at once, naming what the pool needs, as it refuses one too small" do
+    { "0" => 0, "abc" => 0, "1" => 1 }.each do |given, size|
+      started = Bobbin.monotonic
+      result = run_bobbin("start", "--fibers", "100", env: { "DATABASE_URL" => TestDatabase.url_with_pool(given) })
+      assert_config_exit(result, /the Active Record pool of "primary" has #{size} connections but a fibers pool of 100 needs 3; set pool: 3 /)
+      assert_operator Bobbin.monotonic - started, :<, 4.5, "pool=#{given}: refused before anything waited on the pool"
+    end
+    assert_equal 0, Bobbin::ProcessRecord.count, "no supervisor or worker registered"
+  end
+
+  test "an operator command is refused at once too, and a pool without a limit (Rails 8.1 reads a negative one so) is not" do
+    assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => TestDatabase.url_with_pool(0) }),
+                       /the Active Record pool of "primary" has 0 connections but a fibers pool of 100 needs 3/)
+    status, out, err = run_bobbin("counts", env: { "DATABASE_URL" => TestDatabase.url_with_pool(-1) })
+    expected = ActiveRecord.gem_version >= Gem::Version.new("8.1") ? 0 : 78
+    assert_equal expected, status.exitstatus, out + err
+  end
+
+  test "the pool checks read a pool without a limit as enough" do
+    assert_nil Bobbin::ConnectionBudget.check_connectable!(nil, "primary")
+    assert_equal 100, Bobbin::ConnectionBudget.job_connections_at_most(:fibers, 100, Float::INFINITY), "its fibers may open one each"
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::ConnectionBudget.check_connectable!(-1, "queue", []) }
+    assert_match(/pool of "queue" has -1 connections but Bobbin needs 1; set pool: 1/, error.message)
+  end
+end

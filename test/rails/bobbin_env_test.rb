@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "rails_app_processes"
+
+# README: config/bobbin.yml's section is BOBBIN_ENV, else RAILS_ENV/RACK_ENV. In a Rails app the Railtie loaded
+# Rails.env's: BOBBIN_ENV=development with RAILS_ENV=production ran production's section, and BOBBIN_ENV=staging
+# (no such section) ran instead of stopping (a trial).
+class RailsBobbinEnvTest < Bobbin::TestCase
+  include RailsAppProcesses
+
+  PRINT = 'require "./config/environment"; puts "timeout=#{Bobbin.config.shutdown_timeout} tasks=#{Bobbin.config.recurring_tasks.keys.inspect}"'
+
+  test "BOBBIN_ENV chooses the section of config/bobbin.yml and config/recurring.yml in a Rails app; RAILS_ENV only without it" do
+    once_per_run
+    Dir.mktmpdir do |dir|
+      app = File.join(dir, "app")
+      FileUtils.cp_r(APP, app) # a copy: the suites beside this one boot the dummy app itself
+      File.write(File.join(app, "config/bobbin.yml"), "development:\n  shutdown_timeout: 7\nproduction:\n  shutdown_timeout: 11\n")
+      File.write(File.join(app, "config/recurring.yml"), <<~YAML)
+        development:
+          dev_task: { class: LedgerJob, schedule: every hour }
+        production:
+          prod_task: { class: LedgerJob, schedule: every hour }
+      YAML
+      run = ->(bobbin_env) { run_in_rails_app("-e", PRINT, env: "production", app: app, variables: { "BOBBIN_ENV" => bobbin_env }) }
+
+      status, output = run.call("development")
+      assert status.success?, output
+      assert_match(/^timeout=7.0 tasks=\["dev_task"\]$/, output, "BOBBIN_ENV=development over RAILS_ENV=production")
+      status, output = run.call(nil)
+      assert status.success?, output
+      assert_match(/^timeout=11.0 tasks=\["prod_task"\]$/, output, "RAILS_ENV without BOBBIN_ENV")
+
+      status, output = bobbin_in_rails_app("start", env: "production", app: app, variables: { "BOBBIN_ENV" => "staging" })
+      assert_equal 78, status.exitstatus, output
+      assert_match(%r{bobbin: config/bobbin\.yml: no "staging" section \(found: development, production\)}, output)
+      assert_no_match(/supervisor \d+ .*starting/, output)
+    end
+  end
+end

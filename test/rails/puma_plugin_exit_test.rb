@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require_relative "generated_app"
+
+# The Puma plugin stopped Puma by sending it TERM when Bobbin's supervisor died, and Puma then died by that signal:
+# systemd's Restart=on-failure takes a death by TERM for a clean stop and did not restart the unit, and the worker
+# the supervisor left was still running after Puma had gone (a trial). Puma now stops gracefully, waits for that
+# worker, and exits 1; a TERM to Puma still exits 0.
+class RailsPumaPluginExitTest < Bobbin::TestCase
+  def app = GeneratedApp.installed
+
+  setup do
+    File.write(app.path("app/jobs/slow_job.rb"), <<~RUBY)
+      # Writes tmp/NAME-started with its process's pid, sleeps, then writes tmp/NAME-finished.
+      class SlowJob < ApplicationJob
+        def perform(name, seconds)
+          File.write(Rails.root.join("tmp", "\#{name}-started"), Process.pid.to_s)
+          sleep(seconds)
+          File.write(Rails.root.join("tmp", "\#{name}-finished"), "done")
+        end
+      end
+    RUBY
+    File.write(app.path("tmp/puma-single.rb"), "bind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
+    File.write(app.path("tmp/puma-cluster-exit.rb"), "workers 2\npreload_app! false\nbind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
+  end
+
+  { "single" => "tmp/puma-single.rb", "clustered" => "tmp/puma-cluster-exit.rb" }.each do |mode, config|
+    test "#{mode} Puma: when Bobbin's supervisor is killed, Puma stops gracefully once the worker it left has, and exits 1" do
+      skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+      name = "slow-#{mode}"
+      app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 3)")
+      log = app.path("log/puma-exit-#{mode}.log")
+      pid, supervisor = puma(config, log)
+      ensure_killed(pid) do
+        worker = wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
+        Process.kill(:KILL, supervisor)
+        status = wait_exit(pid, timeout: 60) or flunk("Puma did not exit within 60 s of its supervisor's death:\n#{File.read(log)}")
+        assert_not status.signaled?, "Puma exited, not by a signal: #{status.inspect}\n#{File.read(log)}"
+        assert_equal 1, status.exitstatus, File.read(log)
+        assert_match(/Bobbin's supervisor \(pid #{supervisor}\) exited; stopping Puma/, File.read(log))
+        assert_raises(Errno::ESRCH, "no Bobbin worker outlives Puma") { Process.kill(0, worker) }
+        assert_equal "done", app.read("tmp/#{name}-finished"), "the running job finished: the worker stopped gracefully"
+      end
+    end
+  end
+
+  # Puma's own TERM ends it by that signal (raise_exception_on_sigterm, its default), which systemd counts as a clean
+  # stop; without it, with status 0. The plugin changes neither.
+  { "true" => ->(status) { status.signaled? && status.termsig == 15 }, "false" => ->(status) { status.exited? && status.exitstatus.zero? } }.each do |raise_on_term, clean|
+    test "a TERM to Puma with the plugin ends it as Puma ends without it (raise_exception_on_sigterm #{raise_on_term})" do
+      skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+      File.write(app.path("tmp/puma-term.rb"), "bind \"tcp://127.0.0.1:0\"\nraise_exception_on_sigterm #{raise_on_term}\nplugin :bobbin\n")
+      log = app.path("log/puma-exit-term.log")
+      pid, supervisor = puma("tmp/puma-term.rb", log)
+      ensure_killed(pid) do
+        Process.kill(:TERM, pid)
+        status = wait_exit(pid, timeout: 60)
+        skip("Puma hung in its own stop (puma/puma#3677), plugin or not") if status.nil? && File.read(log).include?("- Gracefully stopping")
+        assert clean.call(status), "#{status.inspect}\n#{File.read(log)}"
+        assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
+      end
+    end
+  end
+
+  # Bobbin runs in a process group of its own (so the workers a dead supervisor leaves can be found): a terminal's
+  # Ctrl-C reaches Puma only, and the plugin passes it on.
+  test "an INT to Puma (Ctrl-C) reaches Bobbin, and Puma exits 0" do
+    skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+    log = app.path("log/puma-exit-int.log")
+    pid, supervisor = puma("tmp/puma-single.rb", log)
+    ensure_killed(pid) do
+      Process.kill(:INT, pid)
+      status = wait_exit(pid, timeout: 60)
+      assert status&.success?, "#{status.inspect}\n#{File.read(log)}"
+      assert_match(/Stopping Bobbin \(pid #{supervisor}\) beside Puma.*bobbin supervisor: INT, stopping workers gracefully/m, File.read(log))
+      assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
+    end
+  end
+
+  private
+    # Starts Puma with `config` and waits for it and Bobbin beside it: [Puma's pid, the supervisor's].
+    def puma(config, log)
+      pid = app.spawn("bundle", "exec", "puma", "-C", app.path(config), log: log)
+      supervisor = wait_for("Bobbin beside Puma", timeout: 90) { File.read(log)[/^bobbin supervisor (\d+) \(fork\) starting/, 1]&.to_i }
+      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
+      [ pid, supervisor ]
+    rescue Exception # rubocop:disable Lint/RescueException -- a Puma that did not boot in time is not left running
+      Process.kill(:KILL, pid) if pid
+      raise
+    end
+end
