@@ -5,7 +5,7 @@ require "fileutils" # Active Record creates SQLite directories with it without r
 require "json"
 
 require_relative "bobbin/version"
-%w[error enqueue_error serialization_error configuration_error process_died outcome_not_written thread_killed transaction_left_open unrunnable_job unknown_job_class]
+%w[error enqueue_error serialization_error configuration_error database_unreachable process_died outcome_not_written thread_killed transaction_left_open unrunnable_job unknown_job_class]
   .each { |error| require_relative "bobbin/errors/#{error}" }
 require_relative "bobbin/app_executor"
 require "active_support/notifications"

@@ -12,8 +12,8 @@ module Bobbin
         start    run the configured pools under a supervisor (-c config/bobbin.yml; TERM/INT graceful, QUIT now, TSTP quiet, TTIN dump)
         work     run one worker pool in the foreground (TERM/INT: graceful stop, QUIT: immediate, TSTP: quiet, TTIN: dump)
         doctor   check a configuration against the database before deploy (exit 1 when a check fails; 78 when it cannot
-                 run them: a configuration it cannot use, no section for the environment, a database it cannot reach,
-                 Bobbin's tables missing or older, as for every command)
+                 run them: a configuration it cannot use, no section for the environment, a database it cannot use,
+                 Bobbin's tables missing or older; 69 when the database is down or refuses it, as for every command)
         pause Q  stop workers from claiming jobs of queue Q;  resume Q  let them again
         migrate  create or upgrade Bobbin's tables
         counts   print job counts by state
@@ -32,7 +32,8 @@ module Bobbin
     DOCTOR_EXIT = <<~TEXT.chomp.prepend("\n")
       Exit 0 when the configuration fits; 1 when a check fails (each is listed); 78 when the checks cannot run, with one
       line on stderr: a configuration it cannot use (a bad file or flag, no section for the environment), a database it
-      cannot reach or use, Bobbin's tables missing or at an older schema version, a missing -r file.
+      cannot use, Bobbin's tables missing or at an older schema version, a missing -r file; 69 when the database is down
+      or turns the connection away.
     TEXT
 
     # The flags that carry settings, checked by the same rules as config/bobbin.yml.
@@ -57,7 +58,10 @@ module Bobbin
       when "metrics" then OperatorCommands.new(self).metrics(argv)
       else usage(command)
       end
-    rescue Bobbin::ConfigurationError, OptionParser::ParseError => error
+    rescue Bobbin::DatabaseUnreachable => error # EX_UNAVAILABLE: a restart mends it once the database is back
+      warn("bobbin: #{error.message}")
+      69
+    rescue Bobbin::ConfigurationError, OptionParser::ParseError => error # EX_CONFIG: a restart will not mend it
       warn("bobbin: #{error.message}")
       78
     rescue UsageError => error

@@ -24,10 +24,10 @@ module CLIHelper
     end
   end
 
-  # Asserts the command exited 78 with exactly one line on stderr, "bobbin: …" matching `pattern`, and no backtrace.
-  def assert_config_exit(result, pattern)
+  # Asserts the command exited 78 (or `exitstatus`) with exactly one line on stderr, "bobbin: …" matching `pattern`, and no backtrace.
+  def assert_config_exit(result, pattern, exitstatus: 78)
     status, out, err = result
-    assert_equal 78, status.exitstatus, "exit status (stderr: #{err})"
+    assert_equal exitstatus, status.exitstatus, "exit status (stderr: #{err})"
     assert_equal 1, err.lines.size, "one line on stderr, got:\n#{err}"
     assert_match(/\Abobbin: /, err)
     assert_match pattern, err

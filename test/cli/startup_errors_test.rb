@@ -298,7 +298,7 @@ class StartupErrorsTest < Bobbin::TestCase
     ActiveRecord::Base.connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'secret' CONNECTION LIMIT 0")
     url = "postgres://#{role}:secret@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
     assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }),
-                       /refused the connection, it has too many already \(.*too many connections for role "#{role}"\): raise max_connections/)
+                       /refused the connection, it has too many already \(.*too many connections for role "#{role}"\): raise max_connections/, exitstatus: 69)
   ensure
     ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") if role
   end
@@ -306,9 +306,9 @@ class StartupErrorsTest < Bobbin::TestCase
   test "doctor with the database down" do
     url = "postgres://127.0.0.1:#{closed_port}/bobbin"
     assert_config_exit(run_bobbin("doctor", "--threads", "1", env: { "DATABASE_URL" => url }),
-                       /cannot connect to the database: .*Connection refused; is the server running, and is DATABASE_URL right\?/)
+                       /cannot connect to the database: .*Connection refused; is the server running, and is DATABASE_URL right\?/, exitstatus: 69)
     assert_config_exit(run_bobbin("doctor", "--threads", "1", "-d", url),
-                       /cannot connect to the database: .*Connection refused; is the server running, and is the -d URL right\?/)
+                       /cannot connect to the database: .*Connection refused; is the server running, and is the -d URL right\?/, exitstatus: 69)
   end
 
   test "errors about a -d URL name it, not DATABASE_URL" do

@@ -3,7 +3,8 @@
 module Bobbin
   # How the command line starts: connect, load the job files, check Bobbin's tables. Every way that fails before
   # any work starts (no URL, no database, server down or full, read-only SQLite, missing tables or files) becomes
-  # a one-line ConfigurationError that names the problem and the fix, which `bobbin` prints and exits 78 on.
+  # a one-line ConfigurationError that names the problem and the fix, which `bobbin` prints and exits 78 on (69 for
+  # DatabaseUnreachable: a database down or turning the connection away).
   module Boot
     TABLES = %w[bobbin_jobs bobbin_processes bobbin_pauses].freeze
 
@@ -47,7 +48,7 @@ module Bobbin
     def database_step(where = "DATABASE_URL")
       yield
     rescue ActiveRecord::ActiveRecordError, *driver_errors => error
-      raise ConfigurationError, DatabaseProblem.describe(error, where)
+      raise DatabaseProblem.error_for(error, where)
     end
 
     # Boots the Rails app or connects to the URL given or in DATABASE_URL; false when there is no URL (the -r files may

@@ -16,6 +16,17 @@ module Bobbin
       raise ConfigurationError, describe(error)
     end
 
+    # What a server says when it turns away these credentials, whatever its state: no restart mends them.
+    REFUSED_FOR_GOOD = /password authentication failed|role "[^"]*" does not exist|no pg_hba\.conf entry/
+
+    # The error to raise for `error` before work starts: DatabaseUnreachable for a database that is down or turns the
+    # connection away (a restart mends that once it is back), else ConfigurationError; its message says which.
+    def error_for(error, where = "DATABASE_URL")
+      unreachable = error.is_a?(ActiveRecord::ConnectionNotEstablished) && !error.is_a?(ActiveRecord::NoDatabaseError) &&
+                    !denied?(error) && !causes(error).any? { |e| e.message.match?(REFUSED_FOR_GOOD) }
+      (unreachable ? DatabaseUnreachable : ConfigurationError).new(describe(error, where))
+    end
+
     # The one-line explanation of `error`, raised while connecting or checking tables; `where` names what said
     # which database (DATABASE_URL, the -d URL, config/database.yml).
     def describe(error, where = "DATABASE_URL")
