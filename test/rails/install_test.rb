@@ -2,11 +2,14 @@
 
 require "test_helper"
 require_relative "generated_app"
+require_relative "puma_beside"
 require_relative "../support/version_one_schema"
 
 # A real Rails 8 app (`rails new`, `bundle add bobbin`, `bin/rails generate bobbin:install`, `bin/rails db:prepare`)
 # with Bobbin's tables in a separate queue database, run in real processes: bin/bobbin, Puma with the plugin.
 class RailsInstallTest < Bobbin::TestCase
+  include PumaBeside
+
   def app = GeneratedApp.installed
 
   # The file's text once a job wrote it: File.write creates the file before it writes, and "" would be taken for done.
@@ -189,20 +192,10 @@ class RailsInstallTest < Bobbin::TestCase
   end
 
   private
-    # Starts the clustered Puma of tmp/puma-cluster.rb and waits for it and Bobbin beside it: [Puma's pid, the supervisor's].
+    # The clustered Puma of tmp/puma-cluster.rb, its threads dumped to `dump` on TERM: [Puma's pid, the supervisor's].
     def clustered_puma(log, dump)
-      pid = app.spawn("bundle", "exec", "puma", "-C", app.path("tmp/puma-cluster.rb"), log: log,
-                      env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
-      supervisor = wait_for("Bobbin beside the clustered Puma", timeout: 90) { supervisors(log).first }
-      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
-      [ pid, supervisor ]
-    rescue Exception # rubocop:disable Lint/RescueException -- a Puma that did not boot in time is not left running
-      Process.kill(:KILL, pid) if pid
-      raise
+      start_puma("tmp/puma-cluster.rb", log, env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
     end
-
-    # The supervisors the plugin started, in order, as their start lines in Puma's log name them.
-    def supervisors(log) = File.read(log).scan(/^bobbin supervisor (\d+) \(fork\) starting/).flatten.map(&:to_i)
 
     # Puma 8.0.2's own TERM hang, plugin or not. Its single mode joins the server thread from the TERM trap while the
     # main thread is already joining it (puma/puma#94), and now and then that join never returns: either the server

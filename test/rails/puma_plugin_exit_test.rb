@@ -2,12 +2,15 @@
 
 require "test_helper"
 require_relative "generated_app"
+require_relative "puma_beside"
 
 # The Puma plugin stopped Puma by sending it TERM when Bobbin's supervisor died, and Puma then died by that signal:
 # systemd's Restart=on-failure takes a death by TERM for a clean stop and did not restart the unit, and the worker
 # the supervisor left was still running after Puma had gone (a trial). Puma now stops gracefully, waits for that
 # worker, and exits 1; a TERM to Puma still exits 0.
 class RailsPumaPluginExitTest < Bobbin::TestCase
+  include PumaBeside
+
   def app = GeneratedApp.installed
 
   setup do
@@ -31,7 +34,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       name = "slow-#{mode}"
       app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 3)")
       log = app.path("log/puma-exit-#{mode}.log")
-      pid, supervisor = puma(config, log)
+      pid, supervisor = start_puma(config, log)
       ensure_killed(pid) do
         worker = wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
         Process.kill(:KILL, supervisor)
@@ -52,7 +55,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
       File.write(app.path("tmp/puma-term.rb"), "bind \"tcp://127.0.0.1:0\"\nraise_exception_on_sigterm #{raise_on_term}\nplugin :bobbin\n")
       log = app.path("log/puma-exit-term.log")
-      pid, supervisor = puma("tmp/puma-term.rb", log)
+      pid, supervisor = start_puma("tmp/puma-term.rb", log)
       ensure_killed(pid) do
         Process.kill(:TERM, pid)
         status = wait_exit(pid, timeout: 60)
@@ -68,7 +71,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
   test "an INT to Puma (Ctrl-C) reaches Bobbin, and Puma exits 0" do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     log = app.path("log/puma-exit-int.log")
-    pid, supervisor = puma("tmp/puma-single.rb", log)
+    pid, supervisor = start_puma("tmp/puma-single.rb", log)
     ensure_killed(pid) do
       Process.kill(:INT, pid)
       status = wait_exit(pid, timeout: 60)
@@ -77,16 +80,4 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
     end
   end
-
-  private
-    # Starts Puma with `config` and waits for it and Bobbin beside it: [Puma's pid, the supervisor's].
-    def puma(config, log)
-      pid = app.spawn("bundle", "exec", "puma", "-C", app.path(config), log: log)
-      supervisor = wait_for("Bobbin beside Puma", timeout: 90) { File.read(log)[/^bobbin supervisor (\d+) \(fork\) starting/, 1]&.to_i }
-      wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
-      [ pid, supervisor ]
-    rescue Exception # rubocop:disable Lint/RescueException -- a Puma that did not boot in time is not left running
-      Process.kill(:KILL, pid) if pid
-      raise
-    end
 end
