@@ -154,7 +154,7 @@ module Bobbin
         begin
           Bobbin.migrate!
         rescue ActiveRecord::ActiveRecordError => error # a role that may not create tables: one line, not a backtrace
-          raise ConfigurationError, "migrate failed: #{DatabaseProblem.describe(error).delete_prefix('database error before starting: ')}"
+          raise ConfigurationError, "migrate failed: #{migrate_problem(error)}"
         end
         done = case before
         when 0 then "created Bobbin's tables (schema version #{Schema::VERSION})"
@@ -163,6 +163,16 @@ module Bobbin
         else "upgraded Bobbin's tables from schema version #{before} to #{Schema::VERSION}"
         end
         puts(done)
+      end
+
+      # What stopped a migrate: for a role missing a privilege, the one a migrate needs (not the workers' grants).
+      def migrate_problem(error)
+        unless DatabaseProblem.denied?(error)
+          return DatabaseProblem.describe(error).delete_prefix("database error before starting: ")
+        end
+
+        "the database role may not create or change Bobbin's tables (#{DatabaseProblem.first_line(error.cause || error)}): " \
+          "run it as a role with CREATE on the schema (its owner, or the tables' owner on an upgrade)"
       end
 
       def list_recurring

@@ -28,7 +28,7 @@ class DatabaseRolesTest < Bobbin::TestCase
     Bobbin::Schema.down(connection)
     status, _, err = run_bobbin("migrate", env: { "DATABASE_URL" => url })
     assert_equal 78, status.exitstatus, err
-    assert_match(/\Abobbin: migrate failed: .*permission denied for schema public/, err)
+    assert_match(/\Abobbin: migrate failed: the database role may not create or change Bobbin's tables \(.*permission denied for schema public\): run it as a role with CREATE on the schema/, err)
     assert_equal 1, err.lines.size, err
   ensure
     if role
