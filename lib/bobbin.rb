@@ -97,10 +97,11 @@ module Bobbin
       raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil
     end
 
-    # Creates or upgrades Bobbin's tables; idempotent.
+    # Creates or upgrades Bobbin's tables; idempotent. Returns the schema version it found.
     def migrate!
-      Record.connection_pool.with_connection { |connection| Schema.up(connection) }
+      found = Record.connection_pool.with_connection { |connection| Schema.up(connection) }
       Schema.initialized_for_rails(Record.connection_pool) if defined?(::Rails.application) && ::Rails.application
+      found
     end
 
     # Enqueues many jobs in one INSERT: `Bobbin.enqueue_all([[FetchJob, ["a"]], [FetchJob, ["b"]]])`; returns ids.

@@ -150,9 +150,8 @@ module Bobbin
 
       # `bobbin migrate`: brings Bobbin's tables to this version and says what it did.
       def migrate
-        before = Record.connection_pool.with_connection { |connection| Schema.version(connection) }
         begin
-          Bobbin.migrate!
+          before = Bobbin.migrate! # read in its turn: two at once, the second found version 1 in the first's half-made tables
         rescue ActiveRecord::ActiveRecordError => error # a role that may not create tables: one line, not a backtrace
           raise ConfigurationError, "migrate failed: #{migrate_problem(error)}"
         end

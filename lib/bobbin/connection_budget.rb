@@ -128,9 +128,13 @@ module Bobbin
     end
 
     def short!(size, name, needed, what)
-      raise ConfigurationError, "the Active Record pool of #{name.inspect} has #{size} connections " \
-                                "but #{what} needs #{needed}; set pool: #{needed} in database.yml " \
+      zero = " (a RAILS_MAX_THREADS that is not a number reads as 0)" if size.zero?
+      raise ConfigurationError, "the Active Record pool of #{name.inspect} has #{size} connections#{zero} " \
+                                "but #{what} needs #{needed}; set pool: #{needed} in database.yml #{POOL_KEY}" \
                                 "(or ?pool=#{needed} in DATABASE_URL)"
     end
+
+    # Rails 8.1's database.yml names the pool's size max_connections: (pool: still works).
+    POOL_KEY = ActiveRecord.gem_version >= Gem::Version.new("8.1") ? "(max_connections: in Rails 8.1's) " : ""
   end
 end

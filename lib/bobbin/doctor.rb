@@ -101,7 +101,7 @@ module Bobbin
                     "(database.yml, or RAILS_MAX_THREADS in Rails' default) holds them to it")
         end
         @problems << "the Active Record pool is #{size} but a worker process needs #{needed}: set pool: #{needed} in database.yml " \
-                     "(or ?pool=#{needed} in DATABASE_URL)" if size < needed
+                     "#{ConnectionBudget::POOL_KEY}(or ?pool=#{needed} in DATABASE_URL)" if size < needed
       end
 
       def report_server

@@ -18,7 +18,8 @@ module Bobbin
     module_function
 
     # Creates whatever of Bobbin's tables, columns and indexes are missing and records VERSION; safe to run again.
-    # Tables of a newer Bobbin (this one rolled back) are left as they are: its steps do not know them.
+    # Tables of a newer Bobbin (this one rolled back) are left as they are: its steps do not know them. Returns the
+    # version it found (read in its turn: another process's half-made tables are not "version 1").
     def up(connection)
       one_at_a_time(connection) { up_alone(connection) }
     end
@@ -46,7 +47,8 @@ module Bobbin
     LOCK = 0x626f6262696e
 
     def up_alone(connection)
-      return if version(connection) > VERSION
+      found = version(connection)
+      return found if found > VERSION
 
       create_jobs(connection)
       create_processes(connection)
@@ -56,6 +58,7 @@ module Bobbin
       # SQLite's prepared statements keep the column list they were prepared with: a `SELECT *` of bobbin_jobs
       # cached before the upgrade would go on returning rows without the new columns.
       connection.clear_cache!
+      found
     end
 
     # Gives Bobbin's database Rails' own tables (schema_migrations, ar_internal_metadata) where it has none. Rails'

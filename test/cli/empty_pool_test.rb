@@ -10,17 +10,16 @@ class EmptyPoolTest < Bobbin::TestCase
 
   test "start refuses an Active Record pool of 0 at once, naming what the pool needs, as it refuses one too small" do
     { "0" => 0, "abc" => 0, "1" => 1 }.each do |given, size|
-      started = Bobbin.monotonic
       result = run_bobbin("start", "--fibers", "100", env: { "DATABASE_URL" => TestDatabase.url_with_pool(given) })
-      assert_config_exit(result, /the Active Record pool of "primary" has #{size} connections but a fibers pool of 100 needs 3; set pool: 3 /)
-      assert_operator Bobbin.monotonic - started, :<, 4.5, "pool=#{given}: refused before anything waited on the pool"
+      assert_config_exit(result, /the Active Record pool of "primary" has #{size} connections(?: \(a RAILS_MAX_THREADS that is not a number reads as 0\))? but a fibers pool of 100 needs 3; set pool: 3 /)
+      refute_match(/could not obtain a connection from the pool/, result.last, "pool=#{given}: refused before anything waited on the pool")
     end
     assert_equal 0, Bobbin::ProcessRecord.count, "no supervisor or worker registered"
   end
 
   test "an operator command is refused at once too, and a pool without a limit (Rails 8.1 reads a negative one so) is not" do
     assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => TestDatabase.url_with_pool(0) }),
-                       /the Active Record pool of "primary" has 0 connections but a fibers pool of 100 needs 3/)
+                       /the Active Record pool of "primary" has 0 connections \(a RAILS_MAX_THREADS that is not a number reads as 0\) but a fibers pool of 100 needs 3/)
     status, out, err = run_bobbin("counts", env: { "DATABASE_URL" => TestDatabase.url_with_pool(-1) })
     expected = ActiveRecord.gem_version >= Gem::Version.new("8.1") ? 0 : 78
     assert_equal expected, status.exitstatus, out + err

@@ -136,7 +136,8 @@ class SchemaTest < Bobbin::TestCase
   end
 
   # Two containers' `db:prepare` (or `bobbin migrate`) at one deploy raced on an empty database, and one failed with
-  # "relation already exists" (a trial). They take turns; the second finds the work done.
+  # "relation already exists" (a trial). They take turns; the second finds the work done, and says so (the version it
+  # read in its turn: `bobbin migrate` said "upgraded from version 1" of the first's half-made tables).
   test "PostgreSQL: processes creating the tables at once each succeed, and the schema is made once" do
     skip_unless_postgres
     5.times do
@@ -145,7 +146,8 @@ class SchemaTest < Bobbin::TestCase
       gate = Queue.new
       racers = sessions.map { |session| Thread.new { gate.pop && Bobbin::Schema.up(session) } }
       3.times { gate << true }
-      racers.each(&:join) # raises what a racer raised
+      found = racers.map(&:value) # raises what a racer raised
+      assert_equal [ 0, Bobbin::Schema::VERSION, Bobbin::Schema::VERSION ], found.sort, "one made them; the others found them made"
       assert_equal Bobbin::Schema::VERSION, version
     ensure
       sessions&.each(&:disconnect!)
