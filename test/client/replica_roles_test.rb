@@ -19,6 +19,12 @@ class ReplicaRolesTest < Bobbin::TestCase
     assert_equal %w[ready ready ready ready], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state)
   end
 
+  # A sharded app (a tenant per shard) switches shards around its work: jobs live in one place, where workers claim them.
+  test "enqueues and reads inside the app's shard switch go to Bobbin's own tables" do
+    id = ActiveRecord::Base.connected_to(shard: :tenant_two) { SleepJob.enqueue(1).tap { assert_equal 1, Bobbin.counts["ready"] } }
+    assert Bobbin::JobRecord.exists?(id)
+  end
+
   test "an enqueue inside the app's transaction still joins it" do
     id = nil
     ActiveRecord::Base.transaction do

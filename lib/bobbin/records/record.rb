@@ -8,8 +8,10 @@ module Bobbin
     # Bobbin's tables are read and written on the writing role whatever role the app switched to: they have no reading
     # role (a queue database), or a replica that a job's state must not be read from or written to. Rails' automatic
     # role switching runs every GET in `connected_to(role: :reading, prevent_writes: true)`, and a `perform_later` or a
-    # dashboard page there raised ConnectionNotDefined, or sent its INSERT to the replica (a trial).
+    # dashboard page there raised ConnectionNotDefined, or sent its INSERT to the replica (a trial). Likewise the
+    # default shard, whatever shard the app switched to (a tenant's): jobs live in one place, where workers claim them.
     def self.current_role = ActiveRecord.writing_role
+    def self.current_shard = default_shard
     def self.current_preventing_writes = false
 
     # Declares Bobbin's time columns UtcTime, whatever the app's `default_timezone`.
