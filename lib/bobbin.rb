@@ -84,7 +84,9 @@ module Bobbin
       url = with_sqlite_timeout(url)
       ActiveSupport::IsolatedExecutionState.isolation_level = :fiber unless defined?(::Rails.application) && ::Rails.application
       ActiveRecord::Base.establish_connection(url)
-      ActiveRecord::Base.connection_pool.with_connection(&:verify!)
+      pool = ActiveRecord::Base.connection_pool
+      ConnectionBudget.check_connectable!(pool.size, pool.db_config.name) # before verify!, which would wait on a pool of 0
+      pool.with_connection(&:verify!)
       self
     rescue ActiveRecord::NoDatabaseError => error # Active Record's own advice is for a Rails app (config/database.yml)
       raise ConfigurationError, DatabaseProblem.describe(error)

@@ -109,7 +109,7 @@ module Bobbin
 
     def check_pool!(needed, what)
       pool = ActiveRecord::Base.connection_pool
-      return if pool.size.nil? || pool.size >= needed # nil: no limit (Rails 8.1 reads a negative pool: so)
+      return if size_of(pool) >= needed
 
       short!(pool.size, pool.db_config.name, needed, what)
     end

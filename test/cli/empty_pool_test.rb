@@ -25,6 +25,13 @@ class EmptyPoolTest < Bobbin::TestCase
     assert_equal expected, status.exitstatus, out + err
   end
 
+  test "Bobbin.connect (plain Ruby) refuses a pool of 0 itself, before it waits on it" do
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin.connect(TestDatabase.url_with_pool(0)) }
+    assert_match(/the Active Record pool of "primary" has 0 connections .*set pool: /, error.message)
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+  end
+
   test "the pool checks read a pool without a limit as enough" do
     assert_nil Bobbin::ConnectionBudget.check_connectable!(nil, "primary")
     assert_equal 100, Bobbin::ConnectionBudget.job_connections_at_most(:fibers, 100, Float::INFINITY), "its fibers may open one each"

@@ -13,9 +13,7 @@ class RailsBobbinEnvTest < Bobbin::TestCase
 
   test "BOBBIN_ENV chooses the section of config/bobbin.yml and config/recurring.yml in a Rails app; RAILS_ENV only without it" do
     once_per_run
-    Dir.mktmpdir do |dir|
-      app = File.join(dir, "app")
-      FileUtils.cp_r(APP, app) # a copy: the suites beside this one boot the dummy app itself
+    with_app_copy do |app|
       File.write(File.join(app, "config/bobbin.yml"), "development:\n  shutdown_timeout: 7\nproduction:\n  shutdown_timeout: 11\n")
       File.write(File.join(app, "config/recurring.yml"), <<~YAML)
         development:

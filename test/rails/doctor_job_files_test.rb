@@ -10,9 +10,7 @@ class RailsDoctorJobFilesTest < Bobbin::TestCase
 
   test "bobbin doctor in development names each job file that does not load, and fails" do
     once_per_run
-    Dir.mktmpdir do |dir|
-      app = File.join(dir, "app")
-      FileUtils.cp_r(APP, app) # a copy: the suites beside this one boot the dummy app itself
+    with_app_copy do |app|
       File.write(File.join(app, "app/jobs/needs_key_job.rb"), "class NeedsKeyJob < ApplicationJob\n  KEY = ENV.fetch(\"BOBBIN_NO_SUCH_KEY\")\nend\n")
       File.write(File.join(app, "app/jobs/broken_syntax_job.rb"), "class BrokenSyntaxJob < ApplicationJob\n  def perform(\nend\n")
       status, output = bobbin_in_rails_app("doctor", env: "development", app: app,

@@ -7,6 +7,16 @@ require "tempfile"
 module RailsAppProcesses
   APP = File.join(TestProcesses::ROOT, "test/rails_app")
 
+  # Runs the block with a copy of the dummy app to change, in a directory removed after it (the suites beside a test
+  # boot the dummy app itself).
+  def with_app_copy
+    Dir.mktmpdir do |dir|
+      app = File.join(dir, "app")
+      FileUtils.cp_r(APP, app)
+      yield app
+    end
+  end
+
   # The URL the app's config/database.yml reads: the tests' database (an SQLite path made absolute).
   def rails_app_database_url
     url = TestDatabase.url

@@ -26,9 +26,7 @@ class RailsReloadingTest < Bobbin::TestCase
   # `bobbin work` in development in a copy of the dummy app (the test changes its files), with `pool` (its options);
   # yields the copy's directory and the worker's pid, then stops the worker.
   def development_worker(*pool, log: File::NULL)
-    Dir.mktmpdir do |dir|
-      app = File.join(dir, "app")
-      FileUtils.cp_r(APP, app)
+    with_app_copy do |app|
       environment = { "BUNDLE_GEMFILE" => File.join(TestProcesses::ROOT, "Gemfile"), "RAILS_ENV" => "development",
                       "BOBBIN_RAILS_APP_DATABASE_URL" => rails_app_database_url, "DATABASE_URL" => nil }
       command = [ "bundle", "exec", "ruby", File.join(TestProcesses::ROOT, "exe/bobbin"), "work", "--queues", "rails_app",
@@ -105,9 +103,7 @@ class RailsReloadingTest < Bobbin::TestCase
   end
 
   test "development: inside a job only the gate reloads, before the job; code outside jobs still reloads by itself" do
-    Dir.mktmpdir do |dir|
-      app = File.join(dir, "app")
-      FileUtils.cp_r(APP, app)
+    with_app_copy do |app|
       status, output = run_in_rails_app("-e", <<~RUBY, env: "development", app: app)
         require_relative "config/environment"
         # Each version a size of its own: Bootsnap's compile cache tells a file's versions apart by size and mtime in seconds.

@@ -61,7 +61,6 @@ module Bobbin
 
       Bobbin.require_driver(url)
       check_sqlite_file(url, where, create: create)
-      ConnectionBudget.check_connectable!(url_pool_size(url), "primary") # Bobbin.connect's first query would wait on it
       Bobbin.connect(url)
     rescue ConfigurationError => error # Bobbin.connect's own advice names DATABASE_URL
       raise unless error.cause.is_a?(ActiveRecord::NoDatabaseError)
@@ -69,17 +68,9 @@ module Bobbin
       raise ConfigurationError, DatabaseProblem.describe(error.cause, where)
     end
 
-    # The pool size a database URL asks for (?pool=N; 5 without it), as Active Record reads it: nil for no limit, or when
-    # the URL cannot be read (Bobbin.connect says why).
-    def url_pool_size(url)
-      config = ActiveRecord::DatabaseConfigurations::UrlConfig.new("bobbin", "primary", url, {})
-      config.respond_to?(:max_connections) ? config.max_connections : config.pool
-    rescue StandardError
-      nil
-    end
-
-    # A connected app's pools (the app's, and Bobbin's own database's with connects_to) each have a connection to lend:
-    # checked before the first query, which would wait on a pool of 0 and fail as if the server were down.
+    # A Rails app's pools (the app's, and Bobbin's own database's with connects_to) each have a connection to lend:
+    # checked before the first query, which would wait on a pool of 0 and fail as if the server were down
+    # (Bobbin.connect checks its own).
     def check_connectable
       pools = [ ActiveRecord::Base, Record ].filter_map { |model| pool_of(model) }.uniq
       pools.each { |pool| ConnectionBudget.check_connectable!(pool.size, pool.db_config.name) }
