@@ -128,11 +128,14 @@ class FiberSafetyTest < Bobbin::TestCase
   # long and the heartbeat longer still; a worker left running by a failed wait is stopped, not left to the next test.
   test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later" do
     Bobbin.config.set(heartbeat_interval: 120, process_alive_threshold: 360)
-    BusyRubyJob.enqueue(3_000, "busy-row")
     SleepJob.enqueue(6, "keeps the worker on after the stall")
     lag = -> { Bobbin::ProcessRecord.where(kind: "worker").pick(:loop_lag_ms) }
     worker = Bobbin::Worker.new(polling_interval: 0.05, fibers: 2)
     thread = Thread.new { worker.run_until_empty }
+    # The stall starts once the heartbeat thread has kept house and beaten (its first beat comes after its first
+    # housekeeping): a job holding the GVL from the worker's first moment slowed those queries past the whole stall.
+    wait_for("the worker's first beat") { !lag.call.nil? }
+    BusyRubyJob.enqueue(3_000, "busy-row")
     wait_for("the row to show the loop held (heartbeat_interval 120s)", timeout: 60) { lag.call.to_f >= 500 }
     wait_for("the row to show the loop turning again", timeout: 60, seen: lag) { lag.call.to_f < 100 }
     thread.join
