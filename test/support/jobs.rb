@@ -403,9 +403,11 @@ class GvlKeepingCallJob
   include Bobbin::Job
   bobbin_options retries: 0
 
-  # The call alone, from the job's start to its end: a job that also queried would yield on PostgreSQL (the loop
-  # turns), and the stall detector does not judge a job by its end then.
-  def perform(ms) = Blocking::USLEEP_KEEPING_GVL.call(ms * 1000)
+  # `wait_first`: a short wait (a query's) before the call; the call is the job's last stretch all the same.
+  def perform(ms, wait_first = false)
+    sleep(0.02) if wait_first
+    Blocking::USLEEP_KEEPING_GVL.call(ms * 1000)
+  end
 end
 
 # The same call, on the thread lane.
@@ -446,6 +448,15 @@ class HttpJob
     Net::HTTP.get_response(URI(url)).value
     Blocking.record(key)
   end
+end
+
+# Waits for the test to let it go (GATE), and ends without waiting again.
+class GatedJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+  GATE = Thread::Queue.new
+
+  def perform = GATE.pop
 end
 
 # Does nothing.

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "async"
 
 # A fiber pool names the job that blocks its event loop, keeps offload-safe C calls off it, and runs jobs that
 # ask for a thread on its thread lane. Real C calls (libc usleep through Fiddle), real HTTP to the fake server.
@@ -17,6 +18,11 @@ class FiberSafetyTest < Bobbin::TestCase
   end
 
   def keys(pattern) = LedgerEntry.where("key LIKE ?", pattern).pluck(:key)
+
+  def busy(seconds)
+    deadline = Bobbin.monotonic + seconds
+    nil while Bobbin.monotonic < deadline
+  end
 
   test "five jobs whose C call holds the loop are named with their line and duration; fifty HTTP jobs beside them are not blamed" do
     blocking = with_fake_server do |url|
@@ -70,7 +76,7 @@ class FiberSafetyTest < Bobbin::TestCase
 
     so_far, done = log.lines.grep(/held the event loop/)
     assert_match(%r{BlockingCallJob #{id} has held the event loop for 0\.\ds so far at \S*test/support/jobs\.rb:\d+}, so_far)
-    assert_match(/BlockingCallJob #{id} held the event loop \d+ms/, done, "and once more when it lets go, with the duration")
+    assert_match(/BlockingCallJob #{id} held the event loop \d+ms/, done, "and once more when it lets go, with the duration:\n#{log}")
   end
 
   test "a job whose C call keeps the GVL (no thread can look while it runs) is named once it lets go, with the whole hold" do
@@ -86,6 +92,13 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_operator @stalls.first[:duration_ms], :>=, 500, "a 1 s hold is measured as such (less what the loop thread spent waiting for a CPU)"
     assert_equal 1, Bobbin::JobRecord.find(@id).stalls
     assert_match(/GvlKeepingCallJob #{@id} held the event loop \d+ms at a line no look saw \(a C call that kept the GVL/, @log)
+  end
+
+  test "a job that waited first (a query) and then kept the GVL is named once it lets go" do
+    id = GvlKeepingCallJob.enqueue(500, true)
+    drain(fibers: 2)
+
+    assert_equal [ [ id, "GvlKeepingCallJob" ] ], @stalls.map { |stall| stall.values_at(:id, :class_name) }
   end
 
   test "a job busy in Ruby (holding the GVL) is named while it is stuck too, and its whole time counted" do
@@ -187,6 +200,27 @@ class FiberSafetyTest < Bobbin::TestCase
     drain(fibers: 2_000)
 
     assert_equal 2_520, Bobbin.counts["succeeded"]
+    assert_empty @stalls
+  end
+
+  # The job waits; twenty fibers that are no job are woken, then it is, all at once: the loop runs theirs (10 ms each)
+  # before its own, in one turn in which the ticker stamps nothing. The job held the loop for microseconds, not for
+  # their 200 ms (a noop job that waited on a lock was named for 101 ms among 2,000 fibers woken at once).
+  test "a job that waited while other fibers took the loop in turn is not blamed for their time" do
+    id = GatedJob.enqueue
+    turns = Thread::Queue.new
+    waker = Thread.new do
+      sleep(0.001) until GatedJob::GATE.num_waiting == 1 && turns.num_waiting == 20
+      20.times { turns << true }
+      GatedJob::GATE << true
+    end
+    Sync do |task|
+      20.times { task.async { busy(0.01) if turns.pop } }
+      drain(fibers: 2)
+    end
+    waker.join
+
+    assert_equal "succeeded", Bobbin::JobRecord.find(id).state
     assert_empty @stalls
   end
 

@@ -18,10 +18,10 @@ module Bobbin
     # A C call that keeps the GVL (a libc sleep, a blocking read through an extension that does not let go of it, a
     # C parser busy for seconds) lets no other thread run, the watchdog included, so no look sees it; the watchdog's
     # first look comes once the loop thread lets go of the GVL, at its next blocking call. A job that ran from its
-    # start to its end without the loop turning, for the threshold or more, is named as it ends (`ended`, on the loop:
-    # a clock read per job), with the clocks of the look before it and at its end for what to excuse (GC, waiting for
-    # a CPU, other threads) and no line (none was seen). Such a call in a job that yields before or after it (a query,
-    # an HTTP call) shows as loop lag on the process row, and names no job.
+    # start, or from its last wait, to its end without the loop turning, for the threshold or more, is named as it
+    # ends (`ended`, on the loop: a clock read per job and one per wait), with the clocks of the look before it and at
+    # its end for what to excuse (GC, waiting for a CPU, other threads) and no line (none was seen). Such a call in a
+    # job that waits after it (a query, an HTTP call) shows as loop lag on the process row, and names no job.
     class StallDetector
       # The fiber-locals a job fiber keeps its job id and start (monotonic seconds) in while it runs the job.
       JOB = :bobbin_job_id
@@ -49,6 +49,7 @@ module Bobbin
       def start(task)
         @loop_thread = Thread.current
         @beat = Bobbin.monotonic
+        ResumeStamps.on(Fiber.scheduler)
         @ticker = task.async(transient: true) { tick while sleep(@interval) }
         @watchdog = Thread.new { watch }.tap { |thread| thread.name = "bobbin-stall-watch" }
       end
@@ -68,20 +69,26 @@ module Bobbin
         reset
       end
 
-      # Job `id`, started at `started` (monotonic), ends; called on the loop. When the loop's ticker has not stamped
-      # the time since it started, for the threshold or more, the job ran from its start to its end without yielding
-      # (a fiber that yields goes back through the loop, whose overdue ticker then stamps the time) and held the loop
-      # all along, out of the watchdog's sight: the next look reports it. A job that yielded before is not judged: the
-      # stamp cannot tell its own hold from other fibers' turns after it, each short (they were blamed, under load).
+      # Job `id`, started at `started` (monotonic), ends; called on the loop, in its fiber. When it ran from its start,
+      # or from its last wait (ResumeStamps), to its end for the threshold or more, and the loop's ticker has not
+      # stamped the time since, it held the loop all along, out of the watchdog's sight: the next look reports it.
+      # Only that last stretch is judged: the ticker alone cannot tell a job's own hold from other fibers' turns while
+      # it waited (a ticker due after 2,000 woken fibers stamps nothing for their 100 ms, and a noop job that waited
+      # on a lock among them was named). And only when no look came in it: a watchdog that could look saw the loop
+      # thread let go of the GVL, so no call kept it, and what held the loop was the looks' to judge (a loaded host
+      # kept a job that had just woken from its sleep off the CPU for 160 ms, and it was named).
       def ended(id, started)
-        return unless started && started > @beat && @suspect&.fetch(:id) != id
+        return unless started && @suspect&.fetch(:id) != id
+
+        since = [ started, Thread.current[ResumeStamps::RESUMED] || started ].max
+        return unless since > @beat && !(@last_look && @last_look > since)
 
         now = Bobbin.monotonic
-        return if now - started < @threshold
+        return if now - since < @threshold
 
         # The clocks now, on the loop: the look that reports it may come much later, and what the process's threads
         # did meanwhile (a loaded host: seconds) is no part of this stall, to excuse or not.
-        @unseen = { id: id, job: @jobs.call(id), since: started, ended: now, clocks_at_end: clocks }
+        @unseen = { id: id, job: @jobs.call(id), since: since, ended: now, clocks_at_end: clocks }
       end
 
       # True while a job is known to hold the loop past the threshold (read from other threads: one boolean).
@@ -104,6 +111,8 @@ module Bobbin
           @beat = now
         end
 
+        # Looks until stopped, and once more then: a stall that ended just before its worker stopped (a drain whose
+        # last job held the loop) is reported, not lost with the watchdog (a loaded host's watchdog slept past both).
         def watch
           until @stopped
             sleep(@interval)
