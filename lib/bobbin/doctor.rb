@@ -77,9 +77,10 @@ module Bobbin
         others = other_databases
         return if others.empty?
 
-        listed = others.map { |config| "#{config.name} (#{config.database}) #{pool_size_of(config)}" }.join(", ")
+        listed = others.map { |config| "#{config.name} (#{config.database}) #{limit(pool_size_of(config))}" }.join(", ")
+        more = processes * others.sum { |config| pool_size_of(config) }
         @out.puts("  also, to the app's other databases as its code uses them (models, a cache store), up to each one's pool per process: #{listed}; " \
-                  "× #{processes} processes = #{processes * others.sum { |config| pool_size_of(config) }} more connections at most")
+                  "× #{processes} processes = #{more.finite? ? "#{more} more connections at most" : 'more connections, as many as its code opens'}")
       end
 
       # database.yml's other configurations for this environment: not the primary, not Bobbin's own database.
@@ -89,16 +90,19 @@ module Bobbin
         ActiveRecord::Base.configurations.configs_for(env_name: env, include_hidden: true).reject { |config| mine.include?(config.name) }
       end
 
-      def pool_size_of(config) = config.respond_to?(:max_connections) ? config.max_connections : config.pool
+      def limit(size) = size.finite? ? size : "no limit"
+
+      # A configuration's pool size; without a limit (Rails 8.1 reads a negative pool: so), as many as its code opens.
+      def pool_size_of(config) = (config.respond_to?(:max_connections) ? config.max_connections : config.pool) || Float::INFINITY
 
       def report_pool_size
         needed = per_process_pool
-        size = ActiveRecord::Base.connection_pool.size
-        @out.puts("Active Record pool: #{size} configured, #{needed} needed per process")
+        size = ConnectionBudget.size_of(ActiveRecord::Base.connection_pool)
+        @out.puts("Active Record pool: #{limit(size)} configured, #{needed} needed per process")
         fibers = @pools.select { |pool| pool.mode == :fibers }.map { |pool| ConnectionBudget.job_connections(:fibers, pool.size) }.max
         if fibers && size > fibers
-          @out.puts("  fiber pools' jobs may open all #{size} though they need #{fibers}: a smaller pool: for the workers " \
-                    "(database.yml, or RAILS_MAX_THREADS in Rails' default) holds them to it")
+          @out.puts("  fiber pools' jobs may open #{size.finite? ? "all #{size}" : 'one each'} though they need #{fibers}: a pool: of " \
+                    "#{fibers} for the workers (database.yml, or RAILS_MAX_THREADS in Rails' default) holds them to it")
         end
         @problems << "the Active Record pool is #{size} but a worker process needs #{needed}: set pool: #{needed} in database.yml " \
                      "#{ConnectionBudget::POOL_KEY}(or ?pool=#{needed} in DATABASE_URL)" if size < needed
@@ -124,7 +128,7 @@ module Bobbin
         fibers = @pools.select { |pool| pool.mode == :fibers }.map { |pool| ConnectionBudget.job_connections(:fibers, pool.size) }.max
         remedies = [ "raise max_connections" ]
         remedies << "fewer threads (or fiber pools)" if @pools.any? { |pool| pool.mode == :threads }
-        remedies << "a smaller Active Record pool for the workers (pool: #{fibers}: fibers wait their turn)" if fibers && ActiveRecord::Base.connection_pool.size > fibers
+        remedies << "a smaller Active Record pool for the workers (pool: #{fibers}: fibers wait their turn)" if fibers && ConnectionBudget.size_of(ActiveRecord::Base.connection_pool) > fibers
         remedies << "fewer processes" if processes > 1
         remedies
       end

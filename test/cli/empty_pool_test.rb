@@ -25,6 +25,13 @@ class EmptyPoolTest < Bobbin::TestCase
     assert_equal expected, status.exitstatus, out + err
   end
 
+  test "bobbin doctor reads a pool without a limit as enough, and says so" do
+    skip("a negative pool is refused before Active Record 8.1") if ActiveRecord.gem_version < Gem::Version.new("8.1")
+    status, out, err = run_bobbin("doctor", "--fibers", "20", env: { "DATABASE_URL" => TestDatabase.url_with_pool(-1) })
+    assert_equal 0, status.exitstatus, out + err
+    assert_match(/Active Record pool: no limit configured, 3 needed per process\n  fiber pools' jobs may open one each though they need 3/, out)
+  end
+
   test "Bobbin.connect (plain Ruby) refuses a pool of 0 itself, before it waits on it" do
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin.connect(TestDatabase.url_with_pool(0)) }
     assert_match(/the Active Record pool of "primary" has 0 connections .*set pool: /, error.message)

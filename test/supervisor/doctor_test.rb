@@ -56,7 +56,7 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/total: 3 worker processes, 205 concurrent jobs, #{postgres? ? 65 : 62} database connections/, report,
                  "25 + 2 per fiber process (its fibers may lease all the Active Record pool's 25), 5 + 2 for the thread one, " \
                  "1 for the supervisor (and a listener per process on PostgreSQL)")
-    assert_match(/Active Record pool: 25 configured, 5 needed per process\n  fiber pools' jobs may open all 25 though they need 3/, report)
+    assert_match(/Active Record pool: 25 configured, 5 needed per process\n  fiber pools' jobs may open all 25 though they need 3: a pool: of 3 for the workers/, report)
     assert_match(/OK: this configuration fits/, report)
   end
 
