@@ -450,8 +450,8 @@ class HttpJob
   end
 end
 
-# Waits for the test to let it go (GATE), and ends without waiting again.
-class GatedJob
+# Waits until the test lets it go (GATE, in this process), and ends without waiting again.
+class LetGoJob
   include Bobbin::Job
   bobbin_options retries: 0
   GATE = Thread::Queue.new

@@ -207,12 +207,12 @@ class FiberSafetyTest < Bobbin::TestCase
   # before its own, in one turn in which the ticker stamps nothing. The job held the loop for microseconds, not for
   # their 200 ms (a noop job that waited on a lock was named for 101 ms among 2,000 fibers woken at once).
   test "a job that waited while other fibers took the loop in turn is not blamed for their time" do
-    id = GatedJob.enqueue
+    id = LetGoJob.enqueue
     turns = Thread::Queue.new
     waker = Thread.new do
-      sleep(0.001) until GatedJob::GATE.num_waiting == 1 && turns.num_waiting == 20
+      sleep(0.001) until LetGoJob::GATE.num_waiting == 1 && turns.num_waiting == 20
       20.times { turns << true }
-      GatedJob::GATE << true
+      LetGoJob::GATE << true
     end
     Sync do |task|
       20.times { task.async { busy(0.01) if turns.pop } }
