@@ -47,12 +47,41 @@ class ClaimTest < Bobbin::TestCase
     assert_equal [ ids["default"] ], store([ "default", "other" ]).claim(@process_id, 10).map(&:id)
   end
 
+  test "an ordered list takes its first entry's jobs before the next's whatever their priority; a wildcard's queues rank together" do
+    enqueue = ->(queue, priority) { Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: queue, priority: priority) }
+    default = enqueue.("default", -10)
+    critical = [ enqueue.("critical", 5), enqueue.("critical", 0) ]
+    llm_a, llm_b = enqueue.("llm_a", 3), enqueue.("llm_b", 1)
+    enqueue.("other", -20)
+    ordered = store([ "critical", "llm_*", "default" ])
+    assert_equal [ critical[1], critical[0], llm_b ], ordered.claim(@process_id, 3).map(&:id), "a batch fills from the next entry"
+    assert_equal [ llm_a, default ], ordered.claim(@process_id, 10).map(&:id), "and starts in the list's order"
+    assert_empty ordered.claim(@process_id, 10), "a queue the list does not name is not taken"
+  end
+
+  test "an ordered list ending in * takes its entries first, then every other queue by priority; a paused entry is passed over" do
+    enqueue = ->(queue, priority) { Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: queue, priority: priority) }
+    rest = [ enqueue.("b", 2), enqueue.("a", 1) ]
+    urgent = enqueue.("urgent", 9)
+    paused = enqueue.("first", 0)
+    Bobbin.pause("first")
+    assert_equal [ urgent, rest[1], rest[0] ], store([ "first", "urgent", "*" ]).claim(@process_id, 10).map(&:id)
+    Bobbin.resume("first")
+    assert_equal [ paused ], @store.claim(@process_id, 10).map(&:id)
+    @store.close
+    assert_equal "first,urgent,*", Bobbin::Store::QueueSelection.new([ "first", "urgent", "*", "later" ]).to_s
+    assert_equal "*", Bobbin::Store::QueueSelection.new([ "*", "later" ]).to_s, "what follows * is in it"
+  end
+
   test "a queue name with a quote and a backslash is selected as written" do
     odd = "it's a \\ queue"
     id = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: odd)
     Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "it's a  queue")
     assert_equal [ id ], store([ odd ]).claim(@process_id, 10).map(&:id)
     assert_empty @store.claim(@process_id, 10)
+    @store.close
+    ranked = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "it's_%")
+    assert_equal [ ranked ], store([ "it's_*", odd ]).claim(@process_id, 10).map(&:id), "in an ordered list too"
   end
 
   # From its sixth run PostgreSQL may run a prepared statement on a generic plan, planned without the parameters'

@@ -87,6 +87,14 @@ class FiberWorkerTest < Bobbin::TestCase
     thread&.join(30)
   end
 
+  test "a worker on an ordered queue list runs its first queue's jobs before the next's, whatever their priorities" do
+    Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 0, "default-#{i}" ], { queue: "default", priority: -5 } ] } +
+                       Array.new(3) { |i| [ SleepJob, [ 0, "critical-#{i}" ], { queue: "critical", priority: 5 } ] })
+    drain(queues: [ "critical", "default" ], fibers: 1)
+
+    assert_equal %w[critical-0 critical-1 critical-2 default-0 default-1 default-2], Recorder.calls
+  end
+
   test "the worker registers its process while it runs and removes it when it stops" do
     seen = nil
     job = Class.new do

@@ -454,20 +454,50 @@ module Bobbin
         # RETURNING gives the rows in the table's order: the outer ORDER BY hands them to the worker, which starts them
         # in that order, as they were chosen (lower priority first).
         def claim_sql
+          ranks = @selection.ranks
           <<~SQL
             WITH claimed AS (
               UPDATE bobbin_jobs SET state = 'running', claimed_by = $1, attempts = attempts + 1,
                 claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
-              WHERE id = ANY(ARRAY(
-                SELECT id FROM bobbin_jobs
-                WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{queue_condition}
-                  AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
-                ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
+              WHERE id = ANY(ARRAY(#{ranks ? ranked_choice(ranks) : choice(queue_condition)}))
                 AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
               RETURNING #{RETURNED}, priority, run_at
             )
-            SELECT #{RETURNED} FROM claimed ORDER BY priority, run_at, id
+            SELECT #{RETURNED} FROM claimed ORDER BY #{"#{rank_of(ranks)}, " if ranks}priority, run_at, id
           SQL
+        end
+
+        # Up to $2 due jobs of unpaused queues that `condition` selects, locked, lower priority (then older) first.
+        def choice(condition)
+          <<~SQL.strip
+            SELECT id FROM bobbin_jobs
+            WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{condition}
+              AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
+            ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+          SQL
+        end
+
+        # An ordered queue list: each entry's choice, the first entry's before the next (PostgreSQL runs UNION ALL's
+        # branches in turn and stops once the LIMIT is met, so a later entry's rows are not even locked then).
+        # FOR UPDATE is not allowed in a UNION's branches themselves: each is a subquery.
+        def ranked_choice(ranks)
+          branches = ranks.each_with_index.map do |entry, index|
+            earlier = ranks.first(index).map { |rank| queue_term(rank) }
+            condition = "AND #{queue_term(entry)}#{" AND NOT (#{earlier.join(' OR ')})" if earlier.any?}"
+            "SELECT id FROM (#{choice(condition)}) AS rank#{index}"
+          end
+          "SELECT id FROM (#{branches.join(' UNION ALL ')}) AS ranked LIMIT $2"
+        end
+
+        # The place of a claimed row's queue in an ordered list: the batch starts in that order.
+        def rank_of(ranks)
+          "CASE #{ranks.each_with_index.map { |entry, index| "WHEN #{queue_term(entry)} THEN #{index}" }.join(' ')} END"
+        end
+
+        def queue_term(entry)
+          return "TRUE" if entry == "*"
+
+          entry.end_with?("*") ? "queue LIKE #{literal(@selection.like_pattern(entry))}" : "queue = #{literal(entry)}"
         end
 
         # Walks bobbin_jobs_state_run_at (state, run_at, id) from the first ready row due after $1, and stops at the

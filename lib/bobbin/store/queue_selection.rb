@@ -2,7 +2,9 @@
 
 module Bobbin
   module Store
-    # The queues a worker pool takes jobs from: exact names, prefix wildcards (`llm_*`) or everything (`*`).
+    # The queues a worker pool takes jobs from: exact names, prefix wildcards (`llm_*`) or everything (`*`). The list
+    # is ordered: a pool takes the jobs of its first entry before those of the next (by priority, then age, within
+    # each), as Sidekiq's strict queue order and Solid Queue's lists do; a wildcard's queues rank together.
     class QueueSelection
       attr_reader :names, :prefixes
 
@@ -12,6 +14,7 @@ module Bobbin
         raise ConfigurationError, "queues must name at least one queue (or \"*\")" if list.empty? || list.any?(&:empty?)
 
         @all = list.include?("*")
+        @entries = list.uniq
         @names = list.reject { |queue| queue.end_with?("*") }
         @prefixes = list.select { |queue| queue.end_with?("*") && queue != "*" }.map { |queue| queue.delete_suffix("*") }
       end
@@ -22,12 +25,25 @@ module Bobbin
       # True when the pool takes jobs of `queue`.
       def match?(queue) = @all || @names.include?(queue) || @prefixes.any? { |prefix| queue.start_with?(prefix) }
 
-      # Escapes a prefix for SQL LIKE so `_` and `%` in queue names match literally.
-      def like_patterns
-        prefixes.map { |prefix| prefix.gsub(/[\\%_]/) { |char| "\\#{char}" } + "%" }
+      # The entries whose order decides which jobs come first, when it does (two or more): the list up to its "*" (what
+      # follows is in the "*"). Each is a queue name, a prefix wildcard ("llm_*") or "*".
+      def ranks
+        ranks = @all ? @entries[0..@entries.index("*")] : @entries
+        ranks.size > 1 ? ranks : nil
       end
 
-      def to_s = all? ? "*" : (names + prefixes.map { |prefix| "#{prefix}*" }).join(",")
+      # The place of `queue` in the ranks (0 when the list's order decides nothing).
+      def rank(queue)
+        ranks&.index { |entry| entry == "*" || (entry.end_with?("*") ? queue.start_with?(entry.delete_suffix("*")) : entry == queue) } || 0
+      end
+
+      # Escapes a prefix for SQL LIKE so `_` and `%` in queue names match literally.
+      def like_patterns = prefixes.map { |prefix| like_pattern(prefix) }
+
+      # The LIKE pattern of a prefix (or a wildcard entry: its "*" is dropped).
+      def like_pattern(prefix) = prefix.delete_suffix("*").gsub(/[\\%_]/) { |char| "\\#{char}" } + "%"
+
+      def to_s = (ranks || (all? ? [ "*" ] : @entries)).join(",")
     end
   end
 end

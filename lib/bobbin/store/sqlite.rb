@@ -108,8 +108,9 @@ module Bobbin
       # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
       def claim(process_id, limit, suspects: true)
         now = Store.timestamp(Time.now)
-        rows = transaction { execute(@claim_sql, [ process_id, now, now, now, suspects ? 1 : 0, *queue_binds, limit ]) }
-        rows = rows.sort_by { |row| [ row["priority"], row["run_at"], row["id"] ] } # RETURNING gives the table's order: they start as chosen
+        rows = transaction { execute(@claim_sql, [ process_id, now, suspects ? 1 : 0, limit ]) }
+        # RETURNING gives the table's order: they start as chosen
+        rows = rows.sort_by { |row| [ @selection.rank(row["queue"]), row["priority"], row["run_at"], row["id"] ] }
         rows.map do |row|
           ClaimedJob.new(row["id"], row["queue"], row["class_name"], row["arguments"], row["attempts"],
                          row["max_attempts"], row["active_job_id"], row["crashes"], row["concurrency_key"])
@@ -164,7 +165,7 @@ module Bobbin
 
       # The earliest run_at (epoch seconds) among this selection's ready jobs of unpaused queues due after `after`
       # (epoch seconds); nil when none.
-      def next_run_at(after) = db.get_first_value(@next_run_at_sql, [ Store.timestamp(Time.at(after)), *queue_binds ])
+      def next_run_at(after) = db.get_first_value(@next_run_at_sql, [ Store.timestamp(Time.at(after)) ])
 
       # Announces `notice` to this process's workers (other processes' Wakeups::Watcher sees inserts for itself).
       def announce(notice) = Wakeups.deliver(notice.queues, notice.at, paused: notice.paused)
@@ -198,16 +199,34 @@ module Bobbin
           raise
         end
 
+        # ?1 the process, ?2 now, ?3 whether suspects may be claimed, ?4 how many.
         def claim_sql
+          ranks = @selection.ranks
           <<~SQL
-            UPDATE bobbin_jobs SET state = 'running', claimed_by = ?, attempts = attempts + 1, claimed_at = ?, started_at = ?
-            WHERE id IN (
-              SELECT id FROM bobbin_jobs
-              WHERE state = 'ready' AND run_at <= ? AND (crashes < #{Recovery::SUSPECT} OR ?) #{queue_condition}
-                AND queue NOT IN (SELECT queue FROM bobbin_pauses)
-              ORDER BY priority, run_at, id LIMIT ?)
+            UPDATE bobbin_jobs SET state = 'running', claimed_by = ?1, attempts = attempts + 1, claimed_at = ?2, started_at = ?2
+            WHERE id IN (#{ranks ? ranked_choice(ranks) : choice(queue_condition)})
             RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key, priority, run_at
           SQL
+        end
+
+        # Up to ?4 due jobs of unpaused queues that `condition` selects, lower priority (then older) first.
+        def choice(condition, columns = "id")
+          <<~SQL.strip
+            SELECT #{columns} FROM bobbin_jobs
+            WHERE state = 'ready' AND run_at <= ?2 AND (crashes < #{Recovery::SUSPECT} OR ?3) #{condition}
+              AND queue NOT IN (SELECT queue FROM bobbin_pauses)
+            ORDER BY priority, run_at, id LIMIT ?4
+          SQL
+        end
+
+        # An ordered queue list: each entry's choice, the first entry's before the next.
+        def ranked_choice(ranks)
+          branches = ranks.each_with_index.map do |entry, index|
+            earlier = ranks.first(index).map { |rank| queue_term(rank) }
+            condition = "AND #{queue_term(entry)}#{" AND NOT (#{earlier.join(' OR ')})" if earlier.any?}"
+            "SELECT * FROM (#{choice(condition, "id, #{index} AS rank, priority, run_at")})"
+          end
+          "SELECT id FROM (#{branches.join(' UNION ALL ')} ORDER BY rank, priority, run_at, id LIMIT ?4)"
         end
 
         def next_run_at_sql
@@ -218,16 +237,23 @@ module Bobbin
           SQL
         end
 
+        # The queue filter, with the worker's queues written into the statement (as PostgreSQL's is).
         def queue_condition
           return "" if @selection.all?
 
           terms = []
-          terms << "queue IN (#{([ "?" ] * @selection.names.size).join(', ')})" if @selection.names.any?
-          @selection.like_patterns.each { terms << "queue LIKE ? ESCAPE '\\'" }
+          terms << "queue IN (#{@selection.names.map { |name| literal(name) }.join(', ')})" if @selection.names.any?
+          @selection.like_patterns.each { |pattern| terms << "queue LIKE #{literal(pattern)} ESCAPE '\\'" }
           "AND (#{terms.join(' OR ')})"
         end
 
-        def queue_binds = @selection.all? ? [] : @selection.names + @selection.like_patterns
+        def queue_term(entry)
+          return "1" if entry == "*"
+
+          entry.end_with?("*") ? "queue LIKE #{literal(@selection.like_pattern(entry))} ESCAPE '\\'" : "queue = #{literal(entry)}"
+        end
+
+        def literal(text) = "'#{text.gsub("'", "''")}'"
     end
   end
 end
