@@ -9,13 +9,19 @@ require "test_helper"
 class OutcomeBufferTest < Bobbin::TestCase
   teardown { @store&.close }
 
-  test "outcomes of jobs taken back from the worker are dropped, and a warning counts them" do
+  def outcome(job, state = "succeeded", run_at: nil)
+    Bobbin::Store::Outcome.new(job.id, state, (Bobbin::Store.timestamp(Time.now) unless run_at), run_at, nil, nil, nil, nil, job.queue, job.attempts)
+  end
+
+  test "outcomes of jobs taken back from the worker and claimed by another are dropped, and a warning counts them" do
     process_id = Bobbin::ProcessRecord.register(kind: "test", name: "outcomes").id
     @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))
     ids = Array.new(3) { |i| SleepJob.enqueue(i) }
     jobs = @store.claim(process_id, 3)
     assert_equal ids, jobs.map(&:id)
-    Bobbin::JobRecord.where(id: ids.first(2)).update_all(state: "ready", claimed_by: nil) # another host's recovery
+    Bobbin::JobRecord.where(id: ids.first(2)).update_all(state: "ready", claimed_at: nil) # another host's recovery
+    other = Bobbin::ProcessRecord.register(kind: "test", name: "other").id
+    assert_equal ids.first(2), @store.claim(other, 2).map(&:id), "and another worker's claim"
 
     log = bobbin_log do
       buffer = Bobbin::Worker::OutcomeBuffer.new(@store, process_id)
@@ -23,8 +29,31 @@ class OutcomeBufferTest < Bobbin::TestCase
       assert_equal 3, buffer.flush
       assert_empty buffer.pending_ids
     end
-    assert_equal %w[ready ready succeeded], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state)
+    assert_equal %w[running running succeeded], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state)
     assert_equal 1, log.scan(/bobbin worker #{process_id}: 2 finished jobs were no longer this worker's when their outcomes were written, and their outcomes were dropped/).size, log
+  end
+
+  # A worker cut off from the database past process_alive_threshold is judged dead and its jobs go back to ready; the
+  # ones it finished meanwhile, claimed by no one since, take its outcomes when it comes back, at the attempt they ran
+  # as (recovery gave it back), and do not run again (a trial's partitioned worker: 5 of 5 ran twice).
+  test "outcomes of jobs recovered while the worker was cut off, and claimed by no one since, land as they ended" do
+    process_id = Bobbin::ProcessRecord.register(kind: "test", name: "outcomes").id
+    @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))
+    ids = Array.new(3) { |i| SleepJob.enqueue(i) }
+    finished, retried, _still_running = jobs = @store.claim(process_id, 3)
+    Bobbin::ProcessRecord.where(id: process_id).delete_all
+    assert_equal 3, Bobbin::Recovery.recover(process_id, "process #{process_id} stopped heartbeating")
+    assert_equal [ 0 ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:attempts), "recovery gave the attempts back"
+
+    log = bobbin_log do
+      buffer = Bobbin::Worker::OutcomeBuffer.new(@store, process_id)
+      buffer << outcome(finished)
+      buffer << outcome(retried, "ready", run_at: Bobbin::Store.timestamp(Time.now + 60))
+      assert_equal 2, buffer.flush
+    end
+    assert_no_match(/no longer this worker's/, log)
+    assert_equal [ [ "succeeded", 1 ], [ "ready", 1 ], [ "ready", 0 ] ], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state, :attempts)
+    assert_equal [ jobs[2].id ], @store.claim(process_id, 3).map(&:id), "the retry waits for its time; the job recovery gave back runs"
   end
 
   # A write sent to a server that then froze gave up unanswered, landed once the server resumed, and the worker's

@@ -4,12 +4,12 @@ module Bobbin
   module Store
     # What became of a job: state "succeeded", "failed", or "ready" (or "blocked", for a job with a concurrency
     # limit) again: a retry at run_at. `concurrency_key` and `queue` are not written: finishing frees the key's
-    # slot, and a retry is announced to the workers of its queue. `attempts` (not written either) is the attempt that
-    # ran: a reclaim of the job, while its outcome waits to be written, puts it back (recovery may have given it back).
+    # slot, and a retry is announced to the workers of its queue. `attempts` is the attempt that ran: written with the
+    # outcome, and put back by a reclaim of the job while its outcome waits (recovery may have given it back).
     Outcome = Struct.new(:id, :state, :finished_at, :run_at, :error_class, :error_message, :backtrace, :concurrency_key, :queue,
                          :attempts) do
       # The members the finish statements write, in their order.
-      const_set(:WRITTEN, %i[id state finished_at run_at error_class error_message backtrace].freeze)
+      const_set(:WRITTEN, %i[id state finished_at run_at error_class error_message backtrace attempts].freeze)
     end
   end
 end

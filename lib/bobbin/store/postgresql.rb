@@ -10,14 +10,18 @@ module Bobbin
       # RETURNED's integer columns (ClaimedJob's members), which pg decodes to Integers: no String per value to parse.
       INTEGERS = %i[id attempts max_attempts crashes].freeze
 
+      # An outcome lands on a row this worker still holds: running, or given back to ready by a recovery (which clears
+      # claimed_at, as a retry written by the worker does not) and claimed by no one since. A worker judged dead while
+      # it ran the job (a network partition, a frozen host) had its finished jobs run again: its outcomes were dropped
+      # as it came back, before its heartbeat could take them back (a trial: 5 of 5).
       FINISH = <<~SQL
         UPDATE bobbin_jobs AS j SET state = o.state, finished_at = o.finished_at, run_at = COALESCE(o.run_at, j.run_at),
-          last_error_class = COALESCE(o.error_class, j.last_error_class),
+          attempts = COALESCE(o.attempts, j.attempts), last_error_class = COALESCE(o.error_class, j.last_error_class),
           last_error_message = COALESCE(o.error_message, j.last_error_message),
           last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace)
-        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[])
-          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace)
-        WHERE j.id = o.id AND j.state = 'running' AND j.claimed_by = $1
+        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[], $9::int[])
+          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace, attempts)
+        WHERE j.id = o.id AND j.claimed_by = $1 AND (j.state = 'running' OR (j.state IN ('ready', 'blocked') AND j.claimed_at IS NULL))
       SQL
 
       RELEASE = <<~SQL

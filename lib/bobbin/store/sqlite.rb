@@ -4,11 +4,15 @@ module Bobbin
   module Store
     # Bobbin's hot-path SQL for SQLite: each batch is one IMMEDIATE transaction on a connection the worker owns.
     class SQLite
+      # An outcome lands on a row this worker still holds: running, or given back to ready by a recovery (which clears
+      # claimed_at, as a retry written by the worker does not) and claimed by no one since. A worker judged dead while
+      # it ran the job (a network partition, a frozen host) had its finished jobs run again: its outcomes were dropped
+      # as it came back, before its heartbeat could take them back (a trial: 5 of 5).
       FINISH = <<~SQL
-        UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at),
+        UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at), attempts = COALESCE(?, attempts),
           last_error_class = COALESCE(?, last_error_class), last_error_message = COALESCE(?, last_error_message),
           last_error_backtrace = COALESCE(?, last_error_backtrace)
-        WHERE id = ? AND state = 'running' AND claimed_by = ?
+        WHERE id = ? AND claimed_by = ? AND (state = 'running' OR (state IN ('ready', 'blocked') AND claimed_at IS NULL))
       SQL
 
       RELEASE = <<~SQL
@@ -140,7 +144,7 @@ module Bobbin
         transaction do
           statement = db.prepare(FINISH)
           outcomes.sum do |o|
-            statement.execute(o.state, o.finished_at, o.run_at, o.error_class, o.error_message, o.backtrace, o.id, process_id)
+            statement.execute(o.state, o.finished_at, o.run_at, o.attempts, o.error_class, o.error_message, o.backtrace, o.id, process_id)
             db.changes
           end
         ensure
