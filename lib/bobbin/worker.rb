@@ -407,6 +407,7 @@ module Bobbin
         @outcomes.stop
         @heartbeat.stop
         services.each(&:join)
+        @detector&.stop # its last look reports a job that held the loop until just now: counted on its row below, not lost
         @stall_log&.flush(@writer)
         @stuck = @executor.held_ids
         release_unfinished
