@@ -167,11 +167,12 @@ class OperatorCommandsTest < Bobbin::TestCase
     status, out, = run_bobbin("queues")
     assert_equal 0, status.exitstatus
     assert_match(/\Amail\s+2\s+0\s+0\s+0\s+0\s+\d+\.\ds\s+paused$/, out.lines[1])
-    Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 10, busy: 3, rss_kb: 204_800, db_pool: 3, db_in_use: 1 })
+    Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 10, busy: 3, rss_kb: 204_800, db_pool: 3, db_in_use: 1,
+                                                                         queues: "critical,llm_*,*" })
     Bobbin::ProcessRecord.update_all(loop_lag_ms: 2.4, max_loop_lag_ms: 310.6, stalls: 2)
     status, out, = run_bobbin("processes")
     assert_equal 0, status.exitstatus
-    assert_match(/worker\s+\S+:\d+\s+fibers\s+3\/10\s+0\s+\S+s\s+200M\s+1\/3\s+2\/311\s+2$/, out.lines[1])
+    assert_match(/worker\s+\S+:\d+\s+fibers\s+3\/10\s+0\s+\S+s\s+200M\s+1\/3\s+2\/311\s+2\s+critical,llm_\*,\*$/, out.lines[1], "the queue list in its order")
 
     Bobbin::ProcessRecord.update_all(metadata: JSON.generate(mode: "fibers", quiet: true, capacity: 10, busy: 0))
     assert_match(/worker\s+\S+:\d+\s+fibers,quiet\s+0\/10\s/, run_bobbin("processes")[1].lines[1])

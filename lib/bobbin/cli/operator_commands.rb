@@ -215,12 +215,13 @@ module Bobbin
           list = Operator.processes
           return puts("no processes registered").then { 0 } if list.empty?
 
-          puts(format("%-6s %-10s %-24s %-13s %-8s %-9s %-9s %-8s %-7s %-13s %s", "ID", "KIND", "HOST:PID", "MODE", "BUSY", "RUNNING",
-                      "BEAT AGO", "RSS", "DB", "LAG/MAX MS", "STALLS"))
+          puts(format("%-6s %-10s %-24s %-13s %-8s %-9s %-9s %-8s %-7s %-13s %-7s %s", "ID", "KIND", "HOST:PID", "MODE", "BUSY", "RUNNING",
+                      "BEAT AGO", "RSS", "DB", "LAG/MAX MS", "STALLS", "QUEUES"))
           list.each do |p|
-            puts(format("%-6d %-10s %-24s %-13s %-8s %-9d %-9s %-8s %-7s %-13s %s%s", p.id, printable(p.kind), "#{printable(p.hostname)[0, 16]}:#{p.pid}", "#{printable(p.mode || '-')}#{',quiet' if p.quiet?}",
+            puts(format("%-6d %-10s %-24s %-13s %-8s %-9d %-9s %-8s %-7s %-13s %-7s %s%s", p.id, printable(p.kind), "#{printable(p.hostname)[0, 16]}:#{p.pid}", "#{printable(p.mode || '-')}#{',quiet' if p.quiet?}",
                         p.capacity ? "#{p.busy}/#{p.capacity}" : "-", p.running, duration(p.heartbeat_age), p.rss_kb ? "#{p.rss_kb / 1024}M" : "-",
-                        p.db_pool ? "#{p.db_in_use}/#{p.db_pool}" : "-", lag(p.health), p.health["stalls"] || "-", p.stale? ? "  STALE" : ""))
+                        p.db_pool ? "#{p.db_in_use}/#{p.db_pool}" : "-", lag(p.health), p.health["stalls"] || "-", printable(p.queues || "-"),
+                        p.stale? ? "  STALE" : ""))
           end
           0
         end
