@@ -463,7 +463,7 @@ module Bobbin
             WITH claimed AS (
               UPDATE bobbin_jobs SET state = 'running', claimed_by = $1, attempts = attempts + 1,
                 claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
-              WHERE id = ANY(ARRAY(#{ranks ? ranked_choice(ranks) : choice(queue_condition)}))
+              WHERE id = ANY(ARRAY(#{ranks ? ranked_choice : choice(queue_condition)}))
                 AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
               RETURNING #{RETURNED}, priority, run_at
             )
@@ -484,10 +484,8 @@ module Bobbin
         # An ordered queue list: each entry's choice, the first entry's before the next (PostgreSQL runs UNION ALL's
         # branches in turn and stops once the LIMIT is met, so a later entry's rows are not even locked then).
         # FOR UPDATE is not allowed in a UNION's branches themselves: each is a subquery.
-        def ranked_choice(ranks)
-          branches = ranks.each_with_index.map do |entry, index|
-            earlier = ranks.first(index).map { |rank| queue_term(rank) }
-            condition = "AND #{queue_term(entry)}#{" AND NOT (#{earlier.join(' OR ')})" if earlier.any?}"
+        def ranked_choice
+          branches = @selection.rank_conditions { |entry| queue_term(entry) }.each_with_index.map do |condition, index|
             "SELECT id FROM (#{choice(condition)}) AS rank#{index}"
           end
           "SELECT id FROM (#{branches.join(' UNION ALL ')}) AS ranked LIMIT $2"

@@ -32,6 +32,14 @@ module Bobbin
         ranks.size > 1 ? ranks : nil
       end
 
+      # Each rank's SQL condition, in order: its queues (`term` renders an entry's) and none of an earlier rank's.
+      def rank_conditions(&term)
+        ranks.each_with_index.map do |entry, index|
+          earlier = ranks.first(index).map(&term)
+          "AND #{term.call(entry)}#{" AND NOT (#{earlier.join(' OR ')})" if earlier.any?}"
+        end
+      end
+
       # The place of `queue` in the ranks (0 when the list's order decides nothing).
       def rank(queue)
         ranks&.index { |entry| entry == "*" || (entry.end_with?("*") ? queue.start_with?(entry.delete_suffix("*")) : entry == queue) } || 0

@@ -205,10 +205,9 @@ module Bobbin
 
         # ?1 the process, ?2 now, ?3 whether suspects may be claimed, ?4 how many.
         def claim_sql
-          ranks = @selection.ranks
           <<~SQL
             UPDATE bobbin_jobs SET state = 'running', claimed_by = ?1, attempts = attempts + 1, claimed_at = ?2, started_at = ?2
-            WHERE id IN (#{ranks ? ranked_choice(ranks) : choice(queue_condition)})
+            WHERE id IN (#{@selection.ranks ? ranked_choice : choice(queue_condition)})
             RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key, priority, run_at
           SQL
         end
@@ -224,10 +223,8 @@ module Bobbin
         end
 
         # An ordered queue list: each entry's choice, the first entry's before the next.
-        def ranked_choice(ranks)
-          branches = ranks.each_with_index.map do |entry, index|
-            earlier = ranks.first(index).map { |rank| queue_term(rank) }
-            condition = "AND #{queue_term(entry)}#{" AND NOT (#{earlier.join(' OR ')})" if earlier.any?}"
+        def ranked_choice
+          branches = @selection.rank_conditions { |entry| queue_term(entry) }.each_with_index.map do |condition, index|
             "SELECT * FROM (#{choice(condition, "id, #{index} AS rank, priority, run_at")})"
           end
           "SELECT id FROM (#{branches.join(' UNION ALL ')} ORDER BY rank, priority, run_at, id LIMIT ?4)"
