@@ -73,6 +73,15 @@ class ClaimTest < Bobbin::TestCase
     assert_equal "*", Bobbin::Store::QueueSelection.new([ "*", "later" ]).to_s, "what follows * is in it"
   end
 
+  test "an entry takes a queue by name, by prefix or as *; its rank is the first entry that takes it" do
+    selection = Bobbin::Store::QueueSelection.new([ "mail", "llm_*", "*" ])
+    assert_equal [ true, true, true ], [ "mail", "llm_chat", "other" ].map { |queue| selection.match?(queue) }
+    assert_equal [ 0, 1, 2, 1 ], [ "mail", "llm_chat", "other", "llm_" ].map { |queue| selection.rank(queue) }
+    narrow = Bobbin::Store::QueueSelection.new([ "llm_*", "mail" ])
+    assert_equal [ true, true, false, false ], [ "llm_chat", "mail", "mailer", "llm" ].map { |queue| narrow.match?(queue) }
+    assert_equal 0, Bobbin::Store::QueueSelection.new([ "llm_*" ]).rank("llm_chat"), "one entry orders nothing"
+  end
+
   test "a queue name with a quote and a backslash is selected as written" do
     odd = "it's a \\ queue"
     id = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: odd)

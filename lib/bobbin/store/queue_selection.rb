@@ -23,7 +23,7 @@ module Bobbin
       def all? = @all
 
       # True when the pool takes jobs of `queue`.
-      def match?(queue) = @all || @names.include?(queue) || @prefixes.any? { |prefix| queue.start_with?(prefix) }
+      def match?(queue) = @entries.any? { |entry| covers?(entry, queue) }
 
       # The entries whose order decides which jobs come first, when it does (two or more): the list up to its "*" (what
       # follows is in the "*"). Each is a queue name, a prefix wildcard ("llm_*") or "*".
@@ -42,7 +42,7 @@ module Bobbin
 
       # The place of `queue` in the ranks (0 when the list's order decides nothing).
       def rank(queue)
-        ranks&.index { |entry| entry == "*" || (entry.end_with?("*") ? queue.start_with?(entry.delete_suffix("*")) : entry == queue) } || 0
+        ranks&.index { |entry| covers?(entry, queue) } || 0
       end
 
       # Escapes a prefix for SQL LIKE so `_` and `%` in queue names match literally.
@@ -52,6 +52,11 @@ module Bobbin
       def like_pattern(prefix) = prefix.delete_suffix("*").gsub(/[\\%_]/) { |char| "\\#{char}" } + "%"
 
       def to_s = (ranks || (all? ? [ "*" ] : @entries)).join(",")
+
+      private
+
+      # True when one entry of the list ("*", "llm_*" or a name) takes jobs of `queue`.
+      def covers?(entry, queue) = entry.end_with?("*") ? queue.start_with?(entry.delete_suffix("*")) : entry == queue
     end
   end
 end
