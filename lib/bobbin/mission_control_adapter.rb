@@ -36,22 +36,17 @@ module Bobbin
     def resume_queue(queue_name) = Operator.resume(queue_name)
     def queue_paused?(queue_name) = QueuePause.exists?(queue: queue_name)
 
-    # Mission Control's own rule: without a limit, count at most internal_query_count_limit rows (infinity above).
+    # The jobs the relation lists (its offset and limit too). Mission Control's own rule: without a limit, count at most
+    # internal_query_count_limit rows (infinity above).
     def jobs_count(relation)
-      return mission_control_scope(relation).count if relation.limit_value_provided?
+      return listed(relation).count if relation.limit_value_provided?
 
       cap = ::MissionControl::Jobs.internal_query_count_limit + 1
-      counted = JobRecord.from(mission_control_scope(relation).select(:id).limit(cap), :capped).count
+      counted = JobRecord.from(listed(relation).select(:id).limit(cap), :capped).count
       counted == cap ? Float::INFINITY : counted
     end
 
-    def fetch_jobs(relation)
-      scope = mission_control_scope(relation)
-      column, direction = Operator::Page::ORDERS.fetch(STATES[relation.status], [ :id, :desc ])
-      scope = scope.order(column => direction, id: direction).offset(relation.offset_value)
-      scope = scope.limit(relation.limit_value) if relation.limit_value
-      scope.map { |row| job_proxy(row, relation.status) }
-    end
+    def fetch_jobs(relation) = listed(relation).map { |row| job_proxy(row, relation.status) }
 
     def find_job(job_id, relation = nil)
       row = job_row(job_id) or return
@@ -67,8 +62,8 @@ module Bobbin
 
     # "Retry/Discard all" and "… selection": the whole filtered set, in the operator's batches (Mission Control's
     # 3,000-job cap guards stores without them), so the count its notice shows is the count acted on.
-    def retry_all_jobs(relation) = Operator.retry_all(filter_of(relation), by: ACTOR)
-    def discard_all_jobs(relation) = Operator.discard_all(filter_of(relation), by: ACTOR)
+    def retry_all_jobs(relation) = Operator.retry_all(acted_on(relation), by: ACTOR)
+    def discard_all_jobs(relation) = Operator.discard_all(acted_on(relation), by: ACTOR)
 
     # "Run now", on a scheduled job (due at once) or a blocked one (let through past its concurrency limit, as Solid
     # Queue's adapter does): ready, and never later in line than it was. A limited job still scheduled (blocked, due
@@ -150,6 +145,21 @@ module Bobbin
 
       def queue_names = JobRecord.with_connection { |connection| connection.select_values(QUEUE_NAMES, "Bobbin queue names") }
 
+      # The relation's jobs in its status's order, from its offset, at most its limit: what Mission Control lists.
+      def listed(relation)
+        column, direction = Operator::Page::ORDERS.fetch(STATES[relation.status], [ :id, :desc ])
+        scope = mission_control_scope(relation).order(column => direction, id: direction).offset(relation.offset_value)
+        relation.limit_value_provided? ? scope.limit(relation.limit_value) : scope
+      end
+
+      # What a bulk action acts on: every job the relation selects; of a paged one (`limit`, `offset`), the jobs it
+      # lists. Its scheduled_at and recurring task too: an action that dropped them, as a limit and an offset, retried
+      # or discarded every failed job (a review).
+      def acted_on(relation)
+        scope = mission_control_scope(relation)
+        relation.paginated? ? scope.where(id: listed(relation).pluck(:id)) : scope
+      end
+
       def mission_control_scope(relation)
         scope = filter_of(relation).scope
         scope = scope.where(run_at: relation.scheduled_at) if relation.scheduled_at
@@ -166,8 +176,14 @@ module Bobbin
                              process_id: relation.worker_id, **window(:enqueued, relation.enqueued_at), **window(:finished, relation.finished_at))
       end
 
-      # A Mission Control date range (either end may be open) as the filter's NAME_after and NAME_before (exclusive).
-      def window(name, range) = range ? { "#{name}_after": range.begin, "#{name}_before": range.end } : {}
+      # A Mission Control date range (either end may be open) as the filter's NAME_after and NAME_before (exclusive:
+      # an inclusive range's end, as its pages make, reaches a microsecond further, the precision both databases keep).
+      def window(name, range)
+        return {} unless range
+
+        last = range.end && !range.exclude_end? ? range.end + Rational(1, 1_000_000) : range.end
+        { "#{name}_after": range.begin, "#{name}_before": last }
+      end
 
       # Active Job jobs are found by their job id; Bobbin::Job rows (no Active Job id) by "bobbin-ID".
       def job_row(job_id)

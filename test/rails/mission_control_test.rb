@@ -250,4 +250,52 @@ class MissionControlTest < BrowserTestCase
       end
     end
   end
+
+  # Mission Control's Ruby API (`ActiveJob.jobs`, as in a console): a bulk action covers exactly what the relation
+  # lists. Its scheduled_at, recurring task, limit and offset were dropped from the action: each discarded or retried
+  # every failed job (a review, 2 of 2).
+  test "Mission Control's discard_all, retry_all and count on a relation narrowed by scheduled_at, a recurring task, limit or offset cover exactly its jobs" do
+    with_mission_control
+    File.write(app.path("tmp/mc_narrowed.rb"), <<~RUBY) # a file: an error in it is shown with its line, not as a bad command
+
+      Bobbin::JobRecord.delete_all
+      Bobbin::RecurringRun.delete_all
+      now = Time.now.utc.floor
+      failed = ->(name, finished, run_at = now) do
+        Bobbin::JobRecord.create!(queue: "default", class_name: "FlakyJob", arguments: [ name ].to_json, priority: 0, state: "failed",
+                                  run_at: run_at, attempts: 1, max_attempts: 1, enqueued_at: now, finished_at: finished).id
+      end
+      ids = Array.new(6) { |i| failed.("plain-\#{i}", now - i) } # finished newest first: Mission Control lists failed jobs so
+      early = [ failed.("early-0", now - 60, now - 7200), failed.("early-1", now - 61, now - 7200) ]
+      nightly = [ failed.("nightly-0", now - 62), failed.("nightly-1", now - 63) ]
+      nightly.each_with_index { |id, i| Bobbin::RecurringRun.create!(task_key: "nightly", run_at: now - 86_400 * (i + 1), job_id: id, created_at: now) }
+      state = -> { Bobbin::JobRecord.order(:id).pluck(:id, :state).to_h }
+      jobs = ActiveJob::Base.jobs.failed
+      out = { "ids" => ids, "early" => early, "nightly" => nightly }
+      out["scheduled_count"] = jobs.where(scheduled_at: (now - 3 * 3600)..(now - 3600)).count
+      jobs.where(scheduled_at: (now - 3 * 3600)..(now - 3600)).discard_all
+      out["after_scheduled"] = state.()
+      jobs.where(recurring_task_id: "nightly").retry_all
+      out["after_recurring"] = state.()
+      out["limited_count"] = [ jobs.limit(3).count, jobs.offset(4).count, jobs.limit(3).offset(4).count ]
+      out["listed"] = jobs.limit(2).offset(1).map(&:provider_job_id)
+      jobs.limit(2).offset(1).discard_all
+      out["after_paged"] = state.()
+      jobs.offset(3).retry_all
+      out["after_offset"] = state.()
+      puts out.to_json
+    RUBY
+    result = JSON.parse(app.run!("bin/rails", "runner", "tmp/mc_narrowed.rb").lines.last)
+    ids, early, nightly = result.values_at("ids", "early", "nightly")
+    states = ->(key) { result[key].transform_keys(&:to_i) }
+    assert_equal 2, result["scheduled_count"]
+    assert_equal early.to_h { [ _1, "discarded" ] }, states.("after_scheduled").select { |_, state| state != "failed" }
+    assert_equal nightly.to_h { [ _1, "ready" ] }, states.("after_recurring").select { |_, state| state == "ready" }
+    assert_equal ids.to_h { [ _1, "failed" ] }, states.("after_recurring").slice(*ids), "the six others still failed"
+    assert_equal [ 3, 2, 2 ], result["limited_count"], "six failed: three of them, the two from the fifth, two from the fifth"
+    assert_equal ids[1, 2], result["listed"], "newest finished first, from the second"
+    assert_equal ids[1, 2].to_h { [ _1, "discarded" ] }, states.("after_paged").slice(*ids).select { |_, state| state == "discarded" }
+    assert_equal [ ids[5] ], states.("after_offset").slice(*ids).select { |_, state| state == "ready" }.keys,
+                 "four failed left (0, 3, 4, 5): from the fourth, the oldest"
+  end
 end

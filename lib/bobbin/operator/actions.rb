@@ -24,7 +24,8 @@ module Bobbin
       # Gives up on job `id` if failed or waiting; true if it did. The row stays for inspection.
       def discard(id, by:) = discard_ids([ id ], by) == 1
 
-      # Retries every failed or discarded job `filter` selects, BATCH rows per statement; returns how many.
+      # Retries every failed or discarded job `filter` selects, BATCH rows per statement; returns how many. `filter`: a
+      # Filter, its criteria as a Hash, or a relation of JobRecord (what an adapter such as Mission Control's selects).
       def retry_all(filter, by:) = in_batches(filter, RETRYABLE) { |ids, selected| retry_ids(ids, by, selected) }
 
       # Discards every failed or waiting job `filter` selects, BATCH rows per statement; returns how many.
@@ -93,8 +94,7 @@ module Bobbin
       # Walks the filter's jobs in `states` by id, one batch of ids per read and one UPDATE per batch, guarded by the
       # filter again (yields the ids and the filter's relation).
       def in_batches(filter, states)
-        filter = Filter.from(filter)
-        relation = filter.scope.where(state: states)
+        relation = (filter.is_a?(ActiveRecord::Relation) ? filter : Filter.from(filter).scope).where(state: states)
         done = 0
         last = 0
         loop do
