@@ -79,7 +79,7 @@ module Bobbin
       @thread_lane = 2
       @offload_threads = 4
       @logger = default_logger
-      @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1, polling_interval: @polling_interval) ]
+      @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1) ]
       @perform_hooks = []
       @recurring_tasks = {}
     end

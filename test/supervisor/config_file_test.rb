@@ -57,9 +57,23 @@ class ConfigFileTest < Bobbin::TestCase
     assert_equal "rails", Bobbin::ConfigFile.environment
     ENV["BOBBIN_ENV"] = "bobbin"
     assert_equal "bobbin", Bobbin::ConfigFile.environment
+    ENV["BOBBIN_ENV"] = ""
+    assert_equal "rails", Bobbin::ConfigFile.environment, "an empty variable is not set (as in the Railtie)"
   ensure
     names.each { |name| ENV.delete(name) }
     ENV.update(saved)
+  end
+
+  test "a polling_interval set in Ruby after the pools were made reaches the pools that did not set their own, and their workers" do
+    Bobbin.configure { |c| c.polling_interval = 0.05 }
+    assert_equal [ 0.05 ], Bobbin.config.pools.map(&:polling_interval), "the default pool"
+    assert_equal 0.05, Bobbin::Worker.new(**Bobbin.config.pools.first.worker_options).polling_interval
+
+    Bobbin.configure { |c| c.workers = [ { queues: [ "chat" ], fibers: 3 }, { queues: [ "cpu" ], threads: 1, polling_interval: 5 } ] }
+    Bobbin.configure { |c| c.polling_interval = 0.2 }
+    assert_equal [ 0.2, 5.0 ], Bobbin.config.pools.map(&:polling_interval)
+    assert_equal [ 0.2, 5.0 ], Bobbin.config.pools.map { |pool| Bobbin::Worker.new(**pool.worker_options).polling_interval }
+    assert_equal({ "queues" => [ "chat" ], "fibers" => 3, "processes" => 1 }, Bobbin.config.pools.first.settings, "its own settings only")
   end
 
   test "both fibers and threads in one pool names the pool" do

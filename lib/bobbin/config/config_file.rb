@@ -25,8 +25,9 @@ module Bobbin
     # then does not load it again over config.bobbin's settings).
     def loaded?(path) = @loaded.include?(File.expand_path(path))
 
-    # The environment whose section applies: BOBBIN_ENV, RAILS_ENV, RACK_ENV, else development.
-    def environment = ENV["BOBBIN_ENV"] || ENV["RAILS_ENV"] || ENV["RACK_ENV"] || "development"
+    # The environment whose section applies: BOBBIN_ENV, RAILS_ENV, RACK_ENV, else development; an empty variable is
+    # not set (`BOBBIN_ENV=` ran the default pool on every queue, its section skipped, under RACK_ENV=production).
+    def environment = ENV.values_at("BOBBIN_ENV", "RAILS_ENV", "RACK_ENV").find { |name| name && !name.empty? } || "development"
 
     # Loads `path` into Bobbin.config (settings, and pools when the section lists them); returns the pools.
     # `optional`: a file without a section for `env` changes nothing (a Rails app boots in every environment; only
@@ -41,10 +42,8 @@ module Bobbin
       unknown = section.keys - KEYS
       raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?
 
-      return keep_pools { apply_settings(section, where) } unless section.key?("workers")
-
       apply_settings(section, where)
-      Bobbin.config.use_workers(section["workers"], where: "#{where}.workers")
+      section.key?("workers") ? Bobbin.config.use_workers(section["workers"], where: "#{where}.workers") : Bobbin.config.pools
     end
 
     # Raises unless `path` is a file: `bobbin start -c` checks before it boots, so a mistyped path is named first.
@@ -70,18 +69,6 @@ module Bobbin
       document.fetch(env) do
         raise ConfigurationError, "#{path}: no #{env.inspect} section (found: #{document.keys.join(', ')})"
       end.then { |section| section.is_a?(Hash) ? section : raise(ConfigurationError, "#{path}: #{env} must be a mapping") }
-    end
-
-    # Applies a settings-only section over the pools already configured. A pool takes polling_interval from the
-    # settings when it is defined, so the pools that had the old one (the default pool's 1 s) follow the section's.
-    def keep_pools
-      before = Bobbin.config.polling_interval
-      yield
-      after = Bobbin.config.polling_interval
-      return Bobbin.config.pools if after == before
-
-      pools = Bobbin.config.pools.map { |pool| pool.polling_interval == before ? pool.with(polling_interval: after) : pool }
-      Bobbin.config.use_workers(pools.map(&:settings))
     end
 
     # All settings at once, so heartbeat_interval and process_alive_threshold are checked as a pair.

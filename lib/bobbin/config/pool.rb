@@ -18,7 +18,7 @@ module Bobbin
 
       new(queues: queues(hash.fetch("queues", [ "*" ]), where), **mode(hash, where),
           processes: Setting.count(hash.fetch("processes", 1), "#{where}.processes"),
-          polling_interval: Setting.check(:polling_interval, hash.fetch("polling_interval", Bobbin.config.polling_interval), "#{where}.polling_interval"),
+          polling_interval: (Setting.check(:polling_interval, hash["polling_interval"], "#{where}.polling_interval") if hash.key?("polling_interval")),
           **fiber_options(hash, where))
     end
 
@@ -30,7 +30,11 @@ module Bobbin
     end
 
     # Positional construction keeps working for callers that predate the fiber options.
-    def initialize(queues:, mode:, size:, processes:, polling_interval:, stall_threshold: nil, thread_lane: nil) = super
+    def initialize(queues:, mode:, size:, processes:, polling_interval: nil, stall_threshold: nil, thread_lane: nil) = super
+
+    # The pool's own, else Bobbin.config's as it is when read: `Bobbin.configure { |c| c.polling_interval = 0.05 }` (or
+    # config.bobbin's) after the default pool was made reached the setting and not the pool (a review).
+    def polling_interval = super || Bobbin.config.polling_interval
 
     def self.queues(value, where)
       list = value.is_a?(String) ? value.split(",").map(&:strip) : value
@@ -50,13 +54,13 @@ module Bobbin
 
     # Keyword arguments for Worker.new.
     def worker_options
-      options = { queues: queues, mode => size, polling_interval: polling_interval }
+      options = { queues: queues, mode => size, polling_interval: to_h[:polling_interval] }.compact
       mode == :fibers ? options.merge(stall_threshold: stall_threshold, thread_lane: thread_lane).compact : options
     end
 
     # The pool as the Hash `parse` takes back.
     def settings
-      { "queues" => queues, mode.to_s => size, "processes" => processes, "polling_interval" => polling_interval,
+      { "queues" => queues, mode.to_s => size, "processes" => processes, "polling_interval" => to_h[:polling_interval],
         "stall_threshold" => stall_threshold, "thread_lane" => thread_lane }.compact
     end
 
