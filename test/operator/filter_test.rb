@@ -71,6 +71,21 @@ class OperatorFilterTest < Bobbin::TestCase
     assert_match(/finished_after must be an ISO 8601 time/, assert_raises(ArgumentError) { ids(finished_after: "yesterday") }.message)
     assert_match(/process_id must be a number/, assert_raises(ArgumentError) { ids(process_id: "x") }.message)
     assert_match(/bad page cursor/, assert_raises(ArgumentError) { Bobbin::Operator.jobs({ state: "failed" }, cursor: "nope") }.message)
+    [ "300000-01-01T00:00:00Z", "-4714-01-01T00:00:00Z" ].each do |far|
+      assert_match(/enqueued_after must be an ISO 8601 time in years 1 to 9999/, assert_raises(ArgumentError) { ids(enqueued_after: far) }.message)
+      assert_match(/bad page cursor/, assert_raises(ArgumentError) { Bobbin::Operator.jobs({ state: "failed" }, cursor: "#{far},1") }.message)
+    end
+    assert_raises(ArgumentError) { ids(finished_before: Time.utc(300_000)) }
+  end
+
+  test "a filter's times keep their fraction in its links and forms, so a bulk action covers the jobs its page listed" do
+    noon = Time.utc(2026, 1, 1, 12)
+    early, late = insert_jobs(2, **failed_attributes, enqueued_at: ->(i) { noon + [ 0.1, 0.9 ][i] })
+    filter = Bobbin::Operator::Filter.from(state: "failed", enqueued_after: "2026-01-01T12:00:00.5Z", enqueued_before: "2026-01-01T13:00:00Z")
+    assert_equal({ state: "failed", enqueued_after: "2026-01-01T12:00:00.500000Z", enqueued_before: "2026-01-01T13:00:00Z" }, filter.to_h)
+    assert_equal [ late ], Bobbin::Operator.jobs(filter).jobs.map(&:id)
+    assert_equal 1, Bobbin::Operator.retry_all(filter.to_h, by: "test"), "the form's fields: the listed job alone"
+    assert_equal [ "failed", "ready" ], Bobbin::JobRecord.where(id: [ early, late ]).order(:id).pluck(:state)
   end
 
   test "blank values are ignored, as an empty form field sends them" do

@@ -14,6 +14,14 @@ module Bobbin
 
       attr_reader(*KEYS)
 
+      # A Time, or an ISO 8601 time, in years 1 to 9999 (raises ArgumentError otherwise): the databases' range, within which a
+      # time is stored and compared. Year 300000 parsed, then failed in PostgreSQL (a 500 on the dashboard, a
+      # backtrace from the CLI).
+      def self.parse_time(value)
+        time = value.is_a?(Time) ? value.getutc : Time.iso8601(value.to_s).utc
+        (1..9999).cover?(time.year) ? time : raise(ArgumentError, "out of range")
+      end
+
       # A Filter from `params` (a Filter is returned as it is); blank values are ignored.
       def self.from(params)
         return params if params.is_a?(Filter)
@@ -35,7 +43,7 @@ module Bobbin
       end
 
       # The criteria given, as a Hash of strings (for links and forms).
-      def to_h = KEYS.filter_map { |key| send(key)&.then { |value| [ key, value.respond_to?(:iso8601) ? value.iso8601 : value.to_s ] } }.to_h
+      def to_h = KEYS.filter_map { |key| send(key)&.then { |value| [ key, value.is_a?(Time) ? iso8601(value) : value.to_s ] } }.to_h
 
       # This filter with `changes` (keys as in KEYS).
       def merge(changes) = Filter.new(**to_h.transform_keys(&:to_sym).merge(changes.transform_keys(&:to_sym)).compact)
@@ -92,12 +100,14 @@ module Bobbin
           raise ArgumentError, "#{key} must be a number, not #{value.inspect}"
         end
 
-        def time(key, value)
-          return value&.utc if value.nil? || value.is_a?(Time)
+        # A time as a link or a form carries it: its fraction too, else the form's bulk action covered jobs of the
+        # same second that the page did not list (a review).
+        def iso8601(time) = time.iso8601(time.subsec.zero? ? 0 : 6)
 
-          Time.iso8601(value.to_s).utc
+        def time(key, value)
+          value.nil? ? nil : Filter.parse_time(value)
         rescue ArgumentError
-          raise ArgumentError, "#{key} must be an ISO 8601 time (2026-01-31T12:00:00Z), not #{value.inspect}"
+          raise ArgumentError, "#{key} must be an ISO 8601 time in years 1 to 9999 (2026-01-31T12:00:00Z), not #{value.inspect}"
         end
     end
   end

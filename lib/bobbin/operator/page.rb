@@ -51,7 +51,7 @@ module Bobbin
         return [ nil, Integer(cursor) ] if column == :id
 
         time, id = cursor.to_s.split(",", 2)
-        [ Time.iso8601(time).utc, Integer(id) ]
+        [ Filter.parse_time(time), Integer(id) ]
       rescue ArgumentError, TypeError
         raise ArgumentError, "bad page cursor #{cursor.inspect}"
       end
