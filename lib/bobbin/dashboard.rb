@@ -52,8 +52,15 @@ module Bobbin
       @read_only = read_only
       # Not Rails.env: it says "development" when nothing is set.
       @environments = (environment ? [ environment ] : ENV.values_at("BOBBIN_ENV", "RAILS_ENV", "RACK_ENV")).compact.map(&:to_s).reject(&:empty?).uniq
+      if secret && secret.bytesize < 64 # Roda's own error, a backtrace, said nothing of where the secret came from
+        raise ConfigurationError, "the dashboard's secret (BOBBIN_DASHBOARD_SECRET) must be at least 64 bytes, got #{secret.bytesize}: " \
+                                  "`openssl rand -hex 64` makes one"
+      end
       @app = App.configured(self, secret || SecureRandom.hex(64))
     end
+
+    # Why it would refuse every request, with no auth hook outside development and test, or nil.
+    def unguarded = (@auth || local_environment?) ? nil : "the dashboard needs an auth hook outside development and test (#{environment_said})"
 
     def call(env) = @app.call(env)
 
@@ -77,13 +84,14 @@ module Bobbin
 
       def local_environment? = @environments.all? { |name| LOCAL.include?(name) }
 
+      def environment_said = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set"
+
       def auth_missing(request)
-        this = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set"
         why = if local_environment?
           "Without an auth hook the Bobbin dashboard serves only requests from this machine to localhost, with no proxy in between " \
-            "(#{this}, and the request does not come from this machine, or names another host, or came through a proxy)."
+            "(#{environment_said}, and the request does not come from this machine, or names another host, or came through a proxy)."
         else
-          "The Bobbin dashboard needs an auth hook outside development and test (#{this})."
+          "The Bobbin #{unguarded}."
         end
         "#{why} " \
           "Configure one: Bobbin::Dashboard.new(auth: ->(request) { request.env[\"warden\"]&.user&.admin? }), or in Rails mount it inside " \

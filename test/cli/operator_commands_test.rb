@@ -246,6 +246,14 @@ class DashboardCommandTest < Bobbin::TestCase
     assert_match(/bobbin dashboard on 0\.0\.0\.0 is reachable from other machines: give it --auth-token TOKEN/, err)
   end
 
+  # It started, then refused every page with 403 (a review); a short secret ended in Roda's backtrace.
+  test "in production without a token, or with a short BOBBIN_DASHBOARD_SECRET, it refuses to start, saying why" do
+    assert_config_exit(run_bobbin("dashboard", "--port", closed_port.to_s, env: { "RACK_ENV" => "production" }),
+                       /\Abobbin: bobbin dashboard: the dashboard needs an auth hook outside development and test \(this is production\): give it --auth-token TOKEN/)
+    assert_config_exit(run_bobbin("dashboard", "--port", closed_port.to_s, env: { "RACK_ENV" => "development", "BOBBIN_DASHBOARD_SECRET" => "short" }),
+                       /\Abobbin: the dashboard's secret \(BOBBIN_DASHBOARD_SECRET\) must be at least 64 bytes, got 5/)
+  end
+
   # `--auth-token --port 9399` served on 0.0.0.0:9292 with the password "--port" (a trial).
   # A trailing `--auth-token` with no value exited 78, as if the configuration were wrong (a trial).
   test "an --auth-token without its value, or words left over, stop it with a usage error" do

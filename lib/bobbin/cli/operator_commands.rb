@@ -55,7 +55,12 @@ module Bobbin
       # Serves Bobbin::Dashboard with Rack's own server (WEBrick or Puma when installed) until INT/TERM.
       def dashboard(argv)
         options = serve_options("dashboard", 9292, argv) { |o, opts| o.on("--read-only", "show, never change") { opts[:read_only] = true } }
-        serve("dashboard", options) { |auth| Dashboard.new(auth: auth, read_only: options[:read_only]) }
+        serve("dashboard", options) do |auth|
+          Dashboard.new(auth: auth, read_only: options[:read_only]).tap do |app|
+            # Not a server that refuses every page: without --auth-token in production it started, then said 403 (a review).
+            raise ConfigurationError, "bobbin dashboard: #{app.unguarded}: give it --auth-token TOKEN (HTTP basic auth)" if app.unguarded
+          end
+        end
       end
 
       # Serves the Prometheus exposition (Bobbin::Metrics) on every path until INT/TERM.
