@@ -158,6 +158,14 @@ class OperatorStatsTest < Bobbin::TestCase
     end
   end
 
+  test "a process row whose metadata is not a JSON object still lists, without its details" do
+    ids = [ "null", "[1]", "not json", '{"mode":"fibers"}' ].map do |metadata|
+      Bobbin::ProcessRecord.register(kind: "worker", name: "odd").id.tap { |id| Bobbin::ProcessRecord.where(id: id).update_all(metadata: metadata) }
+    end
+    views = Bobbin::Operator::ProcessView.all.select { |view| ids.include?(view.id) }
+    assert_equal [ nil, nil, nil, "fibers" ], views.sort_by(&:id).map(&:mode)
+  end
+
   test "processes show a live worker's pool, busy jobs, memory and connections from its heartbeat" do
     log = ENV["BOBBIN_TEST_LOG"] || File::NULL
     pids = []

@@ -45,7 +45,8 @@ module Bobbin
         @record = record
         @running = running
         @now = now
-        @metadata = JSON.parse(record.metadata.to_s) rescue {} # a row from a newer or broken writer still lists
+        # A row from a newer or broken writer still lists: JSON that is not an object (null, a list) too.
+        @metadata = (JSON.parse(record.metadata.to_s) rescue nil).then { |parsed| parsed.is_a?(Hash) ? parsed : {} }
       end
 
       def id = record.id
