@@ -357,9 +357,9 @@ module Bobbin
       end
 
       # Runs `job` and hands its outcome to the writer (a failure, should working it out raise). A job that ends its
-      # own thread (Thread.exit, Thread#kill: no exception, only `ensure` blocks run) fails or retries as if it had
-      # raised, instead of staying claimed with no outcome; a thread the executor killed (a job that ignored its
-      # interrupt at shutdown) is released instead.
+      # own thread or fiber (Thread.exit, Thread#kill, Fiber#kill: no exception, only `ensure` blocks run) fails or
+      # retries as if it had raised, instead of staying claimed with no outcome; a thread the executor killed (a job
+      # that ignored its interrupt at shutdown) is released instead.
       def perform(job)
         outcome = begin
           @execution.call(job)
@@ -370,7 +370,7 @@ module Bobbin
         end
         @outcomes << outcome
       ensure
-        @outcomes << @execution.killed(job) if outcome.nil? && Thread.current.status == "aborting" && !@executor.interrupted?(job.id)
+        @outcomes << @execution.killed(job) if outcome.nil? && $!.nil? && !@executor.interrupted?(job.id)
       end
 
       # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.

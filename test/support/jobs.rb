@@ -182,6 +182,7 @@ class ExitJob
     when "shutdown" then raise Bobbin::Worker::Shutdown
     when "thread_exit" then Thread.exit
     when "thread_kill" then Thread.current.kill
+    when "fiber_kill" then Fiber.current.kill
     end
   end
 end

@@ -100,12 +100,26 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_equal 0.5, Class.new(FlakyJob) { bobbin_options backoff: 0.5 }.bobbin_options[:backoff]
   end
 
+  # It stayed running with no outcome, and its slot's loop ended with it: a pool of one claimed the next job and never
+  # ran it, while heartbeating (a review). In a thread, the thread ends: joining it aborts Ruby 3.4 ([BUG] thread_join).
+  %w[fibers threads].each do |mode|
+    test "a job that kills its own fiber fails alone, and a #{mode} pool of one goes on" do
+      ids = Array.new(2) { ExitJob.enqueue("fiber_kill") }
+      LedgerJob.enqueue("after-fiber-kill-#{mode}")
+      drain_within(mode.to_sym => 1)
+      assert_equal [ [ "failed", "Bobbin::ThreadKilled" ] ] * 2, ids.map { |id| state_of(id) }
+      assert_match(/ended its own thread or fiber/, Bobbin::JobRecord.find(ids.first).last_error_message)
+      assert LedgerEntry.exists?(key: "after-fiber-kill-#{mode}"), "the job after them ran on the same single slot"
+      assert_equal [ "failed", "succeeded" ], Bobbin::JobRecord.distinct.order(:state).pluck(:state), "nothing left running or claimed"
+    end
+  end
+
   test "a thread-lane job that ends its thread fails alone; the lane keeps its thread" do
     ids = %w[thread_exit thread_kill thread_exit].map { |how| LaneExitJob.enqueue(how) }
     LedgerJob.enqueue("after")
     drain_within(fibers: 2, thread_lane: 1)
     assert_equal [ [ "failed", "Bobbin::ThreadKilled" ] ] * 3, ids.map { |id| state_of(id) }
-    assert_match(/\ALaneExitJob \d+ ended its own thread \(Thread.exit or Thread#kill\)\z/, Bobbin::JobRecord.find(ids.first).last_error_message)
+    assert_match(/\ALaneExitJob \d+ ended its own thread or fiber \(Thread.exit, Thread#kill or Fiber#kill\)\z/, Bobbin::JobRecord.find(ids.first).last_error_message)
     assert LedgerEntry.exists?(key: "after")
   end
 

@@ -59,9 +59,10 @@ module Bobbin
         error_outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
       end
 
-      # The outcome of `job`, which ended its own thread (Thread.exit, Thread#kill) while it ran: a failure like any other.
+      # The outcome of `job`, which ended its own thread or fiber (Thread.exit, Thread#kill, Fiber#kill) while it ran: a
+      # failure like any other.
       def killed(job)
-        error = ThreadKilled.new("#{job.class_name} #{job.id} ended its own thread (Thread.exit or Thread#kill)")
+        error = ThreadKilled.new("#{job.class_name} #{job.id} ended its own thread or fiber (Thread.exit, Thread#kill or Fiber#kill)")
         job.attempts < job.max_attempts ? retried(job, @classes[job.class_name], error) : failed(job, error)
       end
 

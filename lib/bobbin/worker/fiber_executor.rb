@@ -94,16 +94,31 @@ module Bobbin
         end
 
         def start_fibers(task)
-          @capacity.times { task.async { work_loop } }
+          @capacity.times { task.async { guarded_loop(task) } }
         rescue FiberError => error
           raise ConfigurationError, "could not create #{@capacity} fibers (#{error.message}); lower fibers: for this pool"
+        end
+
+        # A job that ended its own fiber (Fiber#kill: no exception, only `ensure` blocks run; Worker#perform recorded
+        # the job) ended the slot's loop with it: another fiber takes its place, starting clean, so the pool keeps its
+        # size. One such job per slot left a pool of 1 claiming jobs it never ran (a review). A loop ended by an
+        # exception (the stop at shutdown) or by the closed line is not replaced.
+        def guarded_loop(task, storage = Fiber.current.storage)
+          work_loop(storage)
+          done = true
+        ensure
+          return if done || $! || @queue.closed?
+
+          task.async do
+            start_clean(storage)
+            guarded_loop(task, storage)
+          end
         end
 
         # A fiber takes queued jobs without waiting, so jobs that never wait (noop, CPU) would run back to back and
         # keep the loop from turning until the line is empty: the claim loop could send its next claim only then, and
         # every claim's round trip left the pool idle. Between two jobs the fiber lets the loop turn once.
-        def work_loop
-          storage = Fiber.current.storage
+        def work_loop(storage)
           while (item = @queue.pop)
             run_one(*item)
             start_clean(storage)

@@ -28,14 +28,17 @@ module Bobbin
       private
         def guarded_loop
           work_loop
+          done = true
         rescue Shutdown
-          nil
+          done = true
         ensure
-          replace(Thread.current) if Thread.current.status == "aborting" && !@queue.closed?
+          replace(Thread.current) unless done || @queue.closed?
         end
 
-        # A job ended its own thread (Thread.exit; Worker#perform recorded the job): another takes its place, so the
-        # pool keeps its size. Threads the executor killed itself (kill_stuck, at shutdown) are not replaced.
+        # A job ended its own thread (Thread.exit, Thread#kill, or Fiber#kill of the thread's own fiber; Worker#perform
+        # recorded the job): another takes its place, so the pool keeps its size, and the dead one leaves @threads, never
+        # joined (Ruby 3.4 aborts, [BUG] thread_join, joining a thread whose root fiber was killed). Threads the
+        # executor killed itself (kill_stuck, at shutdown) are not replaced.
         def replace(dead)
           @lock.synchronize do
             index = @threads.index(dead) unless @killing
