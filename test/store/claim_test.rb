@@ -82,6 +82,14 @@ class ClaimTest < Bobbin::TestCase
     assert_equal 0, Bobbin::Store::QueueSelection.new([ "llm_*" ]).rank("llm_chat"), "one entry orders nothing"
   end
 
+  test "a wildcard takes the queues that start with its prefix, in the prefix's case, its characters taken literally" do
+    ids = [ "mailers", "MAILERS", "Mailbox", "other", "a*bc", "aXbc", "q?[x" ].map { |queue| [ queue, Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: queue) ] }.to_h
+    assert_equal [ ids["mailers"] ], store([ "mail*" ]).claim(@process_id, 10).map(&:id)
+    @store.close
+    assert_equal [ ids["a*bc"], ids["q?[x"] ], store([ "a*b*", "q?[*" ]).claim(@process_id, 10).map(&:id).sort
+    assert_equal [ true, false, false ], [ "mailers", "MAILERS", "Mailbox" ].map { |queue| Bobbin::Store::QueueSelection.new([ "mail*" ]).match?(queue) }
+  end
+
   test "a queue name with a quote and a backslash is selected as written" do
     odd = "it's a \\ queue"
     id = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: odd)

@@ -51,6 +51,11 @@ module Bobbin
       # The LIKE pattern of a prefix (or a wildcard entry: its "*" is dropped).
       def like_pattern(prefix) = prefix.delete_suffix("*").gsub(/[\\%_]/) { |char| "\\#{char}" } + "%"
 
+      # SQLite's GLOB pattern of a prefix (or a wildcard entry): GLOB, unlike SQLite's LIKE, tells case apart, as
+      # PostgreSQL's LIKE and `match?` do (on SQLite `mail*` took MAILERS and Mailbox too: a review). `*`, `?` and
+      # `[` in a name match literally, each in brackets.
+      def glob_pattern(prefix) = prefix.delete_suffix("*").gsub(/[*?\[]/) { |char| "[#{char}]" } + "*"
+
       def to_s = (ranks || (all? ? [ "*" ] : @entries)).join(",")
 
       private

@@ -244,14 +244,14 @@ module Bobbin
 
           terms = []
           terms << "queue IN (#{@selection.names.map { |name| literal(name) }.join(', ')})" if @selection.names.any?
-          @selection.like_patterns.each { |pattern| terms << "queue LIKE #{literal(pattern)} ESCAPE '\\'" }
+          @selection.prefixes.each { |prefix| terms << "queue GLOB #{literal(@selection.glob_pattern(prefix))}" }
           "AND (#{terms.join(' OR ')})"
         end
 
         def queue_term(entry)
           return "1" if entry == "*"
 
-          entry.end_with?("*") ? "queue LIKE #{literal(@selection.like_pattern(entry))} ESCAPE '\\'" : "queue = #{literal(entry)}"
+          entry.end_with?("*") ? "queue GLOB #{literal(@selection.glob_pattern(entry))}" : "queue = #{literal(entry)}"
         end
 
         def literal(text) = "'#{text.gsub("'", "''")}'"
