@@ -17,6 +17,20 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal [ 2, 180.0 ], Bobbin::JobRecord.where(concurrency_key: "LimitedJob/a").pick(:concurrency_limit, :concurrency_duration)
   end
 
+  # On SQLite each waiting job's own limit counted, on PostgreSQL the first waiting one's: a looser job went ahead of
+  # the key's older waiting job on one database only (a review).
+  test "jobs of one key with different limits: the first waiting job's limit decides, and none goes ahead of it" do
+    ids = [ StrictSharedJob, StrictSharedJob, LooseSharedJob, LooseSharedJob, LooseSharedJob ].map { |job| job.enqueue("x") }
+    assert_equal %w[ready blocked blocked blocked blocked], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state)
+    Bobbin::JobRecord.where(id: ids.first).update_all(state: "succeeded")
+    Bobbin::Store.promote_keys([ "shared/x" ])
+    assert_equal %w[succeeded ready blocked blocked blocked], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state)
+    Bobbin::JobRecord.where(id: ids[1]).update_all(state: "succeeded")
+    Bobbin::Store.promote_keys([ "shared/x" ])
+    assert_equal %w[succeeded succeeded ready ready ready], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:state),
+                 "the looser jobs at the head: three slots"
+  end
+
   test "a finished holder lets the next waiting job of its key through, and the worker runs it" do
     ConcurrencyCounter.add_keys(%w[a])
     5.times { |i| LimitedJob.enqueue("a", i) }

@@ -304,6 +304,18 @@ class LimitedJob
   def perform(key, number) = ConcurrencyCounter.record(key, number)
 end
 
+# Two classes sharing one concurrency key ("shared/…") with different limits.
+class StrictSharedJob
+  include Bobbin::Job
+  bobbin_options retries: 0, concurrency: { to: 1, key: ->(key) { key }, group: "shared" }
+
+  def perform(_key) = nil
+end
+
+class LooseSharedJob < StrictSharedJob
+  bobbin_options concurrency: { to: 3, key: ->(key) { key }, group: "shared" }
+end
+
 # Per-key running counts, kept in the database so every worker process shares them.
 module ConcurrencyCounter
   module_function

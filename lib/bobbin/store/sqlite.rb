@@ -61,12 +61,15 @@ module Bobbin
       SQL
 
       # Slot holders: jobs of the key that are ready (promoted, about to be claimed) or running for less than
-      # their duration (a holder whose process hangs or vanished frees its slot then).
+      # their duration (a holder whose process hangs or vanished frees its slot then). The limit is the first waiting
+      # job's, as on PostgreSQL: with each row's own, a later job of a looser limit (a deploy that changed `to:`)
+      # went ahead of the key's older waiting jobs here and not there (a review).
       PROMOTE = <<~SQL
         UPDATE bobbin_jobs SET state = 'ready'
         WHERE id IN (
           SELECT id FROM (
-            SELECT id, concurrency_key AS key, concurrency_limit AS lim,
+            SELECT id, concurrency_key AS key,
+                   first_value(concurrency_limit) OVER (PARTITION BY concurrency_key ORDER BY priority, run_at, id) AS lim,
                    row_number() OVER (PARTITION BY concurrency_key ORDER BY priority, run_at, id) AS place
             FROM bobbin_jobs
             WHERE state = 'blocked' AND run_at <= ?1 AND concurrency_key IN (SELECT value FROM json_each(?2))
