@@ -247,10 +247,11 @@ module Bobbin
     end
 
     # Promotes blocked jobs whose key has a free slot, for every key with due blocked jobs: slots freed by a
-    # holder's duration running out, a crash, or a retry coming due. Returns how many jobs it promoted.
+    # holder's duration running out, a crash, or a retry coming due. Returns how many jobs it promoted. Due by the
+    # database's clock, as PROMOTE judges: a host whose clock was behind let retried limited jobs through late.
     def self.promote_due
       Record.with_connection do |connection|
-        promote_on(connection, JobRecord.where(state: "blocked", run_at: ..Time.now.utc).distinct.pluck(:concurrency_key))
+        promote_on(connection, JobRecord.where(state: "blocked", run_at: ..ProcessRecord.now).distinct.pluck(:concurrency_key))
       end
     end
 

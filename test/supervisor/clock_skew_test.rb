@@ -13,9 +13,9 @@ class ClockSkewTest < Bobbin::TestCase
     skip "libfaketime is missing: run bin/setup" unless File.exist?(FAKETIME)
   end
 
-  # Runs `code` in a Ruby process whose clock is 30 s ahead, connected to the test database; returns its output.
-  def ahead(code)
-    env = { "LD_PRELOAD" => FAKETIME, "FAKETIME" => "+30s", "FAKETIME_DONT_FAKE_MONOTONIC" => "1", "DATABASE_URL" => TestDatabase.url_with_pool }
+  # Runs `code` in a Ruby process whose clock is 30 s ahead (or `by`), connected to the test database; returns its output.
+  def ahead(code, by: "+30s")
+    env = { "LD_PRELOAD" => FAKETIME, "FAKETIME" => by, "FAKETIME_DONT_FAKE_MONOTONIC" => "1", "DATABASE_URL" => TestDatabase.url_with_pool }
     output, status = Open3.capture2e(env, *ruby, "-I", File.join(ROOT, "lib"), "-e",
                                      "require 'bobbin'; Bobbin.connect(ENV['DATABASE_URL']); Bobbin.config.logger.level = Logger::WARN; #{code}")
     assert status.success?, output
@@ -49,5 +49,15 @@ class ClockSkewTest < Bobbin::TestCase
     state, run_at = Bobbin::JobRecord.where(id: id).pick(:state, :run_at)
     assert_equal "ready", state
     assert_operator run_at, :<=, database_now, "due now on the database's clock, not 30 s ahead"
+  end
+
+  # Its promotion pass chose the keys with due blocked jobs by its own clock: a retried limited job waited 30 s more.
+  test "a host 30 s behind lets a due blocked job through to its free slot" do
+    id = Bobbin::JobRecord.create!(queue: "default", class_name: "LedgerJob", arguments: "[]", priority: 0, run_at: database_now - 5, max_attempts: 1,
+                                   state: "blocked", attempts: 0, enqueued_at: database_now, concurrency_key: "skew/k", concurrency_limit: 1,
+                                   concurrency_duration: 60).id
+    output = ahead("puts Bobbin::Store.promote_due", by: "-30s")
+    assert_equal "1", output.lines.last.strip, output
+    assert_equal "ready", Bobbin::JobRecord.where(id: id).pick(:state)
   end
 end
