@@ -32,7 +32,7 @@ module Bobbin
         rescue Shutdown
           done = true
         ensure
-          replace(Thread.current) unless done || @queue.closed?
+          replace(Thread.current) unless done || $! || @queue.closed?
         end
 
         # A job ended its own thread (Thread.exit, Thread#kill, or Fiber#kill of the thread's own fiber; Worker#perform
