@@ -64,20 +64,18 @@ module Bobbin
           end
         end
 
-        # Writes the waiting requests until `own` is written, then hands the pen to the next waiter, if any. A
-        # writer interrupted mid-write (a timeout in its thread) tells the callers of that batch the outcome is unknown.
+        # Writes the waiting requests until `own` is written, then hands the pen to the next waiter, if any. An
+        # interrupt of the writer's thread (Timeout.timeout, rack-timeout's Thread#raise) waits until the batch it
+        # took is written and every caller of it answered, then ends the writer alone: raised mid-write, it was
+        # handed to the batch's other callers, who had set no timeout and most of whose jobs were stored (a review).
         def write_batches(own)
           loop do
             gather
-            @batch = take
-            write(@batch)
-            break if @batch.include?(own)
+            batch = Thread.handle_interrupt(Object => :never) { take.tap { |taken| write(taken, own) } }
+            break if batch.include?(own)
           end
-          @batch = nil
           answer_of(own)
         ensure
-          @batch&.each { |request| request.answer(:error, EnqueueError.new("interrupted while writing this job; it may or may not be stored")) }
-          @batch = nil
           hand_over
         end
 
@@ -131,16 +129,19 @@ module Bobbin
         end
 
         # One statement for the batch; if the database refuses it (not a lost connection), each request alone,
-        # so one request's bad row cannot fail the others.
-        def write(batch)
+        # so one request's bad row cannot fail the others. Every caller of the batch is answered, whatever happens.
+        def write(batch, own)
           ids = @write.call(batch.flat_map(&:rows))
           batch.each { |request| request.answer(:ids, ids.shift(request.rows.size)) }
         rescue ActiveRecord::StatementInvalid => error
           return refuse(batch, error) if batch.size == 1 || error.is_a?(ActiveRecord::ConnectionFailed)
 
-          batch.each { |request| write([ request ]) }
-        rescue Exception => error # rubocop:disable Lint/RescueException -- every caller hears the error (its own raises it)
+          batch.each { |request| write([ request ], own) }
+        rescue StandardError => error # the database's answer, or the app's: every caller hears it
           refuse(batch, error)
+        rescue Exception => error # rubocop:disable Lint/RescueException -- the writer stopped mid-write (its fiber's timeout, Async::Stop)
+          unknown = EnqueueError.new("the enqueue writing this job with others was interrupted (#{error.class}); it may or may not be stored")
+          batch.each { |request| request.answer(:error, request.equal?(own) ? error : unknown) }
         end
 
         def refuse(batch, error) = batch.each { |request| request.answer(:error, error) }
