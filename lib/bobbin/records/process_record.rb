@@ -15,11 +15,14 @@ module Bobbin
     # The time by the database's clock, by which every heartbeat is written and judged (UTC). The hosts sharing a
     # PostgreSQL may disagree about the time (a VM back from a pause, a container without NTP), and one whose clock
     # ran ahead by more than process_alive_threshold would judge every other host's workers dead and run their jobs
-    # again; the database agrees with itself. SQLite serves one host, whose clock it is.
+    # again; the database agrees with itself. SQLite serves one host, whose clock it is. Retried on a fresh session
+    # when the pooled one was closed meanwhile (idle_session_timeout, a restart), as Active Record's own reads are:
+    # the promotion pass, asking first, logged "clock failed" each time the server closed its idle session.
     def self.now
       return Time.now.utc unless Store.postgresql?(connection_db_config)
 
-      Time.at(with_connection { |connection| connection.select_value("SELECT extract(epoch FROM now())") }.to_r).utc
+      epoch = with_connection { |connection| connection.select_all("SELECT extract(epoch FROM now())", "Bobbin Now", allow_retry: true).rows.first.first }
+      Time.at(epoch.to_r).utc
     end
 
     # Registers the current OS process and returns its row.
