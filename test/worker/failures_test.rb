@@ -48,6 +48,18 @@ class FailuresTest < Bobbin::TestCase
     Object.send(:remove_const, :SlowRetryJob)
   end
 
+  test "a backoff of 0.0 retries at once however many attempts came before (0.0 × 2**1024 was NaN)" do
+    job_class = Class.new(FlakyJob) { bobbin_options retries: 1_100, backoff: 0.0 }
+    Object.const_set(:EagerRetryJob, job_class)
+    id = EagerRetryJob.enqueue("eager", 10_000)
+    Bobbin::JobRecord.where(id: id).update_all(attempts: 1_030)
+    drain_within(threads: 1) # attempt 1,031 fails, and its retry is due at once: the drain runs it, and so on
+    assert_equal [ "failed", 1_101, "flaky eager" ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :last_error_message),
+                 "every retry used, each failing with the job's own error"
+  ensure
+    Object.send(:remove_const, :EagerRetryJob)
+  end
+
   # Drains `ids`, which fail their `attempt`, and returns the delays their retries were given, as logged (to 0.1 s),
   # after checking that each is the one their run_at was set to.
   def retry_delays(ids, attempt:)

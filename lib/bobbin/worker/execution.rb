@@ -221,7 +221,9 @@ module Bobbin
 
         def retried(job, job_class, error, of: job.max_attempts, at_most: MAX_BACKOFF)
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
-          delay = [ base * (2**(job.attempts - 1)) * rand(0.75..1.25), at_most ].min # ±25 %, then the cap: at most is at most
+          # ±25 %, then the cap: at most is at most. A backoff of 0.0 stays 0: 0.0 × 2**1024 (Infinity) is NaN, and a
+          # job of many retries failed for good at its 1,025th attempt (a review).
+          delay = base.zero? ? 0.0 : [ base * (2**(job.attempts - 1)) * rand(0.75..1.25), at_most ].min
           @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{of} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
