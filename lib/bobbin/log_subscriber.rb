@@ -17,12 +17,15 @@ module Bobbin
   class LogSubscriber < ActiveSupport::LogSubscriber
     include Printable
 
-    # One line per enqueue statement.
+    # One line per enqueue statement; one that raised (the caller gets the error) says so, with no ids (an enqueue
+    # that failed at debug level logged a NoMethodError of this subscriber's, with its backtrace: a review).
     def enqueue(event)
       payload = event.payload
       debug do
-        "Bobbin Enqueued #{count(payload[:count])} (#{printable(payload[:class_names].join(', '))}) to #{printable(payload[:queues].join(', '))} " \
-          "(#{event.duration.round(1)}ms) ids: #{ids(payload[:ids])}"
+        jobs = "#{count(payload[:count])} (#{printable(payload[:class_names].join(', '))}) to #{printable(payload[:queues].join(', '))} " \
+               "(#{event.duration.round(1)}ms)"
+        error = payload[:exception]
+        error ? "Bobbin Enqueue of #{jobs} failed: #{printable(error.first)}" : "Bobbin Enqueued #{jobs} ids: #{ids(payload[:ids])}"
       end
     end
     subscribe_log_level :enqueue, :debug

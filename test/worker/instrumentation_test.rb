@@ -137,6 +137,18 @@ class InstrumentationTest < Bobbin::TestCase
     ActiveSupport::Notifications.unsubscribe(starts)
   end
 
+  test "an enqueue that fails is logged as failed by the log subscriber, and the caller gets the error" do
+    connection = Bobbin::Record.connection
+    connection.execute("ALTER TABLE bobbin_jobs RENAME TO bobbin_jobs_away")
+    error = nil
+    log = logged { error = assert_raises(Bobbin::ConfigurationError) { LedgerJob.enqueue("lost") } }
+    assert_match(/tables are missing/, error.message)
+    assert_match(/Bobbin Enqueue of 1 job \(LedgerJob\) to default \([\d.]+ms\) failed: ActiveRecord::StatementInvalid/, log)
+    refute_match(/Could not log|NoMethodError/, log)
+  ensure
+    connection.execute("ALTER TABLE bobbin_jobs_away RENAME TO bobbin_jobs")
+  end
+
   test "the log subscriber's lines show control characters in a job's class, its queue and who discarded it escaped, not raw" do
     log = logged do
       id = LedgerJob.enqueue("escaped")
