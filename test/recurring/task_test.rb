@@ -76,6 +76,14 @@ class RecurringTaskTest < Bobbin::TestCase
     assert_equal [ Time.utc(2026, 3, 9, 6, 30) ], spring, "no 02:30 on the night the clocks skip it"
   end
 
+  # Lord Howe Island's clocks go back 30 minutes, Troll's 2 hours: each ticked twice (a review).
+  test "a wall time repeated by clocks that go back by other than an hour ticks once" do
+    lord_howe = task(schedule: "45 1 * * * Australia/Lord_Howe").ticks(Time.utc(2026, 4, 4, 12), Time.utc(2026, 4, 5, 16))
+    assert_equal [ Time.utc(2026, 4, 4, 14, 45), Time.utc(2026, 4, 5, 15, 15) ], lord_howe, "01:45 +11 that night, then 01:45 +10:30 the next"
+    troll = task(schedule: "30 1 * * * Antarctica/Troll").ticks(Time.utc(2026, 10, 24, 12), Time.utc(2026, 10, 26, 12))
+    assert_equal [ Time.utc(2026, 10, 24, 23, 30), Time.utc(2026, 10, 26, 1, 30) ], troll, "01:30 +02 that night, then 01:30 +00 the next"
+  end
+
   # The hour a process's own zone repeats: times fugit handed back in that zone ("01:10 EDT") it could not read again.
   test "in a process whose zone repeats an hour, every instant of it has a latest and a next tick" do
     zone = ENV["TZ"]

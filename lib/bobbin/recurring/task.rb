@@ -130,11 +130,19 @@ module Bobbin
 
         def overrides = { queue: queue, priority: priority }.compact
 
-        # True for a tick in the hour that the zone's clocks repeat when daylight saving time ends, of a schedule that
-        # names its hours: that wall time ticked an hour before, and ticks once. (fugit's ticks are instants: "30 1 * * *"
-        # in New York has two on that night, 01:30 EDT and 01:30 EST.) A schedule of every hour or more often ticks on
-        # through the repeated hour, as cron does.
-        def repeat?(tick) = !cron.hours.nil? && wall(tick - 3600) == wall(tick)
+        # True for a tick in the stretch that the zone's clocks repeat when daylight saving time ends, of a schedule that
+        # names its hours: that wall time ticked before, and ticks once. (fugit's ticks are instants: "30 1 * * *" in New
+        # York has two on that night, 01:30 EDT and 01:30 EST.) The clocks go back by what the zone's offset fell in the
+        # hours before the tick: an hour mostly, 30 minutes on Lord Howe Island, 2 hours at Troll (an hour alone ticked
+        # those twice: a review). A schedule of every hour or more often ticks on through the repeated stretch, as cron does.
+        def repeat?(tick)
+          return false if cron.hours.nil?
+
+          back = offset(tick - 3 * 3600) - offset(tick)
+          back.positive? && wall(tick - back) == wall(tick)
+        end
+
+        def offset(time) = ::EtOrbi::EoTime.new(time.to_f, cron.timezone).utc_offset
 
         # The arguments as Solid Queue passes a recurring task's (so its recurring.yml ports as is): hash keys as
         # symbols, and a last Hash as keyword arguments (`args: [ 42, { status: "done" } ]` → `perform(42, status: "done")`).
