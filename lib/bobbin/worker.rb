@@ -122,8 +122,13 @@ module Bobbin
         @hurried = signal
       end
       @stop_signal ||= signal
+      now = Bobbin.monotonic
       @shutdown_timeout = timeout if timeout
-      @stopping_at ||= Bobbin.monotonic
+      @stopping_at ||= now
+      # When the wait for running jobs ends: a timeout given later (QUIT after TERM) counts from now. Counted from the
+      # first stop, a QUIT 8 s into a TERM's wait found the stop overdue at once and exited 3, cutting jobs' unwinding
+      # short and charging them a crash (a review).
+      @wait_ends = [ @wait_ends || Float::INFINITY, (timeout ? now : @stopping_at) + @shutdown_timeout ].min
       @stopping = true
       Worker.mark_stopping(self, true)
       @waker.wake
@@ -221,7 +226,7 @@ module Bobbin
     end
 
     def exit_if_stop_overdue
-      return unless @owns_process && @stopping_at && Bobbin.monotonic - @stopping_at > @shutdown_timeout + STOP_GRACE + STOP_OVERDUE
+      return unless @owns_process && @wait_ends && Bobbin.monotonic - @wait_ends > STOP_GRACE + STOP_OVERDUE
 
       abandon(@executor.held_ids)
     end
@@ -254,7 +259,7 @@ module Bobbin
       ensure
         finish
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
-        @stopping_at = nil
+        @stopping_at = @wait_ends = nil
       end
 
       # A worker claims jobs on connections of its own. Started inside a transaction its caller holds open (a test's;

@@ -304,6 +304,18 @@ class LimitedJob
   def perform(key, number) = ConcurrencyCounter.record(key, number)
 end
 
+# Waits long; interrupted, it takes `unwind` seconds to clean up, then writes `path`.
+class SlowUnwindJob
+  include Bobbin::Job
+
+  def perform(path, unwind)
+    sleep(120)
+  ensure
+    sleep(unwind)
+    File.write(path, "unwound")
+  end
+end
+
 # Two classes sharing one concurrency key ("shared/…") with different limits.
 class StrictSharedJob
   include Bobbin::Job

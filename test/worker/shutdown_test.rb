@@ -53,6 +53,28 @@ class ShutdownTest < Bobbin::TestCase
     end
   end
 
+  # Counted from the TERM, a QUIT more than 7 s into its wait found the stop overdue at once: the worker exited 3 within a
+  # second, saying the job had not stopped within 5 s of its interrupt, its cleanup cut short (a review).
+  test "QUIT long into a TERM's wait still gives the jobs their 5 s to unwind, and their attempt back" do
+    path = File.join(Dir.mktmpdir, "unwound")
+    id = SlowUnwindJob.enqueue(path, 2)
+    pids = []
+    log = File.join(Dir.mktmpdir, "work.log")
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--threads", "1", "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
+      wait_for("the job running") { Bobbin.counts["running"] == 1 }
+      Process.kill(:TERM, pids.first)
+      wait_for("the stop to begin") { File.read(log).include?("stopping on TERM") }
+      sleep(Bobbin::Worker::STOP_GRACE + Bobbin::Worker::STOP_OVERDUE + 1)
+      Process.kill(:QUIT, pids.first)
+      status = wait_exit(pids.first, timeout: 30)
+      assert status&.success?, "exits cleanly once the job unwound (#{status.inspect}):\n#{File.read(log)}"
+    end
+    assert_equal "unwound", File.read(path), "the job's ensure ran to its end"
+    assert_equal [ "ready", 0 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts)
+    refute_match(/did not stop within/, File.read(log))
+  end
+
   %w[fibers threads].each do |mode|
     test "QUIT with #{mode} mid-transaction: jobs go back only once stopped, whole transactions, no connection reused" do
       Bobbin.enqueue_all(Array.new(8) { |i| [ TransactionLoopJob, [ "job-#{i}", 1_500 ] ] })
