@@ -58,7 +58,7 @@ module Bobbin
           reap
           return database_replaced if @database_file&.replaced?
 
-          beat_at = beat if Bobbin.monotonic >= beat_at
+          beat_at = beat_aside(beat_at)
           ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
         end
       end
@@ -105,13 +105,26 @@ module Bobbin
         @unrecovered.delete_if { |pid, status| recover(pid, status) }
       end
 
-      # A worker that exited is known dead: its jobs go back now, or on every later tick while the database is down.
+      # A worker that exited is known dead: its jobs go back now, or on every later tick while the database is down (or
+      # a lock on Bobbin's tables lasts: this loop handles the signals).
       def recover(pid, status)
-        Recovery.process_exited(pid, status, supervisor_id: @process.id)
+        Store.waiting_briefly_for_locks { Recovery.process_exited(pid, status, supervisor_id: @process.id) }
         true
       rescue ActiveRecord::ActiveRecordError => error
         Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{Store.reason(error)}); retrying") unless @stopping
         false
+      end
+
+      # Beats on a thread of its own, and returns when the next beat is due: what the last one answered, once it is
+      # done. In this loop, a heartbeat waiting for the database (a lock on bobbin_processes, a frozen server) held up
+      # TERM, reaping and restarts for as long: 18 s of a 20 s lock, the workers told to stop that late (a review).
+      def beat_aside(beat_at)
+        if @beating && !@beating.alive?
+          beat_at = @beating.value
+          @beating = nil
+        end
+        @beating = Thread.new { beat }.tap { |thread| thread.report_on_exception = false } if @beating.nil? && Bobbin.monotonic >= beat_at
+        beat_at
       end
 
       # Beats and runs the host's Maintenance (its workers leave it to the supervisor); returns when to come back:
@@ -151,7 +164,7 @@ module Bobbin
       # Removes this supervisor's row as it exits; with the database unreachable the row stays, and is pruned
       # process_alive_threshold after its last heartbeat.
       def deregister
-        @stop_beat&.join(1) || @stop_beat&.kill # a beat after the delete would put the row back
+        @beating&.join(1) || @beating&.kill # a beat after the delete would put the row back
         ProcessRecord.where(id: @process.id).delete_all
       rescue ActiveRecord::ActiveRecordError => error
         Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: stopped with the database unavailable (#{Store.reason(error)}); " \
@@ -174,11 +187,14 @@ module Bobbin
       # like a dead supervisor to the other hosts. Beats go on a thread of their own, so a database that does not
       # answer cannot hold the wait past its deadline.
       # QUIT meanwhile, or INT again (a second Ctrl-C), stops them now, as QUIT does. TERM again does not: systemd
-      # signals every process of the unit, and Puma's plugin sends its own TERM once Puma has stopped.
+      # signals every process of the unit, and Puma's plugin sends its own TERM once Puma has stopped. TTIN still has
+      # every worker log where its jobs are (a slow stop is when an operator asks; it was read and dropped: a review).
       def wait_for_workers(deadline, graceful = false)
         beat_at = Bobbin.monotonic + Bobbin.config.heartbeat_interval
         until @slots.none?(&:alive?) || Bobbin.monotonic > deadline
-          if graceful && SIGNALS.include?(again = next_signal(0.05))
+          again = next_signal(0.05)
+          dump if again == Worker::Backtraces::SIGNAL
+          if graceful && SIGNALS.include?(again)
             next Bobbin.logger.info("bobbin supervisor: TERM while stopping gracefully; QUIT (or INT again) stops workers now") if again == "TERM"
 
             Bobbin.logger.info("bobbin supervisor: #{again} while stopping, stopping workers now")
@@ -186,11 +202,10 @@ module Bobbin
             deadline = [ deadline, Bobbin.monotonic + KILL_GRACE ].min
             graceful = false
           end
-          sleep(0.05) unless graceful
-          next if Bobbin.monotonic < beat_at || @stop_beat&.alive?
+          next if Bobbin.monotonic < beat_at || @beating&.alive?
 
           beat_at = Bobbin.monotonic + Bobbin.config.heartbeat_interval
-          @stop_beat = Thread.new do
+          @beating = Thread.new do
             heartbeat
           rescue ActiveRecord::ActiveRecordError => error
             @outage.failed(error)

@@ -166,6 +166,35 @@ class SupervisorTest < Bobbin::TestCase
     [ boot&.path, armed, log ].compact.each { |path| FileUtils.rm_f(path) }
   end
 
+  # Its heartbeat ran in its signal loop: while a lock on bobbin_processes (or a frozen server) held it, a TERM waited
+  # as long, and the workers were told to stop that late (18 s of a 20 s lock); TTIN during a stop was dropped (a review).
+  test "PostgreSQL: TERM and TTIN reach the workers while the supervisor's heartbeat waits for a lock" do
+    skip_unless_postgres
+    Bobbin.enqueue_all([ [ CrashSafeJob, [ 3, "long" ] ] ])
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    locker = Bobbin::Record.connection_db_config.new_connection
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", start_config({ "threads" => 1 }, shutdown_timeout: 60).path, log: log)
+      wait_for("the job started") { StartEntry.count == 1 }
+      locker.execute("BEGIN; LOCK TABLE bobbin_processes IN ACCESS EXCLUSIVE MODE")
+      wait_for("the supervisor's heartbeat (Active Record's UPDATE; a worker's is Bobbin's own SQL) to wait for the lock") do
+        Bobbin::Record.connection.select_value(<<~SQL).positive? # not the locker's: its transaction sees one snapshot of the statistics
+          SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "bobbin_processes" SET "last_heartbeat_at"%'
+        SQL
+      end
+      Process.kill(:TERM, pids.first)
+      wait_for("the supervisor to act on TERM under the lock", timeout: 5) { File.read(log).include?("TERM, stopping workers gracefully") }
+      Process.kill(:TTIN, pids.first)
+      wait_for("the worker's TTIN dump", timeout: 5) { File.read(log).match?(/TTIN: 1 running job/) }
+      locker.execute("ROLLBACK")
+      assert wait_exit(pids.first, timeout: 60)&.success?, File.read(log)
+    end
+    assert_equal %w[long], LedgerEntry.pluck(:key), "the job finished before the stop ended"
+  ensure
+    locker&.disconnect!
+  end
+
   test "workers of a supervisor killed with -9 stop on their own within seconds" do
     pids = []
     children = []
