@@ -375,7 +375,9 @@ module Bobbin
         end
         @outcomes << outcome
       ensure
-        @outcomes << @execution.killed(job) if outcome.nil? && $!.nil? && !@executor.interrupted?(job.id)
+        # Blocking: a killed fiber that waits (its log line, written to a pipe through the fiber scheduler) is ended there
+        # by its kill, and the outcome was never handed on (a trial: the row stayed running, then ran again).
+        Fiber.blocking { @outcomes << @execution.killed(job) } if outcome.nil? && $!.nil? && !@executor.interrupted?(job.id)
       end
 
       # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.

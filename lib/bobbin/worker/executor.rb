@@ -97,7 +97,15 @@ module Bobbin
           @lock.synchronize { @running[runner] = id }
           started!(id)
           block.call
+          done = true
         ensure
+          # A job that killed its own fiber (no exception) is ended again at any wait of this unwinding: blocking, the
+          # slot's accounting is done whole.
+          done || $! ? account(id, runner) : Fiber.blocking { account(id, runner) }
+        end
+
+        # Job `id` is over: its runner free, the pool's counts updated, the worker told.
+        def account(id, runner)
           ended!(id)
           started!(nil)
           @lock.synchronize do
