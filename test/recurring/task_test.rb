@@ -80,6 +80,9 @@ class RecurringTaskTest < Bobbin::TestCase
   test "a wall time repeated by clocks that go back by other than an hour ticks once" do
     lord_howe = task(schedule: "45 1 * * * Australia/Lord_Howe").ticks(Time.utc(2026, 4, 4, 12), Time.utc(2026, 4, 5, 16))
     assert_equal [ Time.utc(2026, 4, 4, 14, 45), Time.utc(2026, 4, 5, 15, 15) ], lord_howe, "01:45 +11 that night, then 01:45 +10:30 the next"
+    [ Time.utc(2026, 4, 4, 15, 15), Time.utc(2026, 4, 4, 16), Time.utc(2026, 4, 5, 10) ].each do |now|
+      assert_equal Time.utc(2026, 4, 4, 14, 45), task(schedule: "45 1 * * * Australia/Lord_Howe").latest_tick(now), "the latest tick at #{now}: 01:45 +11"
+    end
     troll = task(schedule: "30 1 * * * Antarctica/Troll").ticks(Time.utc(2026, 10, 24, 12), Time.utc(2026, 10, 26, 12))
     assert_equal [ Time.utc(2026, 10, 24, 23, 30), Time.utc(2026, 10, 26, 1, 30) ], troll, "01:30 +02 that night, then 01:30 +00 the next"
   end

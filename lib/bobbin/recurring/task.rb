@@ -89,7 +89,7 @@ module Bobbin
         previous = cron.previous_time(now.utc).to_t.utc
         candidate = cron.next_time(previous).to_t.utc
         latest = candidate <= now ? candidate : previous
-        repeat?(latest) ? latest - 3600 : latest
+        latest - repeated_by(latest).to_i # a repeat's first time (an hour before, or 30 minutes on Lord Howe Island: a trial)
       end
 
       # The first tick after `now`. Every time goes to fugit in UTC: given a local Time of the hour a process's own
@@ -97,7 +97,7 @@ module Bobbin
       # raised, so the scheduler skipped that catch-up tick (a trial).
       def next_time(now = Time.now)
         tick = cron.next_time(now.utc).to_t.utc
-        tick = cron.next_time(tick).to_t.utc while repeat?(tick)
+        tick = cron.next_time(tick).to_t.utc while repeated_by(tick)
         tick
       end
 
@@ -130,16 +130,17 @@ module Bobbin
 
         def overrides = { queue: queue, priority: priority }.compact
 
-        # True for a tick in the stretch that the zone's clocks repeat when daylight saving time ends, of a schedule that
-        # names its hours: that wall time ticked before, and ticks once. (fugit's ticks are instants: "30 1 * * *" in New
-        # York has two on that night, 01:30 EDT and 01:30 EST.) The clocks go back by what the zone's offset fell in the
-        # hours before the tick: an hour mostly, 30 minutes on Lord Howe Island, 2 hours at Troll (an hour alone ticked
-        # those twice: a review). A schedule of every hour or more often ticks on through the repeated stretch, as cron does.
-        def repeat?(tick)
-          return false if cron.hours.nil?
+        # For a tick in the stretch that the zone's clocks repeat when daylight saving time ends, of a schedule that names
+        # its hours, the seconds since that wall time ticked before (it ticks once); else nil. (fugit's ticks are instants:
+        # "30 1 * * *" in New York has two on that night, 01:30 EDT and 01:30 EST.) The clocks go back by what the zone's
+        # offset fell in the hours before the tick: an hour mostly, 30 minutes on Lord Howe Island, 2 hours at Troll (an
+        # hour alone ticked those twice: a review). A schedule of every hour or more often ticks on through the repeated
+        # stretch, as cron does.
+        def repeated_by(tick)
+          return if cron.hours.nil?
 
           back = offset(tick - 3 * 3600) - offset(tick)
-          back.positive? && wall(tick - back) == wall(tick)
+          back if back.positive? && wall(tick - back) == wall(tick)
         end
 
         def offset(time) = ::EtOrbi::EoTime.new(time.to_f, cron.timezone).utc_offset
