@@ -60,6 +60,17 @@ class MissionControlAdapterTest < Bobbin::TestCase
     assert Time.iso8601(payload.(broken)["enqueued_at"])
   end
 
+  # Mission Control's date filters are inclusive ranges (`start..end` from its form): a job finished at the end itself
+  # was left out, the filter's bound being exclusive.
+  test "an inclusive date range includes its end; an exclusive one does not" do
+    finish = Time.utc(2026, 11, 29, 12)
+    ids = insert_jobs(3, **failed_attributes, finished_at: ->(i) { finish - 1 + i }) # a second before, at, a second after
+    within = ->(range) { Bobbin::Operator::Filter.new(state: "failed", **adapter.send(:window, :finished, range)).scope.order(:id).pluck(:id) }
+    assert_equal ids.first(2), within.((finish - 60)..finish)
+    assert_equal ids.first(1), within.((finish - 60)...finish)
+    assert_equal ids.last(2), within.(finish..)
+  end
+
   # Mission Control links a job to its queue, found by name in the adapter's list (ActiveJob::Base#queue): a finished or
   # discarded job whose queue had nothing waiting, running or failed got nil there, and its pages failed (500).
   test "queues lists every queue a job is in, finished and discarded jobs' too, and the paused ones; those without waiting jobs show 0" do
