@@ -122,13 +122,11 @@ module Bobbin
         @hurried = signal
       end
       @stop_signal ||= signal
-      now = Bobbin.monotonic
       @shutdown_timeout = timeout if timeout
-      @stopping_at ||= now
-      # When the wait for running jobs ends: a timeout given later (QUIT after TERM) counts from now. Counted from the
-      # first stop, a QUIT 8 s into a TERM's wait found the stop overdue at once and exited 3, cutting jobs' unwinding
-      # short and charging them a crash (a review).
-      @wait_ends = [ @wait_ends || Float::INFINITY, (timeout ? now : @stopping_at) + @shutdown_timeout ].min
+      # When the wait for running jobs ends: the first stop's, or sooner, a shorter timeout given later (QUIT after TERM)
+      # counting from now. Counted from the first stop, a QUIT 8 s into a TERM's wait found the stop overdue at once
+      # and exited 3, cutting jobs' unwinding short and charging them a crash (a review).
+      @wait_ends = [ @wait_ends || Float::INFINITY, Bobbin.monotonic + @shutdown_timeout ].min
       @stopping = true
       Worker.mark_stopping(self, true)
       @waker.wake
@@ -259,7 +257,7 @@ module Bobbin
       ensure
         finish
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
-        @stopping_at = @wait_ends = nil
+        @wait_ends = nil
       end
 
       # A worker claims jobs on connections of its own. Started inside a transaction its caller holds open (a test's;
@@ -445,7 +443,7 @@ module Bobbin
       # process, and recovery returns them to ready once its last heartbeat is process_alive_threshold old (those
       # whose outcome was not written run again).
       def release_unfinished
-        unwritten = flush_outcomes_until((@stopping_at || Bobbin.monotonic) + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
+        unwritten = flush_outcomes_until(@wait_ends || Bobbin.monotonic + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
         unwritten_jobs = "#{unwritten} #{'finished job'.pluralize(unwritten)} whose outcome could not be written"
         released = @claimer.release_all(keep: unreleasable) # to ready, or blocked behind their concurrency limit (a trial)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs handed back to run again" \
