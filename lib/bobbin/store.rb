@@ -248,10 +248,15 @@ module Bobbin
 
     # Promotes blocked jobs whose key has a free slot, for every key with due blocked jobs: slots freed by a
     # holder's duration running out, a crash, or a retry coming due. Returns how many jobs it promoted. Due by the
-    # database's clock, as PROMOTE judges: a host whose clock was behind let retried limited jobs through late.
+    # database's clock, as PROMOTE judges, in the same statement (a host whose clock was behind let retried limited
+    # jobs through late); SQLite's clock is this host's.
     def self.promote_due
       Record.with_connection do |connection|
-        promote_on(connection, JobRecord.where(state: "blocked", run_at: ..ProcessRecord.now).distinct.pluck(:concurrency_key))
+        # Retryable, as Active Record's own conditions are (a session the server closed while idle is opened again);
+        # SQLite's time as a bind parameter, not written into the statement.
+        db_now = Arel.sql("now() AT TIME ZONE 'UTC'", retryable: true)
+        due = postgresql? ? JobRecord.where(JobRecord.arel_table[:run_at].lteq(db_now)) : JobRecord.where(run_at: ..Time.now.utc)
+        promote_on(connection, due.where(state: "blocked").distinct.pluck(:concurrency_key))
       end
     end
 
