@@ -28,7 +28,11 @@ module Bobbin
       section = document.fetch(env, nil) || {}
       raise ConfigurationError, "#{path}: #{env} must be a mapping of task names to tasks" unless section.is_a?(Hash)
 
-      section.map { |key, task| Bobbin.config.recurring(key, where: "#{path}: #{env}.#{key}", **task.transform_keys(&:to_sym)) }
+      section.map do |key, task|
+        where = "#{path}: #{env}.#{key}"
+        # A task written as a string, or left empty, is refused naming it (not a NoMethodError); a key that is not a name, as unknown.
+        Bobbin.config.recurring(key, where: where, **Task.mapping!(task, where).transform_keys { |name| name.to_s.to_sym })
+      end
     end
   end
 end

@@ -116,4 +116,21 @@ class RecurringTaskTest < Bobbin::TestCase
       assert_equal tasks.first, Bobbin.config.recurring_tasks["nightly"]
     end
   end
+
+  # A task written as a string (`nightly: "every day at 3am"`), left empty or as a list stopped `bobbin start` and
+  # `bobbin doctor` with a NoMethodError and its backtrace, not the line that names the task.
+  test "config/recurring.yml: a task that is not a mapping, or has a key that is not a name, is refused naming it" do
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "recurring.yml")
+      { "\"every day at 3am\"" => /production.nightly: a recurring task must be a mapping of schedule, class/,
+        "" => /production.nightly: a recurring task must be a mapping of schedule, class/,
+        "[ TickJob ]" => /production.nightly: a recurring task must be a mapping of schedule, class/,
+        "{ class: TickJob, schedule: every minute, 1: x }" => /production.nightly: unknown key "1"/ }.each do |task, message|
+        File.write(path, "production:\n  nightly: #{task}\n")
+        error = assert_raises(Bobbin::ConfigurationError, task) { Bobbin::Recurring.load_file(path, env: "production") }
+        assert_match message, error.message
+        assert_includes error.message, path
+      end
+    end
+  end
 end

@@ -11,15 +11,20 @@ module Bobbin
 
       # Builds a Task from a Hash of KEYS; raises ConfigurationError naming `where` and the key at fault.
       def self.parse(key, hash, where)
-        raise ConfigurationError, "#{where}: a recurring task must be a mapping of #{KEYS.join(', ')}, got #{hash.inspect}" unless hash.is_a?(Hash)
-
-        hash = hash.transform_keys(&:to_s)
+        hash = mapping!(hash, where).transform_keys(&:to_s)
         unknown = hash.keys - KEYS
         raise ConfigurationError, "#{where}: unknown key #{unknown.first.inspect} (known: #{KEYS.join(', ')})" if unknown.any?
 
         cron = cron(hash["schedule"], where).tap { |parsed| check_interval(hash["schedule"].to_s, parsed, where) }
         new(key: key.to_s, schedule: hash["schedule"].to_s, cron: cron, **target(hash, where),
             queue: hash["queue"]&.to_s, priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
+      end
+
+      # `hash`, a task's mapping; raises ConfigurationError naming `where` when it is not one.
+      def self.mapping!(hash, where)
+        return hash if hash.is_a?(Hash)
+
+        raise ConfigurationError, "#{where}: a recurring task must be a mapping of #{KEYS.join(', ')}, got #{hash.inspect}"
       end
 
       # fugit (and et-orbi: ~75 ms here) loads with the first schedule, not with every process that runs jobs. A
