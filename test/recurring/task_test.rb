@@ -22,6 +22,12 @@ class RecurringTaskTest < Bobbin::TestCase
     assert_match(/recurring.yml: test.t.schedule: missing/, error.message)
     error = assert_raises(Bobbin::ConfigurationError) { task(command: "x") }
     assert_match(/exactly one of class: .* or command:/, error.message)
+    [ nil, "", " " ].each do |blank| # `class:` left empty passed, and failed at every tick; a blank command ran nothing
+      error = assert_raises(Bobbin::ConfigurationError) { task(class: blank) }
+      assert_match(/recurring.yml: test.t.class: blank \(give a job class\)/, error.message)
+      error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Recurring::Task.parse("t", { schedule: "every second", command: blank }, "recurring.yml: test.t") }
+      assert_match(/recurring.yml: test.t.command: blank \(give Ruby code\)/, error.message)
+    end
     error = assert_raises(Bobbin::ConfigurationError) { task(every: 2) }
     assert_match(/unknown key "every"/, error.message)
   end

@@ -64,6 +64,8 @@ module Bobbin
       def self.target(hash, where)
         given = %w[class command].select { |name| hash.key?(name) }
         raise ConfigurationError, "#{where}: give exactly one of class: (a job class) or command: (Ruby code)" unless given.size == 1
+        # Left blank (`class:` with nothing after it), it passed at boot and the task failed at every tick, or ran nothing.
+        raise ConfigurationError, "#{where}.#{given.first}: blank (give #{given.first == 'class' ? 'a job class' : 'Ruby code'})" if hash[given.first].to_s.strip.empty?
 
         arguments = hash.fetch("args", [])
         arguments = [ arguments ] unless arguments.is_a?(Array)
