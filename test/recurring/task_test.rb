@@ -28,6 +28,16 @@ class RecurringTaskTest < Bobbin::TestCase
       error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Recurring::Task.parse("t", { schedule: "every second", command: blank }, "recurring.yml: test.t") }
       assert_match(/recurring.yml: test.t.command: blank \(give Ruby code\)/, error.message)
     end
+    # Passed at boot, these were refused at every tick: the task never ran.
+    [ "", "a, b", " mail", "x" * 256 ].each do |queue|
+      error = assert_raises(Bobbin::ConfigurationError, queue) { task(queue: queue) }
+      assert_match(/\Arecurring.yml: test.t.queue: queue must be a non-empty String/, error.message)
+    end
+    [ 2**31, -2**31 - 1, "5" ].each do |priority|
+      error = assert_raises(Bobbin::ConfigurationError, priority.inspect) { task(priority: priority) }
+      assert_match(/\Arecurring.yml: test.t.priority: must be a whole number from -2147483648 to 2147483647/, error.message)
+    end
+    assert_equal [ "mail", 2**31 - 1 ], task(queue: :mail, priority: 2**31 - 1).then { |t| [ t.queue, t.priority ] }
     error = assert_raises(Bobbin::ConfigurationError) { task(every: 2) }
     assert_match(/unknown key "every"/, error.message)
   end

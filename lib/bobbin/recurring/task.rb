@@ -17,7 +17,7 @@ module Bobbin
 
         cron = cron(hash["schedule"], where).tap { |parsed| check_interval(hash["schedule"].to_s, parsed, where) }
         new(key: key.to_s, schedule: hash["schedule"].to_s, cron: cron, **target(hash, where),
-            queue: hash["queue"]&.to_s, priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
+            queue: queue(hash["queue"], where), priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
       end
 
       # `hash`, a task's mapping; raises ConfigurationError naming `where` when it is not one.
@@ -74,10 +74,19 @@ module Bobbin
         { class_name: hash["class"]&.to_s, command: hash["command"]&.to_s, arguments: arguments }
       end
 
-      def self.priority(value, where)
-        return value if value.nil? || value.is_a?(Integer)
+      # A queue or priority no job row can have (an empty or comma'd queue, a priority past 32 bits) passed at boot and
+      # was refused at every tick, so the task never ran: refused here, as the enqueue would.
+      def self.queue(value, where)
+        value.nil? ? nil : Client::Fields.queue(value.to_s, "#{where}.queue")
+      rescue EnqueueError => error
+        raise ConfigurationError, error.message
+      end
 
-        raise ConfigurationError, "#{where}.priority: must be a whole number (lower runs first), got #{value.inspect}"
+      def self.priority(value, where)
+        return value if value.nil? || (value.is_a?(Integer) && Client::Fields::INT32.cover?(value))
+
+        raise ConfigurationError, "#{where}.priority: must be a whole number from #{Client::Fields::INT32.min} to " \
+                                  "#{Client::Fields::INT32.max} (lower runs first), got #{value.inspect}"
       end
 
       # The ticks of the schedule after `since` and up to `now`, oldest first, at most `limit` of them.
