@@ -123,6 +123,24 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     end
   end
 
+  # PostgreSQL reckons a holder's expiry as duration × 1 second, and an interval or timestamp past its range (about
+  # 30,000 years) failed the statement: every enqueue of the key while a holder ran raised "interval out of range",
+  # and the promotion pass failed for every key beside it. SQLite took the same duration.
+  test "a duration meant as forever (Float::MAX) holds the slot on both databases; the key's next jobs wait blocked" do
+    forever = Class.new(LedgerJob) { bobbin_options concurrency: { key: ->(key) { key }, duration: Float::MAX } }
+    stub_const_name(forever, "ForeverJob") do
+      holder = forever.enqueue("k")
+      forever.enqueue("k")
+      Bobbin::JobRecord.where(id: holder).update_all(state: "running", claimed_at: Time.now.utc - 10 * 365 * 86_400)
+      3.times { |i| LimitedJob.enqueue("other", i) }
+      Bobbin::JobRecord.where(concurrency_key: "LimitedJob/other").order(:id).limit(2).update_all(state: "succeeded")
+      assert_equal 1, Bobbin::Store.promote_due, "the other key's waiting job is let through; ten years on, the holder still holds its slot"
+      assert_equal %w[succeeded succeeded ready], states("LimitedJob/other")
+      forever.enqueue("k")
+      assert_equal %w[running blocked blocked], states("ForeverJob/k")
+    end
+  end
+
   test "limits_concurrency on an Active Job class: the key is group/value, and the limit holds" do
     require_relative "../support/active_jobs"
     ConcurrencyCounter.add_keys(%w[acct-1])

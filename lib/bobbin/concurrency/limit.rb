@@ -13,6 +13,10 @@ module Bobbin
     class Limit
       # Seconds a running job holds its slot at most (Solid Queue's default, so limits_concurrency ports as is).
       DEFAULT_DURATION = 180
+      # Seconds a slot is held at most, whatever `duration` says: a century, past any run. PostgreSQL reckons expiry as
+      # duration × 1 second, and past its interval's range (about 30,000 years) the statement failed: a duration meant
+      # as forever (Float::MAX) made every enqueue of the key raise while a holder ran, and stopped the promotion pass.
+      MAX_DURATION = 100 * 365 * 86_400.0
       KEY_BYTES = 255
       OPTIONS = %i[to key duration group on_conflict].freeze
 
@@ -62,13 +66,13 @@ module Bobbin
         raise ConfigurationError, "#{job_name}: concurrency to: must be a whole number ≥ 1, got #{to.inspect}"
       end
 
-      # `duration` in seconds, > 0; raises ConfigurationError naming `job_name` otherwise (also for Solid Queue's).
+      # `duration` in seconds, > 0 (at most MAX_DURATION); raises ConfigurationError naming `job_name` otherwise (also for Solid Queue's).
       def self.duration!(duration, job_name)
         unless duration.respond_to?(:to_f) && !duration.is_a?(String)
           raise ConfigurationError, "#{job_name}: concurrency duration: must be a number of seconds, got #{duration.inspect}"
         end
 
-        Setting.seconds(duration.to_f, "#{job_name}: concurrency duration", above: 0)
+        [ Setting.seconds(duration.to_f, "#{job_name}: concurrency duration", above: 0), MAX_DURATION ].min
       end
 
       # The row columns for `key`, `limit` and `duration` (also used for Solid Queue's limits_concurrency).
