@@ -88,6 +88,9 @@ class RecurringTaskTest < Bobbin::TestCase
     assert_equal 12, task(schedule: "*/10 * * * * America/New_York").ticks(Time.utc(2026, 11, 1, 5), Time.utc(2026, 11, 1, 7)).size
     assert_equal [ 5, 7, 8 ].map { |hour| Time.utc(2026, 11, 1, hour) }, task(schedule: "0 1-3 * * * America/New_York").ticks(Time.utc(2026, 11, 1, 4), Time.utc(2026, 11, 1, 8)),
                  "named hours: 01:00 once (EDT), 02:00 and 03:00 EST"
+    stored = Bobbin::RecurringTask.new(key: "t", schedule: "30 1 * * * America/New_York") # what the dashboard, CLI and Mission Control show
+    assert_equal Time.utc(2026, 11, 2, 6, 30), stored.next_run_at(Time.utc(2026, 11, 1, 5, 40)), "not 01:30 EST, the repeat that does not tick"
+    assert_equal Time.utc(2026, 11, 1, 5, 30), stored.next_run_at(Time.utc(2026, 11, 1, 5))
     spring = task(schedule: "30 2 * * * America/New_York").ticks(Time.utc(2026, 3, 7, 12), Time.utc(2026, 3, 9, 12))
     assert_equal [ Time.utc(2026, 3, 9, 6, 30) ], spring, "no 02:30 on the night the clocks skip it"
   end

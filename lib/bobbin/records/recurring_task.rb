@@ -38,8 +38,9 @@ module Bobbin
     # The job of the latest run, while it is kept (see Bobbin.config.retention).
     def last_job = last_run&.job_id&.then { |id| JobRecord.find_by(id: id) }
 
-    # When this task is enqueued next.
-    def next_run_at(now = Time.now) = Recurring::Task.cron(schedule, key).next_time(now.utc).to_t
+    # When this task is enqueued next, as the schedulers reckon it: a wall time the clocks repeat ticks once, and during
+    # the repeat its second time (01:30 EST, the night New York's clocks go back) was shown, though nothing ran then.
+    def next_run_at(now = Time.now) = Recurring::Task.timing(key, schedule).next_time(now)
 
     # The stored arguments, parsed.
     def parsed_arguments = JSON.parse(arguments)

@@ -20,6 +20,12 @@ module Bobbin
             queue: queue(hash["queue"], where), priority: priority(hash["priority"], where), description: hash["description"]&.to_s)
       end
 
+      # A task of `schedule` alone, for its ticks (a stored task's next run).
+      def self.timing(key, schedule)
+        new(key: key.to_s, schedule: schedule, cron: cron(schedule, key), class_name: nil, arguments: [], command: nil, queue: nil, priority: nil,
+            description: nil)
+      end
+
       # `hash`, a task's mapping; raises ConfigurationError naming `where` when it is not one.
       def self.mapping!(hash, where)
         return hash if hash.is_a?(Hash)
