@@ -44,12 +44,13 @@ class RecurringTaskTest < Bobbin::TestCase
 
   # fugit reads these as something else (every minute; minutes 0, 7, …, 56 then 0; daily), and they passed at boot.
   test "an interval cron cannot keep is refused, saying what fugit read it as; one it can is kept" do
-    { "every 90 seconds" => "* * * * *", "every 7 minutes" => "0,7,14,21,28,35,42,49,56 * * * *", "every 36 hours" => "0 0 * * *" }.each do |schedule, read|
+    { "every 90 seconds" => "* * * * *", "every 7 minutes" => "0,7,14,21,28,35,42,49,56 * * * *", "every 36 hours" => "0 0 * * *",
+      "every 7 days" => "0 0 1,8,15,22,29 * *", "every 2 days" => "0 0 #{(1..31).step(2).to_a.join(',')} * *" }.each do |schedule, read|
       error = assert_raises(Bobbin::ConfigurationError) { task(schedule: schedule) }
       assert_equal "recurring.yml: test.t.schedule: #{schedule.inspect} cannot be kept by cron (fugit reads it as \"#{read}\"); use an interval that divides " \
                    "the next unit evenly (every 30 seconds, every 20 minutes, every 6 hours) or a cron expression", error.message
     end
-    { "every 30 seconds" => 30, "every 20 minutes" => 1200, "every 6 hours" => 21_600, "every 24 hours" => 86_400 }.each do |schedule, seconds|
+    { "every 30 seconds" => 30, "every 20 minutes" => 1200, "every 6 hours" => 21_600, "every 24 hours" => 86_400, "every 1 day" => 86_400 }.each do |schedule, seconds|
       ticks = task(schedule: schedule).ticks(Time.utc(2026, 1, 1), Time.utc(2026, 1, 4))
       assert_equal [ seconds ], ticks.each_cons(2).map { |a, b| b - a }.uniq, schedule
     end

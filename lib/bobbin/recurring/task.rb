@@ -47,13 +47,14 @@ module Bobbin
       end
 
       # Seconds in each unit "every N <unit>" may name.
-      UNITS = { "second" => 1, "minute" => 60, "hour" => 3600 }.freeze
+      UNITS = { "second" => 1, "minute" => 60, "hour" => 3600, "day" => 86_400 }.freeze
 
       # "every 90 seconds" has no cron: fugit reads it as every minute ("every 36 hours" as daily, "every 7 minutes" as
-      # minutes 0, 7, …, 56, then 0 again), and it passed at boot (a trial). Such a schedule is refused, saying what
-      # fugit read it as, where the configuration is read (not each time a stored task's next run is shown).
+      # minutes 0, 7, …, 56, then 0 again; "every 7 days" as days 1, 8, 15, 22, 29 of each month, then the 1st), and it
+      # passed at boot (a trial). Such a schedule is refused, saying what fugit read it as, where the configuration is
+      # read (not each time a stored task's next run is shown).
       def self.check_interval(schedule, cron, where)
-        count, unit = schedule.strip.downcase.match(/\Aevery\s+(\d+)\s*(second|minute|hour)s?\z/)&.captures
+        count, unit = schedule.strip.downcase.match(/\Aevery\s+(\d+)\s*(second|minute|hour|day)s?\z/)&.captures
         return unless count
 
         wanted = count.to_i * UNITS.fetch(unit)
