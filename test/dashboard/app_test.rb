@@ -3,6 +3,7 @@
 require_relative "../operator/operator_helper"
 require "rack/mock"
 require "rack/urlmap"
+require "rack/auth/basic"
 
 # The dashboard's Rack behaviour without a browser: headers, auth hook, read-only mode, fiber-health columns.
 class DashboardAppTest < Bobbin::TestCase
@@ -172,6 +173,24 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal "failed", Bobbin::JobRecord.find(id).state
     assert_includes 300..399, post_form(app, "/jobs/#{id}", "/jobs/#{id}/retry").status
     assert_equal "ready", Bobbin::JobRecord.find(id).state
+  end
+
+  # Rack::Auth::Basic (the README's mount) and `bobbin dashboard --auth-token` read the user name from the Authorization
+  # header as binary bytes: a name such as "José" failed every action on SQLite with a 500, the job left as it was.
+  test "an operator named by HTTP basic auth with letters beyond ASCII is recorded on the jobs they act on" do
+    id = insert_jobs(1, **failed_attributes).first
+    login = "Basic #{[ 'José:pw' ].pack('m0')}"
+    basic = Rack::Auth::Basic.new(Bobbin::Dashboard.new(environment: "production", auth: ->(request) { request.env["REMOTE_USER"] }), "jobs") { |_, password| password == "pw" }
+    token = Bobbin::Dashboard::Server.new(port: 0, host: "127.0.0.1", token: "pw") { |auth| Bobbin::Dashboard.new(environment: "production", auth: auth) }.app
+    [ [ basic, "José" ], [ token, "dashboard:José" ] ].each do |app, operator|
+      Bobbin::JobRecord.where(id: id).update_all(failed_attributes)
+      page = Rack::MockRequest.new(app).get("/jobs/#{id}", **LOCAL, "HTTP_AUTHORIZATION" => login)
+      cookie = page.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
+      csrf = page.body[%r{<form method="post" action="/jobs/#{id}/retry"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"}, 1]
+      retried = Rack::MockRequest.new(app).post("/jobs/#{id}/retry", **LOCAL, "HTTP_AUTHORIZATION" => login, "HTTP_COOKIE" => cookie, params: { "_csrf" => csrf })
+      assert_equal 302, retried.status, operator
+      assert_equal [ "ready", "retried", operator ], Bobbin::JobRecord.where(id: id).pick(:state, :operation, :operated_by)
+    end
   end
 
   test "a release the operator layer refuses says why: the job's process is alive" do

@@ -120,7 +120,9 @@ module Bobbin
         retry
       end
 
-      def stamp(operation, by) = { operation: operation, operated_by: by&.to_s&.[](0, 255), operated_at: Time.now.utc }
+      # `by` as UTF-8 text: a name from HTTP basic auth (REMOTE_USER, `bobbin dashboard --auth-token`) comes as binary
+      # bytes, which SQLite's adapter refused to write ("José" failed every action of theirs).
+      def stamp(operation, by) = { operation: operation, operated_by: (Printable.utf8(by)[0, 255] unless by.nil?), operated_at: Time.now.utc }
 
       # Wakes idle workers for jobs put back in their queues; returns `count`.
       def woken(count)
