@@ -274,6 +274,22 @@ class DashboardAppTest < Bobbin::TestCase
     assert_raises(ArgumentError) { Bobbin.pause("q" * 256) }
   end
 
+  # The 400 page is drawn in the layout, whose navigation read the query again: a list page whose query did not parse
+  # answered a 500 (an ERROR and a backtrace in the log) instead of the 400 saying why.
+  test "a query or form that does not parse is a 400 saying why, not a 500" do
+    app = Bobbin::Dashboard.new(environment: "development")
+    { "/jobs?queue=a&queue[]=b" => "expected Array (got String) for param `queue'", "/jobs?state=%G1" => "invalid %-encoding (%G1)",
+      "/jobs?#{'a=1&' * 5_000}" => "total number of query parameters (5001) exceeds limit",
+      "/jobs?#{'a' + '[b]' * 40}=1" => "QueryLimitError" }.each do |path, why|
+      response = get(app, path)
+      assert_equal 400, response.status, path[0, 40]
+      assert_includes CGI.unescapeHTML(response.body[%r{<p id="refusal">(.*?)</p>}m, 1].to_s), why, path[0, 40]
+    end
+    assert_equal 200, get(app, "/?state=%G1").status, "a page that reads no query shows"
+    garbled = Rack::MockRequest.new(app).post("/queues/pause", **LOCAL, input: "garbage", "CONTENT_TYPE" => "multipart/form-data; boundary=xx")
+    assert_equal 400, garbled.status
+  end
+
   test "the processes page shows a fiber pool's loop lag, stalls and the recent stalls, escaped" do
     stall = { id: 42, class_name: "<b>Job</b>", duration_ms: 312.4, location: "app/jobs/x.rb:7", at: "2026-11-24T22:00:00Z" }
     Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 5, busy: 1, recent_stalls: [ stall ] })

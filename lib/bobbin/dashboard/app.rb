@@ -13,6 +13,10 @@ module Bobbin
                      "a dead process's jobs go back by themselves within process_alive_threshold)"
       ).freeze
       ASSETS = { "app.css" => "text/css", "app.js" => "text/javascript" }.freeze
+      # A request the page refuses with a 400 saying why: the app's own ArgumentError, and a query or form Rack cannot
+      # parse (a field sent as both `q=` and `q[]=`, a bad %-escape, too many or too deeply nested fields, a broken
+      # multipart body; Rack::BadRequest marks them all from Rack 3.1).
+      BAD_REQUEST = [ ArgumentError, Rack::QueryParser::ParameterTypeError, *(Rack::BadRequest if defined?(Rack::BadRequest)) ].freeze
 
       # A subclass bound to `dashboard` (auth, read-only) with its own session secret. Its session is its own, under a
       # key of its own in env: under rack.session, in a Rails app, it took the app's session and wrote all of it into
@@ -119,7 +123,7 @@ module Bobbin
           flash["notice"] = "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}."
           r.redirect(path("/queues"))
         end
-      rescue ArgumentError, Rack::QueryParser::ParameterTypeError => error # a field sent as both `q=` and `q[]=`
+      rescue *BAD_REQUEST => error
         response.status = 400
         view(:refused, locals: { message: error.message })
       rescue *Store::CONNECTION_ERRORS => error # the details (hosts, sockets) go to the log, not to the page

@@ -27,9 +27,16 @@ module Bobbin
       def nav_current?(href)
         here = request.path_info.empty? ? "/" : request.path_info
         target_path, target_query = href.split("?", 2)
-        return here == target_path && request.params["state"].to_s.empty? if target_query.nil? || target_path != "/jobs"
+        return here == target_path && shown_state.to_s.empty? if target_query.nil? || target_path != "/jobs"
 
-        here == "/jobs" && "state=#{request.params['state']}" == target_query
+        here == "/jobs" && "state=#{shown_state}" == target_query
+      end
+
+      # The query's state, nil when the query does not parse: the 400 page saying so is drawn in this layout too.
+      def shown_state
+        request.params["state"]
+      rescue *App::BAD_REQUEST
+        nil
       end
 
       # A one-button POST form with its path-specific CSRF token; `confirm` asks first (app.js).
