@@ -28,11 +28,11 @@ module Bobbin
     end
 
     # A Rack app answering every GET with the exposition (for `bobbin metrics`, or `run`/`mount` on its own). `auth`
-    # as Bobbin::Dashboard's: called with the Rack::Request, false/nil refuses (403).
+    # as Bobbin::Dashboard's: called with the Rack::Request, false/nil or a blank String refuses (403).
     def rack_app(auth: nil)
       lambda do |env|
         next [ 405, { "content-type" => "text/plain" }, [ "GET only\n" ] ] unless %w[GET HEAD].include?(env["REQUEST_METHOD"])
-        next [ 403, { "content-type" => "text/plain" }, [ "Access denied.\n" ] ] if auth && !auth.call(Rack::Request.new(env))
+        next [ 403, { "content-type" => "text/plain" }, [ "Access denied.\n" ] ] if auth && refused?(auth.call(Rack::Request.new(env)))
 
         [ 200, { "content-type" => CONTENT_TYPE, "cache-control" => "no-store" }, [ text ] ]
       rescue *Store::CONNECTION_ERRORS => error # a failed scrape, as the dashboard's pages: no hosts or paths in the body
@@ -40,6 +40,10 @@ module Bobbin
         [ 503, { "content-type" => "text/plain", "retry-after" => "5" }, [ "The database is unavailable (#{error.class}).\n" ] ]
       end
     end
+
+    # An auth hook's answer that refuses: false/nil, or a blank String (a REMOTE_USER or a header left empty), as the
+    # dashboard's.
+    def refused?(verdict) = !verdict || (verdict.is_a?(String) && verdict.strip.empty?)
 
     def jobs(registry, now)
       gauge = registry.gauge(:bobbin_jobs, docstring: "Jobs by state; a count above 10,000 is an estimate on PostgreSQL " \

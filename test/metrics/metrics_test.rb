@@ -2,6 +2,7 @@
 
 require_relative "../operator/operator_helper"
 require_relative "../cli/cli_helper"
+require "rack"
 require "rack/mock"
 require "net/http"
 
@@ -60,6 +61,15 @@ class MetricsTest < Bobbin::TestCase
     assert_equal 200, response.status
     assert_match %r{\Atext/plain; version=0\.0\.4}, response.headers["content-type"]
     assert_equal 2.0, samples(response.body)['bobbin_jobs{state="ready"}']
+  end
+
+  # Its hook is documented as the dashboard's, which refuses a blank name: the exposition served a REMOTE_USER left empty.
+  test "the exposition's auth hook refuses as the dashboard's does: false, nil, or a blank name" do
+    app = Bobbin::Metrics.rack_app(auth: ->(request) { request.env["REMOTE_USER"] })
+    scrape = ->(user) { Rack::MockRequest.new(app).get("/metrics", "REMOTE_USER" => user) }
+    [ nil, "", "  " ].each { |user| assert_equal [ 403, "Access denied.\n" ], [ scrape.(user).status, scrape.(user).body ], user.inspect }
+    assert_equal 200, scrape.("prometheus").status
+    assert_equal 200, Rack::MockRequest.new(Bobbin::Metrics.rack_app(auth: ->(_) { true })).get("/metrics").status
   end
 
   test "with Bobbin's database unreachable, the exposition answers 503 without naming it, and 200 once it is back" do
