@@ -53,6 +53,27 @@ class OperatorActionsTest < Bobbin::TestCase
     assert Bobbin::Operator.retry(ready, by: "bob"), "a discarded job can be retried"
   end
 
+  # SQLite's lock is not fair: workers writing outcomes back to back kept a waiting writer out past its busy timeout on a
+  # loaded machine. A batch of a bulk action ran again then; one job's retry, discard or release failed (a dashboard 500).
+  test "retry, discard and release of one job wait for SQLite's write lock held past the busy timeout, as a batch does" do
+    skip("SQLite's write lock") if postgres?
+    ids = { retry: insert_jobs(1, **failed_attributes).first, discard: insert_jobs(1).first,
+            release: insert_jobs(1, state: "running", claimed_by: 999_999, claimed_at: Time.now.utc).first }
+    holder = "db = SQLite3::Database.new(ARGV[0]); db.execute('BEGIN IMMEDIATE'); puts('locked'); $stdout.flush; sleep(1); db.execute('COMMIT')"
+    Bobbin::JobRecord.with_connection do |connection|
+      connection.raw_connection.busy_handler_timeout = 100 # the loaded machine's wait past the timeout, in short
+      ids.each do |action, id|
+        IO.popen([ *ruby, "-rsqlite3", "-e", holder, TestDatabase.sqlite_path ]) do |lock|
+          assert_equal "locked\n", lock.gets
+          assert Bobbin::Operator.public_send(action, id, by: "ops"), action
+        end
+      end
+    ensure
+      connection.raw_connection.busy_handler_timeout = 20_000
+    end
+    assert_equal %w[ready discarded ready], Bobbin::JobRecord.where(id: ids.values).order(:id).pluck(:state)
+  end
+
   test "bulk discard takes only the filtered waiting and failed jobs" do
     mail_failed = insert_jobs(3, queue: "mail", **failed_attributes)
     mail_ready = insert_jobs(2, queue: "mail")

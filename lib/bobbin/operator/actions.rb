@@ -38,9 +38,11 @@ module Bobbin
       def release(id, by:)
         live = ProcessRecord.live.select(:id)
         running = JobRecord.where(id: id, state: "running")
-        released = running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
-                          .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_at: nil, started_at: nil,
-                                      attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"), **stamp("released", by)) == 1
+        released = patiently do
+          running.where(claimed_by: nil).or(running.where.not(claimed_by: live))
+                 .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, claimed_at: nil, started_at: nil,
+                             attempts: Arel.sql("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"), **stamp("released", by))
+        end == 1
         let_through([ id ]) if released
         woken(released)
       end
@@ -66,16 +68,18 @@ module Bobbin
       # `selected`: the jobs a bulk action's filter selects, re-checked by the UPDATE (a job that left them between the
       # read and the write, a "clear queue" job that failed meanwhile, is left alone).
       def retry_ids(ids, by, selected = JobRecord)
-        retried = selected.where(id: ids, state: RETRYABLE)
-                           .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
-                                       claimed_by: nil, claimed_at: nil, **stamp("retried", by))
+        retried = patiently do
+          selected.where(id: ids, state: RETRYABLE)
+                  .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
+                              claimed_by: nil, claimed_at: nil, **stamp("retried", by))
+        end
         let_through(ids) if retried.positive?
         Stats.forget_throughput if retried.positive? # a failed job retried leaves its minute's count
         woken(retried)
       end
 
       def discard_ids(ids, by, selected = JobRecord)
-        selected.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)).tap do |count|
+        patiently { selected.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)) }.tap do |count|
           next unless count.positive?
 
           Stats.forget_throughput # a failed job discarded leaves its minute's count
@@ -106,10 +110,10 @@ module Bobbin
         end
       end
 
-      # Runs a batch's guarded statement again while SQLite stays locked past its busy timeout, for up to PATIENCE
-      # seconds: SQLite's lock is not fair, and workers writing outcomes back to back can keep a waiting writer out
-      # that long on a loaded machine. The statement only changes rows still in the states it names, so running it
-      # again is safe.
+      # Runs a guarded statement (one job's, or a batch's) again while SQLite stays locked past its busy timeout, for up
+      # to PATIENCE seconds: SQLite's lock is not fair, and workers writing outcomes back to back can keep a waiting
+      # writer out that long on a loaded machine. The statement only changes rows still in the states it names, so
+      # running it again is safe.
       def patiently(deadline = Bobbin.monotonic + PATIENCE)
         yield
       rescue ActiveRecord::StatementTimeout => error
