@@ -27,8 +27,9 @@ module Bobbin
     def discard_all(filter, by: "operator") = Actions.discard_all(filter, by: by)
     def delete_finished(before:, states: Actions::DONE_WITH) = Actions.delete_finished(before: before, states: states)
 
-    def pause(queue) = QueuePause.pause(queue)
-    def resume(queue) = QueuePause.resume(queue)
+    # Patient with SQLite's write lock as the actions on jobs are (both are idempotent).
+    def pause(queue) = Actions.patiently { QueuePause.pause(queue) }
+    def resume(queue) = Actions.patiently { QueuePause.resume(queue) }
 
     def counts = Stats.counts
     def queues(cap: nil) = Stats.queues(cap: cap)

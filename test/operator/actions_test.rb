@@ -59,19 +59,31 @@ class OperatorActionsTest < Bobbin::TestCase
     skip("SQLite's write lock") if postgres?
     ids = { retry: insert_jobs(1, **failed_attributes).first, discard: insert_jobs(1).first,
             release: insert_jobs(1, state: "running", claimed_by: 999_999, claimed_at: Time.now.utc).first }
+    ids.each { |action, id| assert(while_sqlite_locked { Bobbin::Operator.public_send(action, id, by: "ops") }, action) }
+    assert_equal %w[ready discarded ready], Bobbin::JobRecord.where(id: ids.values).order(:id).pluck(:state)
+  end
+
+  test "pausing and resuming a queue wait for SQLite's write lock held past the busy timeout" do
+    skip("SQLite's write lock") if postgres?
+    assert_equal 1, while_sqlite_locked { Bobbin::Operator.pause("mail") }
+    assert_equal [ "mail" ], Bobbin::QueuePause.pluck(:queue)
+    assert_equal 1, while_sqlite_locked { Bobbin::Operator.resume("mail") }
+    assert_empty Bobbin::QueuePause.pluck(:queue)
+  end
+
+  # Runs the block while another process holds SQLite's write lock for a second, past a busy timeout made short here
+  # (the loaded machine's wait past the timeout, in short); returns what the block returns.
+  def while_sqlite_locked
     holder = "db = SQLite3::Database.new(ARGV[0]); db.execute('BEGIN IMMEDIATE'); puts('locked'); $stdout.flush; sleep(1); db.execute('COMMIT')"
     Bobbin::JobRecord.with_connection do |connection|
-      connection.raw_connection.busy_handler_timeout = 100 # the loaded machine's wait past the timeout, in short
-      ids.each do |action, id|
-        IO.popen([ *ruby, "-rsqlite3", "-e", holder, TestDatabase.sqlite_path ]) do |lock|
-          assert_equal "locked\n", lock.gets
-          assert Bobbin::Operator.public_send(action, id, by: "ops"), action
-        end
+      connection.raw_connection.busy_handler_timeout = 100
+      IO.popen([ *ruby, "-rsqlite3", "-e", holder, TestDatabase.sqlite_path ]) do |lock|
+        assert_equal "locked\n", lock.gets
+        yield
       end
     ensure
       connection.raw_connection.busy_handler_timeout = 20_000
     end
-    assert_equal %w[ready discarded ready], Bobbin::JobRecord.where(id: ids.values).order(:id).pluck(:state)
   end
 
   test "bulk discard takes only the filtered waiting and failed jobs" do
