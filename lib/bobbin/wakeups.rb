@@ -27,7 +27,7 @@ module Bobbin
 
     module_function
 
-    # Adds a worker (anything answering `notice(queues, at)`) to this process's listeners; starts the process's
+    # Adds a worker (anything answering `notice(queues, at, resumed:)`) to this process's listeners; starts the process's
     # listening thread with the first one.
     def subscribe(worker)
       @lock.synchronize do
@@ -72,7 +72,7 @@ module Bobbin
         @lock.synchronize { @paused = (paused ? @paused | queues : @paused - queues).freeze }
         return if paused
       end
-      @workers.each { |worker| worker.notice(queues, at) } # replaced, never changed in place, under the lock
+      tell(queues, at, resumed: paused == false)
     end
 
     # True when `queue` is paused as far as this process has heard (pause and resume announce themselves; the
@@ -90,7 +90,13 @@ module Bobbin
     # its jobs are claimable now; a worker ignores those of a queue still paused).
     def paused_now(queues, resumed: [])
       woken = note_paused(queues) | resumed
-      deliver(woken) if woken.any?
+      tell(woken, nil, resumed: true) if woken.any?
+    end
+
+    # Hands a notice to each worker. `resumed`: `queues` were paused until now, so a due time a worker looked up
+    # without their jobs is stale.
+    def tell(queues, at, resumed: false)
+      @workers.each { |worker| worker.notice(queues, at, resumed: resumed) } # replaced, never changed in place, under the lock
     end
 
     # Runs the block (an INSERT of jobs on SQLite, which returns their ids), then notes those ids: this process
@@ -155,6 +161,6 @@ module Bobbin
       source.start
     end
 
-    private_class_method :after_commit, :forked!, :send_notice, :start_source
+    private_class_method :tell, :after_commit, :forked!, :send_notice, :start_source
   end
 end

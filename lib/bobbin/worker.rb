@@ -166,11 +166,12 @@ module Bobbin
 
     # Hears that jobs are ready in `queues` (nil: any) or become due at `at` (epoch seconds); called by Wakeups from
     # any thread. Wakes the claim loop when they concern this worker's queues, not all paused, and it has room (or
-    # must sleep less).
-    def notice(queues, at)
+    # must sleep less). `resumed`: the queues were paused until now, and the next due time the worker knows left their
+    # jobs out (a job scheduled into a paused queue, due after its resume, ran at the next poll).
+    def notice(queues, at, resumed: false)
       return unless queues.nil? || queues.any? { |queue| @selection.match?(queue) && !Wakeups.paused?(queue) }
 
-      @pacer.stale! if queues.nil? && at.nil? # "anything may have changed": a listener (re)connected, or went late
+      @pacer.stale! if resumed || (queues.nil? && at.nil?) # "anything may have changed": a listener (re)connected, or went late
       if at
         sooner = @pacer.sooner?(at)
         @pacer.note(at)

@@ -7,7 +7,7 @@ module NoticeProbe
   class Probe
     def initialize = (@lock = Mutex.new; @notices = [])
 
-    def notice(queues, at) = @lock.synchronize { @notices << Bobbin::Wakeups::Notice.new(queues, at) }
+    def notice(queues, at, resumed: false) = @lock.synchronize { @notices << Bobbin::Wakeups::Notice.new(queues, at) }
 
     def count = @lock.synchronize { @notices.size }
 

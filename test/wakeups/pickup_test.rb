@@ -119,6 +119,20 @@ class PickupTest < Bobbin::TestCase
     end
   end
 
+  # A job scheduled into a paused queue is announced to nobody (its workers ignore a paused queue's notices), and the
+  # worker's next due time leaves paused queues out: once the queue is resumed, the worker must look for its due times.
+  test "a job scheduled into a paused queue and due after its resume runs at its time on a worker polling every 60 s" do
+    with_idle_worker do
+      Bobbin.pause("llm")
+      id = Bobbin.enqueue_all([ [ SleepJob, [ 0, "resumed-later" ], { queue: "llm", run_at: Time.now + 2 } ] ]).first
+      assert_heard(1) # announced, and ignored: the queue is paused
+      Bobbin.resume("llm")
+      run_soon("resumed-later")
+      job = Bobbin::JobRecord.find(id)
+      assert_operator job.started_at, :>=, job.run_at, "started at or after its run_at"
+    end
+  end
+
   test "a queue paused before the worker started, with no announcement heard, is known from the database" do
     Bobbin::QueuePause.insert_all([ { queue: "llm", created_at: Time.now.utc } ]) # as another process would, unheard here
     with_idle_worker do |worker|
