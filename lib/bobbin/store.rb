@@ -187,7 +187,7 @@ module Bobbin
       end
 
       insert = -> { connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) } }
-      ids = sql == SQLite ? Wakeups.inserting(&insert) : insert.call
+      ids = sql == SQLite ? Wakeups.inserting(connection, &insert) : insert.call
       connection.clear_query_cache
       notices.each { |notice| Wakeups.announce(notice.queues, at: notice.at, connection: connection) }
       ids

@@ -102,10 +102,16 @@ module Bobbin
     # Runs the block (an INSERT of jobs on SQLite, which returns their ids), then notes those ids: this process
     # announces them itself, so its Watcher passes them over. While an insert is between its commit and that note
     # the Watcher waits (`inserting?`), or it would take the new rows for another process's and announce them twice.
-    def inserting
+    # Rolled back (a transaction open on `connection`), the ids are forgotten again: SQLite gives them to the next
+    # insert, maybe another process's, whose jobs the Watcher passed over as this one's (they waited for a poll).
+    def inserting(connection = nil)
       @lock.synchronize { @inserting += 1 }
       ids = yield
-      @lock.synchronize { @inserted_here << (ids.min..ids.max) } if ids.any? && @source.is_a?(Watcher)
+      if ids.any? && @source.is_a?(Watcher)
+        range = ids.min..ids.max
+        @lock.synchronize { @inserted_here << range }
+        connection&.current_transaction&.after_rollback { @lock.synchronize { @inserted_here.delete(range) } }
+      end
       ids
     ensure
       @lock.synchronize { @inserting -= 1 }
