@@ -183,12 +183,12 @@ module Bobbin
     end
 
     # A job ended and freed its slot. The claim loop looks again only when work may be waiting for that slot: the last
-    # claim filled every slot, or did not look (no room, or the database failed it), a notice came since it was sent,
-    # a crash suspect held its fellows back, notifications do not reach this process (it polls), or the worker is
-    # stopping or draining. Otherwise new work announces itself, and a claim per finished job would be an empty claim
+    # claim filled every slot, or did not look (no room, or the database failed it), the loop sleeps for want of room
+    # (a job may fall due meanwhile), a notice came since it was sent, a crash suspect held its fellows back,
+    # notifications do not reach this process (it polls), or the worker is stopping or draining. Otherwise new work announces itself, and a claim per finished job would be an empty claim
     # per job: twice the claims of an idle worker, and a claim in flight that the next job waits for.
     def job_done
-      @waker.wake if @unheard || @stopping || @draining || !Wakeups.listening? || @claimer.look_again?
+      @waker.wake if @unheard || @full || @stopping || @draining || !Wakeups.listening? || @claimer.look_again?
     end
 
     # Ids of the jobs this worker holds: handed to the executor, or finished with an unwritten outcome.
@@ -335,6 +335,7 @@ module Bobbin
             next
           end
           @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
+          @full = false
           jobs = @claimer.next_jobs(wait: wait)
           jobs.each { |job| @executor.post(job) { perform(job) } }
           next if @claimer.backlog?
@@ -381,9 +382,14 @@ module Bobbin
 
       # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.
       # Without room, due times wait for a freed slot, which wakes the loop: a job already due would not be claimed.
+      # (`@full` is set before room is looked at: a slot freed from then on wakes it. A claim that took fewer jobs than
+      # it asked for, the prefetch, yet filled every slot, left the freed slot to wake nobody, and a job due meanwhile
+      # waited for the next poll.)
       def idle
+        @full = true
         return wait(@pacer.poll_interval) unless room?
 
+        @full = false
         @pacer.refresh { @claimer.next_run_at }
         wait(@pacer.idle_wait)
       end

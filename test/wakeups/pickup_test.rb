@@ -75,6 +75,21 @@ class PickupTest < Bobbin::TestCase
     end
   end
 
+  # A worker that finishes many jobs a second claims a few ahead (Claimer#prefetch), so a claim can fill every slot and
+  # still take fewer jobs than it asked for. Full, the worker leaves due times to a freed slot, which woke a listening
+  # worker only after a claim that took all it asked for: the scheduled job waited for the next poll.
+  test "a job scheduled ahead runs at its time when, just before, a claim filled every slot of a worker claiming ahead" do
+    with_idle_worker do
+      id = SleepJob.enqueue_in(4, 0, "scheduled")
+      Bobbin.enqueue_all(Array.new(3000) { [ SleepJob, [ 0 ] ] }) # thousands a second: the worker claims ahead
+      wait_for("the short jobs to run", timeout: 60) { Bobbin::JobRecord.where(state: %w[ready running]).count == 1 }
+      Bobbin.enqueue_all(Array.new(5) { [ SleepJob, [ 0.5 ] ] }) # one claim, asking for 6, takes them: every slot
+      run_soon("scheduled")
+      job = Bobbin::JobRecord.find(id)
+      assert_operator job.started_at, :<, job.run_at + 1, "started within a second of its run_at"
+    end
+  end
+
   test "a job scheduled before the worker started is found at boot and runs at its time" do
     SleepJob.enqueue_in(3, 0, "booked")
     with_idle_worker { run_soon("booked") }
