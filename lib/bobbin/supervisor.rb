@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "supervisor/fork_lock"
 require_relative "supervisor/slot"
 
 module Bobbin
@@ -32,7 +33,8 @@ module Bobbin
       Record.load_schemas # before the workers fork, so they and the supervisor's housekeeping have them
       trap_signals
       Instrumentation.instrument(:start_process, process_event)
-      @clock = Maintenance::Clock.start("supervisor")
+      @fork_lock = ForkLock.new(forks: @mode == :fork)
+      @clock = Maintenance::Clock.start("supervisor", guard: @fork_lock)
       @database_file = Store::DatabaseFile.open
       Bobbin.logger.info("bobbin supervisor #{::Process.pid} (#{@mode}) starting #{@slots.size} workers: #{@pools.map(&:to_s).join('; ')}")
       signal = supervise
@@ -47,7 +49,7 @@ module Bobbin
       def supervise
         beat_at = 0
         loop do
-          @slots.each { |slot| slot.start(identity) if slot.due? } unless @quiet || @signal_reader.wait_readable(0) # a stop waits: no fork for it
+          start_due unless @quiet || @signal_reader.wait_readable(0) # a stop waits: no fork for it
           case (signal = next_signal(1.0))
           when nil then nil
           when Worker::QUIET_SIGNAL then quiet
@@ -91,6 +93,11 @@ module Bobbin
 
       def process_event = { process_id: @process.id, kind: "supervisor", name: "supervisor", pid: ::Process.pid }
 
+      # Starts the workers due to (re)start, each when no thread of this process is inside an SQLite call (ForkLock).
+      def start_due
+        @slots.each { |slot| @fork_lock.quietly { slot.start(identity) } if slot.due? }
+      end
+
       def identity = { id: @process.id, pid: (::Process.pid if @mode == :fork), async: @mode == :async }
 
       def reap
@@ -123,7 +130,7 @@ module Bobbin
           beat_at = @beating.value
           @beating = nil
         end
-        @beating = Thread.new { beat }.tap { |thread| thread.report_on_exception = false } if @beating.nil? && Bobbin.monotonic >= beat_at
+        @beating = Thread.new { @fork_lock.querying { beat } }.tap { |thread| thread.report_on_exception = false } if @beating.nil? && Bobbin.monotonic >= beat_at
         beat_at
       end
 

@@ -195,6 +195,33 @@ class SupervisorTest < Bobbin::TestCase
     locker&.disconnect!
   end
 
+  # The supervisor's heartbeat waits on another process's write lock, inside an SQLite call, while the killed worker is
+  # forked again (its recovery gave up on the lock after the busy timeout, made short here): that child hung for ever
+  # in the sqlite3 gem's after-fork close, and no job ran again.
+  test "SQLite: a worker restarted while the supervisor's threads wait on another writer's lock runs jobs" do
+    skip("SQLite's write lock") if postgres?
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    holder = "db = SQLite3::Database.new(ARGV[0]); db.execute('BEGIN IMMEDIATE'); puts('locked'); $stdout.flush; sleep(6); db.execute('COMMIT')"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", start_config({ "fibers" => 5 }, heartbeat_interval: 0.2, process_alive_threshold: 30).path,
+                          log: log, env: { "DATABASE_URL" => TestDatabase.url_with_pool.sub("timeout=20000", "timeout=1000") })
+      wait_for("a worker registered") { worker_pids.size == 1 }
+      victim = worker_pids.first
+      IO.popen([ *ruby, "-rsqlite3", "-e", holder, TestDatabase.sqlite_path ]) do |lock|
+        assert_equal "locked\n", lock.gets
+        sleep(1) # the supervisor's next heartbeat is waiting for the lock
+        Process.kill(:KILL, victim)
+        wait_for("the supervisor to see its worker die") { File.read(log).include?("(pid #{victim}, queues *) exited") }
+      end
+      id = CrashSafeJob.enqueue(0, "after")
+      wait_for("the restarted worker to run a job", timeout: 30, seen: -> { File.read(log) }) { Bobbin::JobRecord.find(id).state == "succeeded" }
+      refute_includes worker_pids, victim
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 20)&.success?, File.read(log)
+    end
+  end
+
   test "workers of a supervisor killed with -9 stop on their own within seconds" do
     pids = []
     children = []

@@ -11,10 +11,12 @@ module Bobbin
       # Starts the clock thread; `who` names the process in log lines.
       def self.start(who, **) = new(who, **).tap(&:start)
 
-      # `scheduler`: nil runs no recurring pass (a draining worker's clock).
-      def initialize(who, scheduler: Recurring::Scheduler.new)
+      # `scheduler`: nil runs no recurring pass (a draining worker's clock). `guard`: runs each pass's queries (a
+      # supervisor's Supervisor::ForkLock, which keeps its forks out of them).
+      def initialize(who, scheduler: Recurring::Scheduler.new, guard: nil)
         @who = who
         @scheduler = scheduler
+        @guard = guard
         @outage = OutageLog.new("bobbin #{who}: clock")
         @signal = Thread::Queue.new
       end
@@ -40,7 +42,7 @@ module Bobbin
         # Runs the services once (its queries, once a second, kept out of the app's log); returns how long to sleep
         # before the next run. Blocked jobs are let through even when the recurring pass fails.
         def tick
-          next_tick = Maintenance.quietly { services }
+          next_tick = guarded { Maintenance.quietly { services } }
           @outage.succeeded
           wait = next_tick ? next_tick - Time.now : TICK
           wait.clamp(0.0, TICK)
@@ -51,6 +53,8 @@ module Bobbin
           Bobbin.logger.error("bobbin #{@who}: clock error #{error.class}: #{error.message}")
           TICK
         end
+
+        def guarded(&) = @guard ? @guard.querying(&) : yield
 
         # The recurring pass, then the promotion whatever the pass did; then the pass's error, if any, for the log.
         def services
