@@ -278,9 +278,14 @@ module Bobbin
         end
       end
 
-      # Parses flags and checks their values as Bobbin.configure would, naming the flag.
+      # Parses flags and checks their values as Bobbin.configure would, naming the flag. These commands take no operand:
+      # one left over is refused (`bobbin start config/jobs.yml`, without -c, ran config/bobbin.yml's pools).
       def parse(parser, argv, options)
         parser.parse!(argv)
+        if argv.any?
+          usage = parser.banner.lines.first.chomp.delete_prefix("Usage: ")
+          raise UsageError, "#{usage.split[1]}: unexpected #{argv.join(' ').inspect} (usage: #{usage})"
+        end
         FLAGS.each { |key, flag| Setting.check(key, options[key], flag) if options.key?(key) }
       end
   end

@@ -104,4 +104,15 @@ class CommandLineTest < Bobbin::TestCase
       assert_match pattern, err
     end
   end
+
+  # `bobbin start config/jobs.yml` (-c forgotten) ran config/bobbin.yml's pools, or the default pool, as if all were well.
+  test "start, work and doctor refuse an operand (exit 64) instead of ignoring it" do
+    once_per_run
+    { %w[start config/jobs.yml] => "bobbin start [options]", %w[work --threads 1 production] => "bobbin work [options]" }.each do |args, usage|
+      status, out, err = run_without_url(*args)
+      assert_equal [ 64, "", "bobbin: #{args.first}: unexpected #{args.last.inspect} (usage: #{usage})\n" ], [ status.exitstatus, out, err ], args.join(" ")
+    end
+    status, out, err = run_bobbin("doctor", "config/jobs.yml", "--threads", "1")
+    assert_equal [ 64, "", "bobbin: doctor: unexpected \"config/jobs.yml\" (usage: bobbin doctor [options])\n" ], [ status.exitstatus, out, err ]
+  end
 end
