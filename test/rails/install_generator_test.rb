@@ -137,6 +137,18 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_no_match(/Active Job was left out/, generate)
   end
 
+  # `--database jobs` wrote connects_to { writing: :jobs } and db/jobs_schema.rb beside a `queue:` entry in
+  # config/database.yml: the app then stopped at boot ("The `jobs` database is not configured").
+  test "a --database other than queue or primary is refused, and nothing is written" do
+    write("config/database.yml", RAILS_NEW_POSTGRESQL)
+    before = files("**/*")
+    out, err = capture_io { Bobbin::Generators::InstallGenerator.start(%w[--database jobs --environments all], destination_root: @app) }
+    assert_match(/Expected '--database' to be one of queue, primary; got jobs/, out + err)
+    assert_equal before, files("**/*"), "no file added"
+    assert_equal RAILS_NEW_POSTGRESQL, File.read(path("config/database.yml"))
+    assert_not_includes File.read(path("config/application.rb")), "bobbin"
+  end
+
   test "an install with --environments all, run again without it, stays as it is" do
     write("config/environments/production.rb", "Rails.application.configure do\n  config.active_job.queue_adapter = :solid_queue\nend\n")
     generate("--environments", "all")

@@ -17,7 +17,7 @@ module Bobbin
 
       source_root File.expand_path("templates", __dir__)
 
-      class_option :database, type: :string, default: "queue",
+      class_option :database, type: :string, default: "queue", enum: %w[queue primary],
                               desc: "queue: Bobbin's tables in their own database (config.bobbin.connects_to); primary: in the app's"
       class_option :environments, type: :string, default: "production", enum: %w[production all],
                                   desc: "where Active Job uses Bobbin: production (config/environments/production.rb) or all (tests keep the test adapter)"
