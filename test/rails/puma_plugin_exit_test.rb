@@ -3,6 +3,7 @@
 require "test_helper"
 require_relative "generated_app"
 require_relative "puma_beside"
+require "socket"
 
 # The Puma plugin stopped Puma by sending it TERM when Bobbin's supervisor died, and Puma then died by that signal:
 # systemd's Restart=on-failure takes a death by TERM for a clean stop and did not restart the unit, and the worker
@@ -46,6 +47,38 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
         assert_equal "done", app.read("tmp/#{name}-finished"), "the running job finished: the worker stopped gracefully"
       end
     end
+  end
+
+  # Bobbin's supervisor and workers, forked from Puma, held its listening socket: while they finished their jobs after
+  # Puma was killed, Puma started again failed with EADDRINUSE and requests hung in the listen queue.
+  test "Puma killed while Bobbin finishes a job: its port is free at once for the Puma started again" do
+    skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+    name = "slow-port"
+    app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 5)")
+    log = app.path("log/puma-port.log")
+    pid, = start_puma("tmp/puma-single.rb", log)
+    worker = nil
+    ensure_killed(pid) do
+      port = wait_for("Puma's port") { File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1] }.to_i
+      worker = wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
+      Process.kill(:KILL, pid)
+      wait_exit(pid, timeout: 10) or flunk("Puma did not die")
+      begin
+        TCPServer.new("127.0.0.1", port).close
+      rescue Errno::EADDRINUSE
+        flunk("port #{port} still in use after Puma died: Bobbin's processes keep Puma's listening socket")
+      end
+      assert_not gone?(worker), "Bobbin's worker was still finishing its job"
+    end
+  ensure
+    wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
+  end
+
+  def gone?(pid)
+    Process.kill(0, pid)
+    false
+  rescue Errno::ESRCH
+    true
   end
 
   # Puma's own TERM ends it by that signal (raise_exception_on_sigterm, its default), which systemd counts as a clean

@@ -31,12 +31,22 @@ Puma::Plugin.create do
     # Its own process group: when it dies (kill -9), the workers it leaves are found by it, to be stopped and waited for.
     def run_supervisor
       Process.setpgid(0, 0)
+      close_listeners
       Thread.new { sleep(1) until Process.ppid != @puma_pid; Process.kill(:TERM, Process.pid) }
       require "bobbin"
       exit!(Bobbin::CLI.start([ "start" ]))
     rescue Exception => error # rubocop:disable Lint/RescueException -- a fork of Puma must never run Puma's at_exit hooks
       warn("bobbin (puma plugin): #{error.class}: #{error.message}")
       exit!(1)
+    end
+
+    # Puma's listening sockets (its binds, its control app's), which the fork inherits. Left open in Bobbin's processes,
+    # they outlived a Puma killed while Bobbin's jobs finished: a Puma started again could not bind its port
+    # (EADDRINUSE), and requests to it hung in the listen queue instead of being refused (a trial).
+    def close_listeners
+      ObjectSpace.each_object(::BasicSocket) do |socket|
+        socket.close if (socket.is_a?(::TCPServer) || socket.is_a?(::UNIXServer)) && !socket.closed?
+      end
     end
 
     # Puma booted: at start, and again after each restart.
