@@ -74,6 +74,29 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
   end
 
+  # Puma's workers exit when its master dies, on EOF of a pipe the master alone writes to; Bobbin's supervisor, forked
+  # from the master, held it too, and a killed master's workers went on serving until Bobbin had finished its jobs.
+  test "clustered Puma whose master is killed while Bobbin finishes a job: Puma's workers exit at once, as without the plugin" do
+    skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+    name = "slow-master"
+    app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 8)")
+    log = app.path("log/puma-master-killed.log")
+    pid, = start_puma("tmp/puma-cluster-exit.rb", log)
+    worker = nil
+    ensure_killed(pid) do
+      pumas = wait_for("Puma's two workers") { File.read(log).scan(/Worker \d \(PID: (\d+)\) booted/).flatten.map(&:to_i).then { |pids| pids if pids.size == 2 } }
+      worker = wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
+      Process.kill(:KILL, pid)
+      wait_exit(pid, timeout: 10) or flunk("Puma did not die")
+      wait_for("Puma's workers to see their master died", timeout: 5, seen: -> { pumas.reject { |puma| gone?(puma) } }) { pumas.all? { |puma| gone?(puma) } }
+      assert_not gone?(worker), "Bobbin's worker was still finishing its job"
+    ensure
+      pumas&.each { |puma| Process.kill(:KILL, puma) unless gone?(puma) }
+    end
+  ensure
+    wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
+  end
+
   def gone?(pid)
     Process.kill(0, pid)
     false

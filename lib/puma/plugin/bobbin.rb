@@ -32,6 +32,7 @@ Puma::Plugin.create do
     def run_supervisor
       Process.setpgid(0, 0)
       close_listeners
+      close_master_pipe
       Thread.new { sleep(1) until Process.ppid != @puma_pid; Process.kill(:TERM, Process.pid) }
       require "bobbin"
       exit!(Bobbin::CLI.start([ "start" ]))
@@ -47,6 +48,15 @@ Puma::Plugin.create do
       ObjectSpace.each_object(::BasicSocket) do |socket|
         socket.close if (socket.is_a?(::TCPServer) || socket.is_a?(::UNIXServer)) && !socket.closed?
       end
+    end
+
+    # A clustered Puma's workers exit when its master dies, on the end of a pipe only the master holds open for writing
+    # (Puma::Cluster's @suicide_pipe; Puma closes it in each worker it forks). The fork inherited it: a killed master's
+    # workers went on serving requests until Bobbin had finished its jobs (a trial). Closed here as Puma closes it.
+    def close_master_pipe
+      runner = @launcher.instance_variable_get(:@runner)
+      pipe = runner&.instance_variable_get(:@suicide_pipe)
+      pipe.close if pipe.is_a?(IO) && !pipe.closed?
     end
 
     # Puma booted: at start, and again after each restart.
