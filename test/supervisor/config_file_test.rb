@@ -104,6 +104,12 @@ class ConfigFileTest < Bobbin::TestCase
     assert_config_error(/invalid YAML: .* at line 3/, "production:\n  workers:\n    - { fibers: 1\n")
   end
 
+  test "an ERB error is named with the file, a require of a missing gem too, not raised as it was" do
+    assert_config_error(/could not be read \(NameError: undefined local variable or method 'nope'/, "production:\n  shutdown_timeout: <%= nope %>\n")
+    assert_config_error(/could not be read \(LoadError: cannot load such file -- bobbin_no_such_gem\)/,
+                        "<% require \"bobbin_no_such_gem\" %>\nproduction:\n  shutdown_timeout: 5\n")
+  end
+
   test "a missing file or environment section is named" do
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin::ConfigFile.load("/nonexistent/bobbin.yml") }
     assert_equal "config file /nonexistent/bobbin.yml not found", error.message

@@ -58,7 +58,7 @@ module Bobbin
       raise ConfigurationError, "#{path}: invalid YAML: #{error.problem} at line #{error.line} column #{error.column}"
     rescue ConfigurationError
       raise
-    rescue StandardError, SyntaxError => error
+    rescue StandardError, ScriptError => error # ScriptError: a SyntaxError in its ERB, or a LoadError from a require there
       raise ConfigurationError, "#{path}: could not be read (#{error.class}: #{error.message})"
     end
 
