@@ -228,6 +228,38 @@ class InstallGeneratorTest < Bobbin::TestCase
         migrations_paths: db/queue_migrate
   YAML
 
+  # An environment line with an anchor or a comment was not found: that environment got no queue database, silently,
+  # and the app stopped at boot ("The `queue` database is not configured for the `development` environment").
+  test "queue database for environments written `development: &development` or `production: # …`: each gets one; test's merge still works" do
+    write("config/database.yml", <<~YAML)
+      default: &default
+        adapter: postgresql
+        encoding: unicode
+
+      development: &development
+        <<: *default
+        database: shop_development
+
+      test:
+        <<: *development
+        database: shop_test
+
+      production: # the server's
+        <<: *default
+        database: shop_production
+    YAML
+    generate("--environments", "all")
+    config = YAML.safe_load(File.read(path("config/database.yml")), aliases: true)
+    %w[development test production].each do |env|
+      assert_equal({ "adapter" => "postgresql", "encoding" => "unicode", "database" => "shop_#{env}" }, config.dig(env, "primary"), env)
+      assert_equal({ "adapter" => "postgresql", "encoding" => "unicode", "database" => "shop_#{env}_queue", "migrations_paths" => "db/queue_migrate" },
+                   config.dig(env, "queue"), env)
+    end
+    text = File.read(path("config/database.yml"))
+    generate("--environments", "all")
+    assert_equal text, File.read(path("config/database.yml")), "a second run changes nothing"
+  end
+
   test "queue database with DATABASE_URL set: each queue entry added reads QUEUE_DATABASE_URL, and the summary says to set it" do
     write("config/database.yml", RAILS_NEW_POSTGRESQL)
     output = with_env("DATABASE_URL" => "postgres://db.internal/shop") { generate("--environments", "all") }

@@ -44,13 +44,21 @@ module Bobbin
         return self if queue?(env)
 
         lines = @text.lines
-        start = lines.index { |line| line.match?(/\A#{Regexp.escape(env)}:\s*(#.*)?\z/) } or return self
+        # `development: &development` (which test may merge) and `production: # a comment` are found too: skipped, the
+        # environment got no queue database and the app stopped at boot ("The `queue` database is not configured").
+        start = lines.index { |line| line.match?(/\A#{Regexp.escape(env)}:[ \t]*(&[^\s#]+)?[ \t]*(#.*)?\n?\z/) } or return self
         finish = (start + 1...lines.size).find { |i| lines[i].match?(/\A\S/) } || lines.size
         finish -= 1 while finish > start + 1 && lines[finish - 1].strip.empty?
         block = lines[start + 1...finish]
         nested = structure[env].values.all? { |value| value.is_a?(Hash) }
         primary = nested ? primary_lines(block) : block
-        block = [ "  primary:\n", *block.map { |line| line.strip.empty? ? line : "  #{line}" } ] unless nested
+        unless nested
+          # A flat environment's anchor goes to its primary, as `rails new` anchors `primary: &primary_production`:
+          # `<<: *development` elsewhere still merges the settings it did, not the primary and queue entries.
+          anchor = lines[start][/&[^\s#]+/]
+          lines[start] = lines[start].sub(/[ \t]*&[^\s#]+/, "") if anchor
+          block = [ "  primary:#{" #{anchor}" if anchor}\n", *block.map { |line| line.strip.empty? ? line : "  #{line}" } ]
+        end
         @text = [ *lines[0..start], *block, *queue_lines(primary, env), *lines[finish..] ].join
         @structure = nil
         self
