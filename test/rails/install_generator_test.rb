@@ -260,6 +260,29 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_equal text, File.read(path("config/database.yml")), "a second run changes nothing"
   end
 
+  test "queue database beside lines of ERB code in config/database.yml (<% if %>): installed, the queue entry keeps them" do
+    write("config/database.yml", <<~YAML)
+      default: &default
+        adapter: postgresql
+        <% if ENV["SHOP_DB_PORT"] %>
+        port: <%= ENV["SHOP_DB_PORT"] %>
+        <% end %>
+
+      production:
+        <<: *default
+        database: shop_production
+        <%# the replica's host, when there is one %>
+        <% if ENV["SHOP_DB_HOST"] %>
+        host: <%= ENV["SHOP_DB_HOST"] %>
+        <% end %>
+    YAML
+    assert_match(/Bobbin is installed/, generate, "the run went on to its end")
+    config = with_env("SHOP_DB_HOST" => "db.internal", "SHOP_DB_PORT" => "6432") { YAML.safe_load(ERB.new(File.read(path("config/database.yml"))).result, aliases: true) }
+    assert_equal({ "adapter" => "postgresql", "port" => 6432, "host" => "db.internal", "database" => "shop_production" }, config.dig("production", "primary"))
+    assert_equal({ "adapter" => "postgresql", "port" => 6432, "host" => "db.internal", "database" => "shop_production_queue", "migrations_paths" => "db/queue_migrate" },
+                 config.dig("production", "queue"))
+  end
+
   test "queue database with DATABASE_URL set: each queue entry added reads QUEUE_DATABASE_URL, and the summary says to set it" do
     write("config/database.yml", RAILS_NEW_POSTGRESQL)
     output = with_env("DATABASE_URL" => "postgres://db.internal/shop") { generate("--environments", "all") }

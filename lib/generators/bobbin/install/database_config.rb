@@ -65,8 +65,10 @@ module Bobbin
       end
 
       private
+        # The file's YAML, its ERB output tags read as "erb" and its lines of ERB code (`<% if ENV["DB_HOST"] %>`) left
+        # out: read as "erb" too, they made YAML the generator could not parse, and it stopped half-way with a backtrace.
         def structure
-          @structure ||= YAML.safe_load(@text.gsub(/<%=?.*?%>/m, "erb"), aliases: true) || {}
+          @structure ||= YAML.safe_load(@text.gsub(/^[ \t]*<%(?!=).*?%>[ \t]*\n/m, "").gsub(/<%=?.*?%>/m, "erb"), aliases: true) || {}
         end
 
         # The lines of the `primary:` entry of a nested environment.
