@@ -139,6 +139,17 @@ class InstallGeneratorTest < Bobbin::TestCase
 
   # `--database jobs` wrote connects_to { writing: :jobs } and db/jobs_schema.rb beside a `queue:` entry in
   # config/database.yml: the app then stopped at boot ("The `jobs` database is not configured").
+  test "config/puma.rb that loads the plugin already, in its own words, gets no second plugin line" do
+    [ "plugin :bobbin\n", "plugin(:bobbin) if ENV.fetch(\"BOBBIN_IN_PUMA\", false)\n", "  plugin \"bobbin\"\n" ].each do |own|
+      write("config/puma.rb", "port 3000\n#{own}")
+      generate
+      assert_equal "port 3000\n#{own}", File.read(path("config/puma.rb")), own
+    end
+    write("config/puma.rb", "port 3000\n# plugin :bobbin\n")
+    generate
+    assert_includes File.read(path("config/puma.rb")), "\nplugin :bobbin if ENV[\"BOBBIN_IN_PUMA\"]\n", "a commented-out line does not count"
+  end
+
   test "a --database other than queue or primary is refused, and nothing is written" do
     write("config/database.yml", RAILS_NEW_POSTGRESQL)
     before = files("**/*")

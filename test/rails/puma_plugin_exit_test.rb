@@ -74,6 +74,22 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
   end
 
+  test "config/puma.rb naming the plugin twice starts one supervisor, which stops with Puma" do
+    skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+    File.write(app.path("tmp/puma-twice.rb"), "bind \"tcp://127.0.0.1:0\"\nplugin :bobbin\nplugin :bobbin if ENV[\"BOBBIN_IN_PUMA\"]\n")
+    log = app.path("log/puma-twice.log")
+    pid, supervisor = start_puma("tmp/puma-twice.rb", log, env: { "BOBBIN_IN_PUMA" => "1" })
+    ensure_killed(pid) do
+      sleep(3) # a second supervisor starts as quickly as the first
+      assert_equal [ supervisor ], supervisors(log), File.read(log)
+      Process.kill(:TERM, pid)
+      status = wait_exit(pid, timeout: 60)
+      skip("Puma hung in its own stop (puma/puma#3677), plugin or not") if status.nil? && File.read(log).include?("- Gracefully stopping")
+      assert status, File.read(log)
+      assert gone?(supervisor)
+    end
+  end
+
   # Puma's workers exit when its master dies, on EOF of a pipe the master alone writes to; Bobbin's supervisor, forked
   # from the master, held it too, and a killed master's workers went on serving until Bobbin had finished its jobs.
   test "clustered Puma whose master is killed while Bobbin finishes a job: Puma's workers exit at once, as without the plugin" do

@@ -9,8 +9,12 @@ require "puma/plugin"
 # hot (USR2) or phased (USR1, clustered), stops Bobbin gracefully first and starts it again, on the new code, once
 # Puma has booted again.
 Puma::Plugin.create do
-  # Called by Puma with its launcher.
+  # Called by Puma with its launcher. Once per Puma: config/puma.rb naming the plugin twice (a `plugin :bobbin` written by
+  # hand beside the generator's line) made two instances, and each started a supervisor running every pool.
   def start(launcher)
+    return if self.class.instance_variable_get(:@started)
+
+    self.class.instance_variable_set(:@started, true)
     @launcher = launcher
     @log_writer = launcher.log_writer
     @puma_pid = Process.pid

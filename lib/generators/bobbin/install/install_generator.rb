@@ -90,7 +90,7 @@ module Bobbin
         return unless exist?("config/puma.rb")
 
         line = 'plugin :bobbin if ENV["BOBBIN_IN_PUMA"]'
-        return if read("config/puma.rb").include?(line)
+        return if read("config/puma.rb").match?(/^[ \t]*plugin[ \t(]+[:"']bobbin\b/) # the app's own line, as it wrote it
 
         append_to_file "config/puma.rb", "\n# Run Bobbin's supervisor and workers beside Puma (single-server deployments, development).\n#{line}\n"
       end
