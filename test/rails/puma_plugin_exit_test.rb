@@ -90,6 +90,29 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     end
   end
 
+  # The plugin waited for Bobbin's running jobs inside the phased restart, in Puma's master loop: past worker_timeout,
+  # the master then killed every worker it had as timed out, the requests they served with them.
+  test "a phased restart while Bobbin finishes a job keeps Puma's workers: Bobbin starts again once it has stopped" do
+    skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+    File.write(app.path("tmp/puma-phased.rb"), "workers 2\npreload_app! false\nworker_timeout 6\nbind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
+    name = "slow-phased"
+    app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 12)")
+    log = app.path("log/puma-phased.log")
+    pid, first = start_puma("tmp/puma-phased.rb", log)
+    ensure_killed(pid) do
+      wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) }
+      Process.kill(:USR1, pid)
+      second = wait_for("Bobbin started again after the phased restart", timeout: 60) { supervisors(log)[1] }
+      assert_equal "done", app.read("tmp/#{name}-finished"), "the job finished before the old supervisor exited"
+      assert gone?(first)
+      assert_match(/Worker 0 \(PID: \d+\) booted .*phase: 1/, File.read(log))
+      assert_no_match(/Terminating timed out worker/, File.read(log))
+      Process.kill(:TERM, pid)
+      wait_exit(pid, timeout: 60)
+      wait_for("Bobbin to stop with Puma") { gone?(second) }
+    end
+  end
+
   # Puma's workers exit when its master dies, on EOF of a pipe the master alone writes to; Bobbin's supervisor, forked
   # from the master, held it too, and a killed master's workers went on serving until Bobbin had finished its jobs.
   test "clustered Puma whose master is killed while Bobbin finishes a job: Puma's workers exit at once, as without the plugin" do

@@ -6,8 +6,8 @@ require "puma/plugin"
 # of config/bobbin.yml) beside it, in a process group of its own, and stops it with Puma. If the supervisor dies,
 # Puma stops gracefully too, once the workers it left have stopped, and exits with status 1 (a process manager
 # restarts both); if Puma dies, the supervisor notices within a second and stops gracefully. A restart of Puma,
-# hot (USR2) or phased (USR1, clustered), stops Bobbin gracefully first and starts it again, on the new code, once
-# Puma has booted again.
+# hot (USR2) or phased (USR1, clustered), stops Bobbin gracefully and starts it again, on the new code, once Puma has
+# booted again and the old one has stopped (a hot restart waits for it first; a phased one goes on meanwhile).
 Puma::Plugin.create do
   # Called by Puma with its launcher. Once per Puma: config/puma.rb naming the plugin twice (a `plugin :bobbin` written by
   # hand beside the generator's line) made two instances, and each started a supervisor running every pool.
@@ -22,7 +22,7 @@ Puma::Plugin.create do
     events = launcher.events
     on(events, :after_booted, :on_booted) { start_supervisor }
     on(events, :after_stopped, :on_stopped) { stop_supervisor }
-    on(events, :before_restart, :on_restart) { stop_supervisor }
+    on(events, :before_restart, :on_restart) { phased_restart? ? stop_for_phased_restart : stop_supervisor }
     in_background { watch_supervisor }
   end
 
@@ -65,8 +65,28 @@ Puma::Plugin.create do
 
     # Puma booted: at start, and again after each restart.
     def start_supervisor
+      return @start_pending = true if @replaced # after a phased restart: once the old one has stopped (watch_supervisor)
+
       @pid = fork { run_supervisor }
       stop_on_puma_term
+    end
+
+    # A phased restart (USR1, clustered) runs in Puma's master loop, and a hot one (USR2) from the launcher, which has
+    # left :run by then.
+    def phased_restart? = @launcher.instance_variable_get(:@status) == :run
+
+    # A phased restart goes on in Puma's master loop, which waiting here for Bobbin's running jobs held up: past Puma's
+    # worker_timeout, the master then killed every one of its workers as timed out, requests and all (a trial). Bobbin
+    # is told to stop, and the watcher starts it again once it has stopped and Puma has booted again.
+    def stop_for_phased_restart
+      return unless (pid = @pid)
+
+      @replaced = pid
+      @pid = nil # the watcher must not take this exit for a crash
+      log("Stopping Bobbin (pid #{pid}) for the phased restart...")
+      Process.kill(:TERM, pid)
+    rescue Errno::ESRCH
+      nil
     end
 
     # A clustered Puma's TERM stops its workers first and runs the after_stopped hooks only then: a worker stuck in its
@@ -100,11 +120,12 @@ Puma::Plugin.create do
     # Runs in Puma's TERM handler (its after_stopped hook; a trap context, where no Mutex may be taken) and before a
     # restart: Puma goes on once Bobbin has stopped (after a crash, once the workers it left have).
     def stop_supervisor
-      pid = @pid
+      @start_pending = false
+      pid = @pid || @replaced # the one a phased restart stopped, if it still finishes its jobs
       @pid = nil # the watcher must not take this exit for a crash
       return wait_for_orphans unless pid
 
-      unless @stopping == pid # told already, with Puma's TERM: a second would be "TERM while stopping" in its log
+      unless @stopping == pid || @replaced == pid # told already: a second would be "TERM while stopping" in its log
         log("Stopping Bobbin (pid #{pid})...")
         Process.kill(:TERM, pid)
       end
@@ -116,6 +137,7 @@ Puma::Plugin.create do
     def watch_supervisor
       loop do
         sleep(1)
+        restart_replaced
         gone = @pid
         next unless gone && @stopping != gone && exited?(gone) && @pid == gone # not stopped on purpose meanwhile
 
@@ -124,6 +146,15 @@ Puma::Plugin.create do
         crashed(gone)
         break
       end
+    end
+
+    # Once the supervisor a phased restart stopped has exited, the next one starts, if Puma has booted again meanwhile.
+    def restart_replaced
+      return unless (old = @replaced) && exited?(old)
+
+      @replaced = nil
+      start_supervisor if @start_pending
+      @start_pending = false
     end
 
     # Stops Puma as its INT would, gracefully (requests finish), not by signalling it: a Puma ended by TERM dies by that
