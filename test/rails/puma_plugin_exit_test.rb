@@ -37,7 +37,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       log = app.path("log/puma-exit-#{mode}.log")
       pid, supervisor = start_puma(config, log)
       ensure_killed(pid) do
-        worker = wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
+        worker = job_started(name)
         Process.kill(:KILL, supervisor)
         status = wait_exit(pid, timeout: 60) or flunk("Puma did not exit within 60 s of its supervisor's death:\n#{File.read(log)}")
         assert_not status.signaled?, "Puma exited, not by a signal: #{status.inspect}\n#{File.read(log)}"
@@ -60,7 +60,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     worker = nil
     ensure_killed(pid) do
       port = wait_for("Puma's port") { File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1] }.to_i
-      worker = wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
+      worker = job_started(name)
       Process.kill(:KILL, pid)
       wait_exit(pid, timeout: 10) or flunk("Puma did not die")
       begin
@@ -100,7 +100,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     log = app.path("log/puma-phased.log")
     pid, first = start_puma("tmp/puma-phased.rb", log)
     ensure_killed(pid) do
-      wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) }
+      job_started(name)
       Process.kill(:USR1, pid)
       second = wait_for("Bobbin started again after the phased restart", timeout: 60) { supervisors(log)[1] }
       assert_equal "done", app.read("tmp/#{name}-finished"), "the job finished before the old supervisor exited"
@@ -124,7 +124,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     worker = nil
     ensure_killed(pid) do
       pumas = wait_for("Puma's two workers") { File.read(log).scan(/Worker \d \(PID: (\d+)\) booted/).flatten.map(&:to_i).then { |pids| pids if pids.size == 2 } }
-      worker = wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
+      worker = job_started(name)
       Process.kill(:KILL, pid)
       wait_exit(pid, timeout: 10) or flunk("Puma did not die")
       wait_for("Puma's workers to see their master died", timeout: 5, seen: -> { pumas.reject { |puma| gone?(puma) } }) { pumas.all? { |puma| gone?(puma) } }
@@ -134,6 +134,11 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     end
   ensure
     wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
+  end
+
+  # Waits for SlowJob `name` to start; returns the pid of the worker running it.
+  def job_started(name)
+    wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
   end
 
   def gone?(pid)
