@@ -30,12 +30,35 @@ module Bobbin
     module_function
 
     # Publishes `event` (a symbol from EVENTS) with `payload`, around the block when one is given; returns the
-    # block's value.
-    def instrument(event, payload = {}, &block)
-      ActiveSupport::Notifications.instrument(NAMES.fetch(event), payload, &block)
+    # block's value. A subscriber that raises is logged and reported (on_thread_error), never raised into Bobbin: one
+    # raising in perform.bobbin recorded a job that had succeeded as failed with the subscriber's error, in claim.bobbin
+    # stopped the worker, and in enqueue.bobbin raised from an enqueue whose job was stored (enqueued again: twice).
+    def instrument(event, payload = {})
+      name = NAMES.fetch(event)
+      return (yield(payload) if block_given?) unless ActiveSupport::Notifications.notifier.listening?(name)
+
+      handle = ActiveSupport::Notifications.instrumenter.build_handle(name, payload)
+      guarded(name) { handle.start }
+      begin
+        yield(payload) if block_given?
+      rescue Exception => error # rubocop:disable Lint/RescueException -- as ActiveSupport::Notifications.instrument: subscribers see it, it goes on
+        payload[:exception] = [ error.class.name, error.message ]
+        payload[:exception_object] = error
+        raise
+      ensure
+        guarded(name) { handle.finish }
+      end
     end
 
     # True when some subscriber would receive `event` now (one not silenced by its log level).
     def listening?(event) = ActiveSupport::Notifications.notifier.listening?(NAMES.fetch(event))
+
+    # Runs the subscribers' part of publishing `name`; an error of theirs is logged and reported.
+    def guarded(name)
+      yield
+    rescue StandardError => error
+      Bobbin.logger.error("bobbin: a subscriber to #{name} raised #{error.class}: #{Printable.printable(error.message.to_s.lines.first.to_s.chomp)}")
+      ThreadErrors.report(error, task: "bobbin: a subscriber to #{name}")
+    end
   end
 end

@@ -163,4 +163,28 @@ class InstrumentationTest < Bobbin::TestCase
     assert_match(/Bobbin Performed Ledger\\e\[31mJob \d+ from q\\e\]0;pwned\\a in [\d.]+ms: failed/, log)
     assert_includes log, "by ann\\e[2J"
   end
+
+  test "a subscriber that raises is logged and reported; the enqueue, the claim and the job's outcome go on as without it" do
+    reported = []
+    Bobbin.config.on_thread_error = ->(error, context) { reported << [ error.message, context[:task] ] }
+    events = %w[enqueue claim perform_start perform retry]
+    subscribers = events.map { |event| ActiveSupport::Notifications.subscribe("#{event}.bobbin") { raise "subscriber of #{event} broke" } }
+    ok = flaky = nil
+    log = bobbin_log(level: Logger::WARN) do
+      ok = LedgerJob.enqueue("ok")
+      flaky = FlakyJob.enqueue("once", 1)
+      drain_within(30, fibers: 2)
+    end
+    assert_kind_of Integer, ok, "the enqueue returned its job's id (it was stored: raising said it was not)"
+    assert_equal 2, Bobbin::JobRecord.count
+    assert_equal [ "succeeded", 1 ], Bobbin::JobRecord.where(id: ok).pick(:state, :attempts), "it ran and succeeded: #{log}"
+    assert_equal [ "succeeded", 2 ], Bobbin::JobRecord.where(id: flaky).pick(:state, :attempts), "retried once, then succeeded"
+    assert_equal %w[ok once], LedgerEntry.pluck(:key).sort, "each ran to its end once"
+    events.each do |event|
+      assert_includes log, "bobbin: a subscriber to #{event}.bobbin raised RuntimeError: subscriber of #{event} broke"
+      assert_includes reported, [ "subscriber of #{event} broke", "bobbin: a subscriber to #{event}.bobbin" ]
+    end
+  ensure
+    subscribers&.each { |subscriber| ActiveSupport::Notifications.unsubscribe(subscriber) }
+  end
 end

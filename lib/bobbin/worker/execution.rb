@@ -51,9 +51,9 @@ module Bobbin
         perform(job).tap { |result| leave_forked(job, result) unless ::Process.pid == @pid }
       end
 
-      # The outcome of `job` when working it out raised (an app's subscriber to `retry.bobbin` or `fail.bobbin` that
-      # raises): the job is recorded failed with that error, so it is not left running with no outcome, and its slot
-      # goes on to the next job.
+      # The outcome of `job` when working it out raised (an error of Bobbin's own; an app's subscriber that raises is
+      # only logged, see Instrumentation.instrument): the job is recorded failed with that error, so it is not left
+      # running with no outcome, and its slot goes on to the next job.
       def unhandled(job, error)
         @logger.error("bobbin: could not record how #{named(job)} ended (#{describe(error)}); recording it as failed")
         error_outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
