@@ -187,4 +187,21 @@ class InstrumentationTest < Bobbin::TestCase
   ensure
     subscribers&.each { |subscriber| ActiveSupport::Notifications.unsubscribe(subscriber) }
   end
+
+  test "a job that ends its own thread or fiber publishes perform with the state it is recorded in, not as one a shutdown interrupted" do
+    # (Thread.exit in a fiber pool's job ends the pool's own thread: exit on the main thread, and here, a test's thread, the drain.)
+    { threads: "thread_exit", fibers: "fiber_kill" }.each do |pool, how|
+      exited = ExitJob.enqueue(how)
+      killed = ExitJob.enqueue("fiber_kill")
+      Bobbin::JobRecord.where(id: killed).update_all(max_attempts: 3) # a retry left
+      seen = nil
+      log = logged { seen = events { drain_within(30, pool => 1) } }
+      performs = seen["perform"].to_h { |payload| [ payload[:id], payload.values_at(:state, :exception) ] }
+      assert_equal({ exited => [ "failed", nil ], killed => [ "ready", nil ] }, performs, pool)
+      assert_equal [ [ "failed" ], [ "ready" ] ], [ exited, killed ].map { |id| Bobbin::JobRecord.where(id: id).pluck(:state) }
+      assert_match(/Bobbin Performed ExitJob #{exited} from default in [\d.]+ms: failed$/, log)
+      assert_match(/Bobbin Performed ExitJob #{killed} from default in [\d.]+ms: ready$/, log)
+      refute_match(/interrupted by the shutdown/, log)
+    end
+  end
 end

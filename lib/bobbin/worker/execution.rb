@@ -73,7 +73,17 @@ module Bobbin
           Instrumentation.instrument(:perform_start, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts)
           Instrumentation.instrument(:perform, id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts) do |payload|
             outcome(job).tap { |result| payload[:state] = result.state }
+          ensure
+            # A job that ended its own thread or fiber left no outcome and no exception: the state `killed` records (it was
+            # published with none, as a job a stopping worker interrupted, and logged "interrupted by the shutdown ()").
+            payload[:state] ||= killed_state(job) unless $! || @interrupted.call(job.id)
           end
+        end
+
+        def killed_state(job)
+          return "failed" unless job.attempts < job.max_attempts
+
+          job.concurrency_key ? "blocked" : "ready"
         end
 
         # A process the job forked (`fork` without a block) came back here instead of exiting: it must not go on as
