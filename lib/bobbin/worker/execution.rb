@@ -63,7 +63,7 @@ module Bobbin
       # failure like any other.
       def killed(job)
         error = ThreadKilled.new("#{job.class_name} #{job.id} ended its own thread or fiber (Thread.exit, Thread#kill or Fiber#kill)")
-        job.attempts < job.max_attempts ? retried(job, @classes[job.class_name], error) : failed(job, error)
+        retries_left?(job) ? retried(job, @classes[job.class_name], error) : failed(job, error)
       end
 
       private
@@ -80,11 +80,12 @@ module Bobbin
           end
         end
 
-        def killed_state(job)
-          return "failed" unless job.attempts < job.max_attempts
+        def killed_state(job) = retries_left?(job) ? waiting_state(job) : "failed"
 
-          job.concurrency_key ? "blocked" : "ready"
-        end
+        def retries_left?(job) = job.attempts < job.max_attempts
+
+        # Where a job that will run again waits: behind its concurrency key's limit, or ready.
+        def waiting_state(job) = job.concurrency_key ? "blocked" : "ready"
 
         # A process the job forked (`fork` without a block) came back here instead of exiting: it must not go on as
         # a copy of this worker, so it ends, with status 0 when the job's code in it returned and 1 when it raised.
@@ -117,7 +118,7 @@ module Bobbin
           job.attempts < attempts ? retried(job, nil, error, of: attempts, at_most: UNKNOWN_CLASS_BACKOFF) : failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
           interrupted!(error) if @interrupted.call(job.id)
-          job.attempts < job.max_attempts ? retried(job, job_class, error) : failed(job, error)
+          retries_left?(job) ? retried(job, job_class, error) : failed(job, error)
         ensure
           ActiveRecord::Base.connection_handler.clear_active_connections!(:all)
         end
@@ -237,7 +238,7 @@ module Bobbin
           @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{of} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
-          error_outcome(job, job.concurrency_key ? "blocked" : "ready", error, run_at: Store.timestamp(Time.now + delay))
+          error_outcome(job, waiting_state(job), error, run_at: Store.timestamp(Time.now + delay))
         end
 
         def failed(job, error)
