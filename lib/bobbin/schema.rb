@@ -26,10 +26,14 @@ module Bobbin
 
     # Two processes making the tables at once (two containers' `bin/rails db:prepare` or `bobbin migrate` at a deploy)
     # raced, and one failed with "relation already exists" (a trial). On PostgreSQL they take turns, on an advisory
-    # lock (until the transaction's end, inside a migration's), and the second finds the work done. SQLite writers
-    # take turns anyway.
+    # lock (until the transaction's end, inside a migration's), and the second finds the work done. On SQLite each
+    # step was a write of its own, so two `bobbin migrate` at once both found a column missing and one failed
+    # ("duplicate column name", a trial): outside a migration's transaction they take turns in one of their own (Active
+    # Record's SQLite transactions take the write lock as they begin, and wait for it as any writer does).
     def one_at_a_time(connection)
-      return yield unless connection.adapter_name.match?(/postg/i)
+      unless connection.adapter_name.match?(/postg/i)
+        return connection.transaction_open? ? yield : connection.transaction { yield }
+      end
 
       if connection.transaction_open?
         connection.execute("SELECT pg_advisory_xact_lock(#{LOCK})", "Bobbin Schema")

@@ -2,8 +2,11 @@
 
 require "test_helper"
 require_relative "../support/version_one_schema"
+require_relative "../cli/cli_helper"
 
 class SchemaTest < Bobbin::TestCase
+  include CLIHelper
+
   def with_connection(&) = ActiveRecord::Base.connection_pool.with_connection(&)
 
   def version = with_connection { |connection| Bobbin::Schema.version(connection) }
@@ -151,6 +154,23 @@ class SchemaTest < Bobbin::TestCase
       assert_equal Bobbin::Schema::VERSION, version
     ensure
       sessions&.each(&:disconnect!)
+    end
+  end
+
+  # `bobbin migrate` made the tables step by step outside a transaction on SQLite, so two at once (two containers at a
+  # deploy sharing a volume) both found a column missing and one failed: "duplicate column name: operated_at"; another
+  # said "upgraded from schema version 1" of the first's half-made tables. They take turns, as on PostgreSQL.
+  test "SQLite: processes running bobbin migrate at once on a new file each succeed, and the schema is made once" do
+    once_per_run
+    with_tmpdir do |dir|
+      4.times do |round|
+        url = "sqlite3:#{dir}/race-#{round}.sqlite3"
+        results = Array.new(4) { Thread.new { run_bobbin("migrate", env: { "DATABASE_URL" => url }) } }.map(&:value)
+        results.each { |status, _, err| assert_equal 0, status.exitstatus, err }
+        said = results.map { |_, out, _| out.chomp }.sort
+        assert_equal [ "Bobbin's tables are at schema version #{Bobbin::Schema::VERSION} already" ] * 3 +
+                     [ "created Bobbin's tables (schema version #{Bobbin::Schema::VERSION})" ], said, "one made them; the others found them made"
+      end
     end
   end
 
