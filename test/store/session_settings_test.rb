@@ -1,11 +1,14 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../cli/cli_helper"
 
 # Managed platforms and DBAs set session defaults on the role or the database. Bobbin's statements are written for
 # READ COMMITTED: under `default_transaction_isolation = 'serializable'` claims failed with serialization errors that
 # crashed the worker, and succeeded jobs were recorded as failed when their outcome write failed the same way (a trial).
 class SessionSettingsTest < Bobbin::TestCase
+  include CLIHelper
+
   test "a worker's own sessions run READ COMMITTED whatever the role's default isolation" do
     skip_unless_postgres
     connection = Bobbin::Record.connection
@@ -27,5 +30,17 @@ class SessionSettingsTest < Bobbin::TestCase
   ensure
     connection&.execute("#{setting} RESET default_transaction_isolation") if setting
     [ store, plain, own ].each { |session| session&.then { it.respond_to?(:close) ? it.close : it.disconnect! } }
+  end
+
+  # Rails 8.1's database.yml sizes the pool with max_connections:, and a DATABASE_URL's ?pool= (as Bobbin's own messages
+  # suggest) is merged beside it: Active Record takes the config (max_connections wins), but the worker stopped at boot
+  # with "Ambiguous configuration: 'pool' (5) and 'max_connections' (8)" and a backtrace as it opened its own sessions.
+  test "a worker boots on a database config with both pool and max_connections, as Active Record does" do
+    skip_unless_postgres
+    SleepJob.enqueue(0, "ran")
+    status, _, err = run_bobbin("work", "--threads", "1", "--drain", "-r", File.join(ROOT, "test/support/worker_boot.rb"),
+                                env: { "DATABASE_URL" => "#{TestDatabase.url_with_pool(5)}&max_connections=8" })
+    assert_equal 0, status.exitstatus, err
+    assert_equal [ "ran" ], LedgerEntry.pluck(:key)
   end
 end

@@ -33,8 +33,11 @@ module Bobbin
         db_config.new_connection.tap { |adapter| @adapters[adapter] = true }
       end
 
+      # Each is one session, not a pool: the pool's size goes. Active Record checks a database URL's config before it
+      # merges the URL's ?pool= into it, so ?pool= beside database.yml's max_connections: (Rails 8.1's) passes there but
+      # was refused here ("Ambiguous configuration"), and every worker stopped at boot (a trial).
       def self.for_bobbin(db_config)
-        config = KEEPALIVE.merge(db_config.configuration_hash)
+        config = KEEPALIVE.merge(db_config.configuration_hash.except(:pool, :max_connections, :min_connections))
         config[:variables] = (config[:variables] || {}).to_h.transform_keys(&:to_sym).merge(SESSION)
         ActiveRecord::DatabaseConfigurations::HashConfig.new(db_config.env_name, db_config.name, config)
       end
