@@ -131,10 +131,13 @@ module Bobbin
       zero = " (a RAILS_MAX_THREADS that is not a number reads as 0)" if size.zero?
       raise ConfigurationError, "the Active Record pool of #{name.inspect} has #{size} connections#{zero} " \
                                 "but #{what} needs #{needed}; set pool: #{needed} in database.yml #{POOL_KEY}" \
-                                "(or ?pool=#{needed} in DATABASE_URL)"
+                                "(or ?#{URL_POOL_KEY}=#{needed} in DATABASE_URL)"
     end
 
     # Rails 8.1's database.yml names the pool's size max_connections: (pool: still works).
     POOL_KEY = ActiveRecord.gem_version >= Gem::Version.new("8.1") ? "(max_connections: in Rails 8.1's) " : ""
+    # The DATABASE_URL parameter that sets it: Active Record 8.1 reads max_connections before pool, so a URL's ?pool=
+    # beside database.yml's max_connections: (Rails 8.1's default) changed nothing.
+    URL_POOL_KEY = ActiveRecord.gem_version >= Gem::Version.new("8.1") ? "max_connections" : "pool"
   end
 end

@@ -105,7 +105,7 @@ module Bobbin
                     "#{fibers} for the workers (database.yml, or RAILS_MAX_THREADS in Rails' default) holds them to it")
         end
         @problems << "the Active Record pool is #{size} but a worker process needs #{needed}: set pool: #{needed} in database.yml " \
-                     "#{ConnectionBudget::POOL_KEY}(or ?pool=#{needed} in DATABASE_URL)" if size < needed
+                     "#{ConnectionBudget::POOL_KEY}(or ?#{ConnectionBudget::URL_POOL_KEY}=#{needed} in DATABASE_URL)" if size < needed
       end
 
       def report_server

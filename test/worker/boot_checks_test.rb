@@ -15,6 +15,21 @@ class BootChecksTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "nothing registered"
   end
 
+  # Rails 8.1's database.yml sizes the pool with max_connections:, which Active Record reads before a DATABASE_URL's
+  # ?pool=: the refusal's "?pool=40 in DATABASE_URL", followed, changed nothing and the worker was refused again.
+  test "a pool too small in a Rails 8.1 app (max_connections: in database.yml) is refused with a DATABASE_URL fix that works" do
+    skip("database.yml's key is pool: before Active Record 8.1") if ActiveRecord.gem_version < Gem::Version.new("8.1")
+    ActiveRecord::Base.establish_connection(url: TestDatabase.url, max_connections: 5) # database.yml's, with DATABASE_URL
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin::ConnectionBudget.check!(:threads, 40) }
+    advice = error.message[/\(or \?(\w+=40) in DATABASE_URL\)/, 1]
+    assert advice, error.message
+    ActiveRecord::Base.establish_connection(url: "#{TestDatabase.url}#{TestDatabase.url.include?('?') ? '&' : '?'}#{advice}", max_connections: 5)
+    assert_equal 40, ActiveRecord::Base.connection_pool.size
+    Bobbin::ConnectionBudget.check!(:threads, 40)
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+  end
+
   test "a fiber pool needs the fiber DB concurrency, not one connection per fiber" do
     assert_equal 3, Bobbin::ConnectionBudget.job_connections(:fibers, 10_000)
     assert_equal 2, Bobbin::ConnectionBudget.job_connections(:fibers, 2)
