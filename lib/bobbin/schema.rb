@@ -89,9 +89,10 @@ module Bobbin
     end
 
     # A schema loaded from a Rails schema dump (db/schema.rb, db/queue_schema.rb) has the tables but not the
-    # version row; the dump keeps the column's default, which record_version sets to the version.
+    # version row; the dump keeps the column's default, which record_version sets to the version. Versions 2 to 4 set
+    # none: theirs is some older version, 1 (it read 0, "Bobbin's tables are missing", beside the tables).
     def dumped_version(connection)
-      connection.columns(:bobbin_schema).find { |column| column.name == "version" }&.default.to_i
+      [ connection.columns(:bobbin_schema).find { |column| column.name == "version" }&.default.to_i, 1 ].max
     end
 
     # What creates the tables, or brings them up to date, for the messages that refuse to start without: the command

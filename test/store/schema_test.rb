@@ -130,6 +130,22 @@ class SchemaTest < Bobbin::TestCase
     end
   end
 
+  # Versions 2 to 4 made bobbin_schema without the default a dump keeps: their db/queue_schema.rb dump, loaded by
+  # db:prepare on a new machine, read as version 0, so a worker said "Bobbin's tables are missing" beside the tables
+  # (and the advice for a new install), and `bobbin migrate` said it "created" them.
+  test "a dump of a version-2 install, loaded without its version row, is an older install, not a database without tables" do
+    with_connection do |connection|
+      VersionOneSchema.install(connection)
+      connection.add_column(:bobbin_jobs, :crashes, :integer, null: false, default: 0)
+      connection.create_table(:bobbin_schema, id: false) { |t| t.integer :version, null: false }
+    end
+    assert_equal 1, version, "some older version: the dump does not say which"
+    error = assert_raises(Bobbin::ConfigurationError) { drain(threads: 1) }
+    assert_match(/tables are at schema version 1 but this Bobbin needs #{Bobbin::Schema::VERSION}: run `bobbin migrate`/, error.message)
+    assert_equal 1, Bobbin.migrate!, "upgraded, not created"
+    assert_equal Bobbin::Schema::VERSION, version
+  end
+
   test "without tables the version is 0 and a worker says how to create them" do
     with_connection { |connection| Bobbin::Schema.down(connection) }
     assert_equal 0, version
