@@ -39,7 +39,10 @@ module Bobbin
         connection.execute("SELECT pg_advisory_xact_lock(#{LOCK})", "Bobbin Schema")
         return yield
       end
-      connection.execute("SELECT pg_advisory_lock(#{LOCK})", "Bobbin Schema")
+      # Not pg_advisory_lock: a session waiting in it holds a snapshot, which the first one's CREATE INDEX CONCURRENTLY
+      # waits for while the session waits for the lock, and PostgreSQL ended it "deadlock detected" (a trial: three
+      # `bobbin migrate` at once on tables with jobs, two failed). It tries again, between statements.
+      sleep(LOCK_RETRY) until connection.select_value("SELECT pg_try_advisory_lock(#{LOCK})", "Bobbin Schema")
       begin
         yield
       ensure
@@ -47,8 +50,9 @@ module Bobbin
       end
     end
 
-    # The advisory lock key of `one_at_a_time` ("bobbin" as a number).
+    # The advisory lock key of `one_at_a_time` ("bobbin" as a number), and how often a process waiting for it tries.
     LOCK = 0x626f6262696e
+    LOCK_RETRY = 0.1
 
     def up_alone(connection)
       found = version(connection)

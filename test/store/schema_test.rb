@@ -173,6 +173,22 @@ class SchemaTest < Bobbin::TestCase
     end
   end
 
+  # On tables with jobs an upgrade builds its indexes CONCURRENTLY, and such a build waits for every session that holds a
+  # snapshot: a second `bobbin migrate` waiting in pg_advisory_lock held one, while it waited for the first, and
+  # PostgreSQL ended the wait with "deadlock detected" (a trial: three at once, two failed, every time).
+  test "PostgreSQL: processes upgrading tables with jobs at once each succeed, and the jobs are kept" do
+    skip_unless_postgres
+    2.times do
+      with_connection { |connection| VersionOneSchema.install(connection) }
+      ids = VersionOneSchema.jobs_in_flight(ready: %w[old-0 old-1])
+      results = Array.new(3) { Thread.new { run_bobbin("migrate") } }.map(&:value)
+      results.each { |status, _, err| assert_equal 0, status.exitstatus, err }
+      assert_equal [ "Bobbin's tables are at schema version #{Bobbin::Schema::VERSION} already" ] * 2 +
+                   [ "upgraded Bobbin's tables from schema version 1 to #{Bobbin::Schema::VERSION}" ], results.map { |_, out, _| out.chomp }.sort
+      assert_equal ids.values.flatten.sort, Bobbin::JobRecord.pluck(:id).sort
+    end
+  end
+
   # `bobbin migrate` made the tables step by step outside a transaction on SQLite, so two at once (two containers at a
   # deploy sharing a volume) both found a column missing and one failed: "duplicate column name: operated_at"; another
   # said "upgraded from schema version 1" of the first's half-made tables. They take turns, as on PostgreSQL.
