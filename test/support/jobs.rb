@@ -561,3 +561,11 @@ class TransactionSleepJob
     end
   end
 end
+
+# Starts an Async task that never ends, and returns while it runs (a client's background task left behind).
+class ChildTaskJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform = Async { sleep }
+end

@@ -125,6 +125,23 @@ class MisbehavingJobsTest < Bobbin::TestCase
     end
   end
 
+  # The loop runs until every task has ended: the worker logged "stopped" and never exited (a review).
+  test "a fiber job that leaves an Async task of its own running does not keep its worker from exiting" do
+    id = ChildTaskJob.enqueue
+    after = LedgerJob.enqueue("after")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "1", "--polling-interval", "0.05")
+      wait_for("both jobs to run") { Bobbin::JobRecord.where(id: [ id, after ], state: "succeeded").count == 2 }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 15)&.success?, "the worker exits cleanly on TERM"
+    end
+    assert_equal 0, Bobbin::ProcessRecord.count, "its row is gone"
+    ChildTaskJob.enqueue
+    drain_within(15, fibers: 1)
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state), "a drain returns too"
+  end
+
   test "a thread-lane job that ends its thread fails alone; the lane keeps its thread" do
     ids = %w[thread_exit thread_kill thread_exit].map { |how| LaneExitJob.enqueue(how) }
     LedgerJob.enqueue("after")

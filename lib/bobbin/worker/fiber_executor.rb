@@ -82,7 +82,13 @@ module Bobbin
         ensure
           @detector&.stop
           @queue.close
+          stop_left_running
         end
+
+        # Stops the tasks jobs started and left running (`Async { ... }` in a job, a client's background task), children
+        # of their slot's: the loop runs until every task is done, and one that never ended kept a worker that had
+        # stopped, and logged so, from ever exiting (a drain from ever returning).
+        def stop_left_running = @slots&.each { |slot| slot.children&.each(&:stop) }
 
         def ended!(id) = @detector&.ended(id, Thread.current[StallDetector::STARTED])
 
@@ -94,7 +100,7 @@ module Bobbin
         end
 
         def start_fibers(task)
-          @capacity.times { task.async { guarded_loop(task) } }
+          @slots = Array.new(@capacity) { task.async { guarded_loop(task) } }
         rescue FiberError => error
           raise ConfigurationError, "could not create #{@capacity} fibers (#{error.message}); lower fibers: for this pool"
         end
@@ -109,7 +115,8 @@ module Bobbin
         ensure
           return if done || $! || @queue.closed?
 
-          task.async do
+          @slots.reject!(&:finished?)
+          @slots << task.async do
             start_clean(storage)
             guarded_loop(task, storage)
           end
