@@ -70,6 +70,23 @@ class FiberSafetyTest < Bobbin::TestCase
     assert lines.any? { |line| line.match?(/\(\d+ more stalls not logged\)/) }
   end
 
+  # It ended the detector's thread: no stall of the process was counted, logged or published again (a review).
+  # A subscriber's error is logged and reported, never raised into Bobbin (Instrumentation.instrument).
+  test "an app's subscriber to stall.bobbin that raises is logged; every stall is still counted, logged and published" do
+    raised = false
+    failing = ActiveSupport::Notifications.subscribe("stall.bobbin") { raise "the metrics client broke" unless raised.tap { raised = true } }
+    ids = Bobbin.enqueue_all(Array.new(3) { |i| [ BlockingCallJob, [ 400, "block-#{i}" ] ] })
+    log = bobbin_log { drain(fibers: 1) }
+
+    assert_equal ids.sort, @stalls.map { |stall| stall[:id] }.sort
+    assert_equal [ 1 ] * 3, Bobbin::JobRecord.where(id: ids).pluck(:stalls), "each stall is counted on its job's row"
+    assert_match(/a subscriber to stall\.bobbin raised RuntimeError: the metrics client broke/, log)
+    assert_match(/BlockingCallJob #{ids.first} held the event loop \d+ms/, log)
+    refute_match(/stall detector stopped/, log)
+  ensure
+    ActiveSupport::Notifications.unsubscribe(failing)
+  end
+
   test "a job still holding the loop after half a second is named in the log while it is stuck" do
     id = BlockingCallJob.enqueue(1_500, "long")
     log = bobbin_log { drain(fibers: 2) }

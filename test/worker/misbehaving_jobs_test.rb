@@ -91,6 +91,21 @@ class MisbehavingJobsTest < Bobbin::TestCase
     end
   end
 
+  %w[fibers threads].each do |mode|
+    # Before subscribers' errors were kept from Bobbin, the job stayed running with no outcome and its slot was gone.
+    test "an app's subscriber to fail.bobbin that raises on a job that ended its own #{mode == 'fibers' ? 'fiber' : 'thread'}: the job fails as without it; a #{mode} pool of one goes on" do
+      subscriber = ActiveSupport::Notifications.subscribe("fail.bobbin") { raise "the app's subscriber broke" }
+      id = ExitJob.enqueue(mode == "fibers" ? "fiber_kill" : "thread_kill")
+      LedgerJob.enqueue("after-#{mode}")
+      log = bobbin_log { drain_within(30, mode.to_sym => 1) }
+      assert_equal [ "failed", "Bobbin::ThreadKilled" ], state_of(id)
+      assert LedgerEntry.exists?(key: "after-#{mode}"), "the job after it ran on the same single slot"
+      assert_match(/a subscriber to fail\.bobbin raised RuntimeError: the app's subscriber broke/, log)
+    ensure
+      ActiveSupport::Notifications.unsubscribe(subscriber)
+    end
+  end
+
   test "a backoff a delay cannot be worked out from is refused where it is declared" do
     [ "fast", nil, -5, Float::INFINITY ].each do |backoff|
       error = assert_raises(Bobbin::ConfigurationError) { Class.new(FlakyJob) { bobbin_options backoff: backoff } }
