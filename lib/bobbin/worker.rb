@@ -224,6 +224,23 @@ module Bobbin
       stop
     end
 
+    # False once the thread running this worker's loop has ended under it: in a fiber pool a job's Thread.exit or
+    # Thread#kill ends that whole thread, and nothing of the worker's past the job's own fiber runs (on a process's
+    # main thread it is `exit`, a failure like any other).
+    def loop_alive? = @loop_thread.nil? || @loop_thread.alive?
+
+    # Called on the heartbeat thread once the loop's thread is gone: its heartbeat went on for a worker that ran
+    # nothing, and the row, pruned as dead, was registered again beside its replacement (async mode, a review). The
+    # outcomes it has are written and its row removed; the jobs that ended with the thread are a dead process's to
+    # recover.
+    def loop_lost
+      Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended (a job's Thread.exit or Thread#kill); " \
+                          "stopping, its running jobs are recovered as a dead process's")
+      @outcomes.stop
+      @outcomes.flush
+      finish(stuck_loop: true)
+    end
+
     def exit_if_stop_overdue
       return unless @owns_process && @wait_ends && Bobbin.monotonic - @wait_ends > STOP_GRACE + STOP_OVERDUE
 
@@ -248,6 +265,7 @@ module Bobbin
         unworkable!(drain ? "run_until_empty" : "run")
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
+        @loop_thread = Thread.current
         @executor.run do
           # Beating before the heap settles: a slow boot on a loaded host (these collections) was silence to prune.
           services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]

@@ -246,6 +246,27 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_match(/jobs #{id} did not stop/, File.read(log))
   end
 
+  # Off the process's main thread (async mode's worker threads, a worker an app runs in a thread of its own) a fiber job's
+  # Thread.exit ends the thread running the pool's loop, and nothing of the worker's after the job's fiber ran: its
+  # heartbeat went on for a worker that ran nothing, its row, pruned as dead, registered again beside its replacement.
+  test "a fiber job's Thread.exit on a worker thread stops that worker: its outcomes are written and its row goes, for good" do
+    Bobbin.config.set(heartbeat_interval: 0.2, process_alive_threshold: 30)
+    other = CrashSafeJob.enqueue(30, "beside")
+    worker = Bobbin::Worker.new(fibers: 2, polling_interval: 0.05)
+    thread = Thread.new { worker.run }
+    wait_for("the other job to start") { StartEntry.exists?(key: "beside") }
+    id = ExitJob.enqueue("thread_exit")
+    assert thread.join(30), "the worker's thread ended with the job's Thread.exit"
+    wait_for("the worker's row to go") { !Bobbin::ProcessRecord.exists?(id: worker.process_id) }
+    sleep(1) # five heartbeat intervals: a heartbeat still going would register the row again
+    assert_not Bobbin::ProcessRecord.exists?(id: worker.process_id), "no heartbeat goes on for the ended worker"
+    assert_equal [ "failed", "Bobbin::ThreadKilled" ], state_of(id)
+    # The job beside it was cancelled as the thread's event loop closed, and has its outcome (its own retries decide).
+    assert_equal [ "failed", "Async::Cancel" ], state_of(other)
+  ensure
+    thread&.kill
+  end
+
   test "bobbin start: a job that ignores its interrupt is back in the queue as its worker exits, not only at the next start" do
     id = StubbornJob.enqueue("stubborn-supervised")
     LedgerJob.enqueue("beside")

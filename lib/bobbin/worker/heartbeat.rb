@@ -31,6 +31,8 @@ module Bobbin
         maintain_at = maintain
         last = Bobbin.monotonic
         until (signal = @signal.pop(timeout: [ TICK, @interval ].min)) == :stop
+          break @worker.loop_lost unless @worker.loop_alive?
+
           begin
             orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
             @worker.exit_if_stop_overdue
