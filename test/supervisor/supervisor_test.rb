@@ -146,12 +146,15 @@ class SupervisorTest < Bobbin::TestCase
     armed = "#{boot.path}.armed"
     File.write(armed, "")
     boot.write(<<~RUBY)
-      ActiveSupport::Notifications.subscribe("start_process.bobbin") do |*, payload|
-        next unless payload[:kind] == "worker" && File.exist?(#{armed.inspect})
-
-        File.delete(#{armed.inspect})
-        raise "boom as the worker boots"
-      end
+      Bobbin::Worker::Claimer.prepend(Module.new do
+        def initialize(...)
+          if File.exist?(#{armed.inspect})
+            File.delete(#{armed.inspect})
+            raise "boom as the worker boots"
+          end
+          super
+        end
+      end)
     RUBY
     boot.close
     log = "tmp/crash-trace-#{Process.pid}.log"
