@@ -27,10 +27,25 @@ module Bobbin
 
       @adapters = ObjectSpace::WeakMap.new
 
-      # A new session on `db_config` (an Active Record adapter) that a forked child leaves alone.
+      # A new session on `db_config` (an Active Record adapter) that a forked child leaves alone. On PostgreSQL it
+      # connects now: left to its first statement, the writer's session connected as the first jobs finished, and a job
+      # forking meanwhile had a child that knew the connection before its adapter did, did not forget it, and closed it
+      # as it exited (the fork test's flake, now and then in CI: the worker's outcome session lost).
       def self.open(db_config)
-        db_config = for_bobbin(db_config) if Store.postgresql?(db_config)
-        db_config.new_connection.tap { |adapter| @adapters[adapter] = true }
+        postgresql = Store.postgresql?(db_config)
+        db_config = for_bobbin(db_config) if postgresql
+        db_config.new_connection.tap do |adapter|
+          @adapters[adapter] = true
+          connect(adapter) if postgresql
+        end
+      end
+
+      # Refused (the database went away, or turned the role away, since the process registered), the session connects
+      # on its first statement instead, whose caller rides out an outage as it does any.
+      def self.connect(adapter)
+        adapter.connect!
+      rescue ActiveRecord::ActiveRecordError
+        nil
       end
 
       # Each is one session, not a pool: the pool's size goes. Active Record checks a database URL's config before it
