@@ -70,7 +70,7 @@ module Bobbin
       return auth_missing(request) unless @auth || open_to?(request)
 
       verdict = @auth ? @auth.call(request) : true
-      return "Access denied." if !verdict || (verdict.is_a?(String) && verdict.strip.empty?) # "": a header or name left empty
+      return "Access denied." if Metrics.refused?(verdict) # "": a header or name left empty
 
       request.env["bobbin.operator"] = verdict.is_a?(String) ? verdict : "dashboard"
       nil

@@ -41,8 +41,8 @@ module Bobbin
       end
     end
 
-    # An auth hook's answer that refuses: false/nil, or a blank String (a REMOTE_USER or a header left empty), as the
-    # dashboard's.
+    # An auth hook's answer that refuses: false/nil, or a blank String (a REMOTE_USER or a header left empty); the
+    # dashboard's hook is judged by it too.
     def refused?(verdict) = !verdict || (verdict.is_a?(String) && verdict.strip.empty?)
 
     def jobs(registry, now)
