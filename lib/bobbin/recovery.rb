@@ -79,9 +79,10 @@ module Bobbin
     end
 
     # The crash counts against these jobs: those out of crash retries fail, the others go back to ready. Returns
-    # [failed, ready].
+    # [failed, ready]. Compared as `attempts - crash_retries`: PostgreSQL's `max_attempts + crash_retries` overflowed
+    # its integer for a job of max_attempts near INT32.max (what enqueue allows), and every prune raised.
     def charge(blamed, error, now)
-      failed = blamed.where("attempts >= max_attempts + ?", Bobbin.config.crash_retries)
+      failed = blamed.where("attempts - ? >= max_attempts", Bobbin.config.crash_retries)
                      .update_all(error.merge(state: "failed", finished_at: now))
       [ failed, blamed.update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: now, started_at: nil)) ]
     end

@@ -31,6 +31,18 @@ class RecoveryTest < Bobbin::TestCase
     assert_equal [ [ "failed", 1 ] ], jobs(ids).pluck(:state, :crashes)
   end
 
+  # retries: up to INT32.max - 1 is accepted (max_attempts INT32.max); PostgreSQL's `max_attempts + crash_retries` overflowed
+  # its integer and every prune raised, so no dead process's jobs came back.
+  test "a job that may run as often as max_attempts allows, alone in flight at a crash, is recovered" do
+    _, ids = dead_process_with_jobs(attempts: 1, jobs: 1)
+    other, other_ids = dead_process_with_jobs(attempts: 1, jobs: 2)
+    Bobbin::JobRecord.where(id: ids).update_all(max_attempts: Bobbin::Client::Fields::INT32.max)
+    assert_equal 3, Bobbin::Recovery.prune(threshold: 60)
+    assert_equal [ [ "ready", 1, 1 ] ], jobs(ids).pluck(:state, :attempts, :crashes)
+    assert_equal [ "ready" ] * 2, jobs(other_ids).pluck(:state)
+    assert_not Bobbin::ProcessRecord.exists?(other.id)
+  end
+
   test "several jobs in flight at a crash: none is blamed, all get their attempt back and count the crash" do
     _, ids = dead_process_with_jobs(attempts: 1 + Bobbin.config.crash_retries)
     Bobbin::Recovery.prune(threshold: 60)
