@@ -192,6 +192,19 @@ class ClaimTest < Bobbin::TestCase
     assert_equal 2, @store.finish(@process_id, [ id, beside ].map { |job| outcome(job, "succeeded", Bobbin::Store.timestamp(Time.now), nil, attempts: 1) })
   end
 
+  # A worker pruned while alive had its running job recovered, then wrote that job's retry. Its heartbeat had read the
+  # jobs it holds (the retry's outcome still unwritten) an instant before, and the reclaim it sent with them made the
+  # retry's row running again, held by nobody: it stayed running until the worker stopped.
+  test "a reclaim sent as an outcome lands leaves a retry written on a recovered job waiting for its time" do
+    id = SleepJob.enqueue(0)
+    store.claim(@process_id, 1)
+    assert_equal 1, Bobbin::Recovery.recover(@process_id, "pruned by this test")
+    held = { id => 1 } # what the heartbeat read: the retry's outcome not yet written
+    assert_equal 1, @store.finish(@process_id, [ outcome(id, "ready", nil, Bobbin::Store.timestamp(Time.now + 60), "RuntimeError", "boom") ])
+    assert_equal 0, @store.reclaim(@process_id, held)
+    assert_equal [ "ready", 1 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts)
+  end
+
   test "release returns held jobs to ready and gives back the attempt, except those kept" do
     ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
     store.claim(@process_id, 3)

@@ -13,9 +13,11 @@ module Bobbin
       # An outcome lands on a row this worker still holds: running, or given back to ready by a recovery (which clears
       # claimed_at, as a retry written by the worker does not) and claimed by no one since. A worker judged dead while
       # it ran the job (a network partition, a frozen host) had its finished jobs run again: its outcomes were dropped
-      # as it came back, before its heartbeat could take them back (a trial: 5 of 5).
+      # as it came back, before its heartbeat could take them back (a trial: 5 of 5). Such a row gets a claimed_at again,
+      # so a reclaim sent with the jobs held just before (the outcome not yet written) leaves a retry written here waiting.
       FINISH = <<~SQL
         UPDATE bobbin_jobs AS j SET state = o.state, finished_at = o.finished_at, run_at = COALESCE(o.run_at, j.run_at),
+          claimed_at = COALESCE(j.claimed_at, now() AT TIME ZONE 'UTC'),
           attempts = COALESCE(o.attempts, j.attempts), last_error_class = COALESCE(o.error_class, j.last_error_class),
           last_error_message = COALESCE(o.error_message, j.last_error_message),
           last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace)

@@ -7,11 +7,12 @@ module Bobbin
       # An outcome lands on a row this worker still holds: running, or given back to ready by a recovery (which clears
       # claimed_at, as a retry written by the worker does not) and claimed by no one since. A worker judged dead while
       # it ran the job (a network partition, a frozen host) had its finished jobs run again: its outcomes were dropped
-      # as it came back, before its heartbeat could take them back (a trial: 5 of 5).
+      # as it came back, before its heartbeat could take them back (a trial: 5 of 5). Such a row gets a claimed_at again,
+      # so a reclaim sent with the jobs held just before (the outcome not yet written) leaves a retry written here waiting.
       FINISH = <<~SQL
         UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at), attempts = COALESCE(?, attempts),
           last_error_class = COALESCE(?, last_error_class), last_error_message = COALESCE(?, last_error_message),
-          last_error_backtrace = COALESCE(?, last_error_backtrace)
+          last_error_backtrace = COALESCE(?, last_error_backtrace), claimed_at = COALESCE(claimed_at, ?)
         WHERE id = ? AND claimed_by = ? AND (state = 'running' OR (state IN ('ready', 'blocked') AND claimed_at IS NULL))
       SQL
 
@@ -144,10 +145,11 @@ module Bobbin
 
       # Writes the outcomes of many jobs in one transaction; only rows still claimed by `process_id` change.
       def finish(process_id, outcomes)
+        now = Store.timestamp(Time.now)
         transaction do
           statement = db.prepare(FINISH)
           outcomes.sum do |o|
-            statement.execute(o.state, o.finished_at, o.run_at, o.attempts, o.error_class, o.error_message, o.backtrace, o.id, process_id)
+            statement.execute(o.state, o.finished_at, o.run_at, o.attempts, o.error_class, o.error_message, o.backtrace, now, o.id, process_id)
             db.changes
           end
         ensure
