@@ -60,6 +60,20 @@ class FailuresTest < Bobbin::TestCase
     Object.send(:remove_const, :EagerRetryJob)
   end
 
+  # An around_perform hook that raises before it runs the job (a rate limit, a circuit breaker) retried the job 2 s later,
+  # the default's backoff, not its class's: a job of backoff 3600 used its retries within a minute.
+  test "a job that fails in an around_perform hook, before its perform, retries after its own class's backoff" do
+    Object.const_set(:HourlyRetryJob, Class.new(FlakyJob) { bobbin_options backoff: 3600 })
+    Bobbin.around_perform { |job, run| job.class_name == "HourlyRetryJob" ? raise(ArgumentError, "rate limited") : run.call }
+    id = HourlyRetryJob.enqueue("limited", 5)
+    drain(threads: 1)
+    state, attempts, message, run_at = Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :last_error_message, :run_at)
+    assert_equal [ "ready", 1, "rate limited" ], [ state, attempts, message ]
+    assert_operator run_at, :>, Time.now.utc + 2_700, "first retry after the class's backoff (3600 s ± 25 %)"
+  ensure
+    Object.send(:remove_const, :HourlyRetryJob)
+  end
+
   # Drains `ids`, which fail their `attempt`, and returns the delays their retries were given, as logged (to 0.1 s),
   # after checking that each is the one their run_at was set to.
   def retry_delays(ids, attempt:)

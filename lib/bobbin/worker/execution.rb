@@ -118,9 +118,17 @@ module Bobbin
           job.attempts < attempts ? retried(job, nil, error, of: attempts, at_most: UNKNOWN_CLASS_BACKOFF) : failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
           interrupted!(error) if @interrupted.call(job.id)
-          retries_left?(job) ? retried(job, job_class, error) : failed(job, error)
+          retries_left?(job) ? retried(job, job_class || known_class(job), error) : failed(job, error)
         ensure
           ActiveRecord::Base.connection_handler.clear_active_connections!(:all)
+        end
+
+        # The class whose backoff a retry takes when the job failed before its class was looked up (an around_perform
+        # hook raised before running it: the default's 2 s was used, not the class's); nil if it cannot be looked up.
+        def known_class(job)
+          job.active_job_id ? nil : resolve(job)
+        rescue StandardError
+          nil
         end
 
         # A transaction the job opened and never closed (`connection.begin_transaction`) would hold every later job's
