@@ -48,6 +48,28 @@ class EnqueueTest < Bobbin::TestCase
     assert_equal 3, Bobbin::JobRecord.where(id: [ first, *ids ]).count
   end
 
+  # A PREPARE waits for the table's lock like any statement (a migration altering bobbin_jobs holds it): a fiber's
+  # timeout (Async) that cut the first enqueue of a session short there left that pooled session refusing every later
+  # enqueue ("prepared statement … already exists").
+  test "PostgreSQL: an enqueue cut short while its session prepared the INSERT leaves no session refusing the next ones" do
+    isolation_level = ActiveSupport::IsolatedExecutionState.isolation_level
+    skip_unless_postgres
+    require "async"
+    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
+    Bobbin::Record.connection_pool.disconnect! # a new session: its first enqueue prepares the INSERT
+    locker = Bobbin::Record.connection_db_config.new_connection
+    Sync do
+      locker.execute("BEGIN; LOCK TABLE bobbin_jobs IN ACCESS EXCLUSIVE MODE")
+      assert_raises(Timeout::Error) { Timeout.timeout(0.3) { FlakyJob.enqueue("cut short", 0) } }
+      locker.execute("ROLLBACK")
+      ids = Array.new(3) { |i| FlakyJob.enqueue("after #{i}", 0) }
+      assert_equal 3, Bobbin::JobRecord.where(id: ids).count
+    end
+  ensure
+    locker&.disconnect!
+    ActiveSupport::IsolatedExecutionState.isolation_level = isolation_level
+  end
+
   test "PostgreSQL: an enqueue on a session the server ended raises Active Record's connection error, and the next one goes through" do
     skip_unless_postgres
     sessions_killed!

@@ -128,6 +128,9 @@ module Bobbin
       INSERT_ONE_ASYNC_NOTIFY = INSERT_ONE_ASYNC.sub("set_config('synchronous_commit', 'off', true))",
                                                      "set_config('synchronous_commit', 'off', true), pg_notify('#{Wakeups::Listener::CHANNEL}', $8))")
       INSERT_ONE_ASYNC_NOTIFY_NAME = "bobbin_insert_one_async_notify_v5"
+      # What `prepare` makes on each session, by name (NOTIFY: planning it cost ~70 µs of every enqueue's round trip).
+      PREPARED = { INSERT_ONE_NAME => INSERT_ONE, INSERT_ONE_ASYNC_NAME => INSERT_ONE_ASYNC,
+                   INSERT_ONE_ASYNC_NOTIFY_NAME => INSERT_ONE_ASYNC_NOTIFY, NOTIFY_NAME => NOTIFY }.freeze
 
       # Inserts new job rows (Hashes of Store::NEW_JOB columns) on `connection`, the app's Active Record connection,
       # so an enqueue inside a transaction commits or rolls back with it. Returns the ids in order.
@@ -172,15 +175,22 @@ module Bobbin
       end
 
       # Prepares the one-row INSERTs on `raw` once per server session (the backend pid tells a new one; ForgetOnReset
-      # a session Active Record reset).
+      # a session Active Record reset). A session where an earlier try was cut short (a fiber's Timeout, a
+      # lock_timeout while a migration held the table) has some of them already: those are left as they are, or
+      # every enqueue on that pooled session failed from then on ("prepared statement … already exists": a trial).
       def self.prepare(raw)
         return if raw.instance_variable_get(:@bobbin_prepared) == raw.backend_pid
 
-        raw.prepare(INSERT_ONE_NAME, INSERT_ONE)
-        raw.prepare(INSERT_ONE_ASYNC_NAME, INSERT_ONE_ASYNC)
-        raw.prepare(INSERT_ONE_ASYNC_NOTIFY_NAME, INSERT_ONE_ASYNC_NOTIFY)
-        raw.prepare(NOTIFY_NAME, NOTIFY) # planning it cost ~70 µs of every enqueue's round trip
+        there = raw.instance_variable_get(:@bobbin_preparing) == raw.backend_pid ? prepared_on(raw) : []
+        raw.instance_variable_set(:@bobbin_preparing, raw.backend_pid)
+        PREPARED.each { |name, sql| raw.prepare(name, sql) unless there.include?(name) }
         raw.instance_variable_set(:@bobbin_prepared, raw.backend_pid)
+      end
+
+      # The names of the statements `prepare` makes that `raw`'s session already has.
+      def self.prepared_on(raw)
+        raw.exec_params("SELECT name FROM pg_prepared_statements WHERE name = ANY($1::text[])",
+                        [ PG::TextEncoder::Array.new.encode(PREPARED.keys) ]).column_values(0)
       end
 
       # Active Record's `reset!` (of a connection the pool took back from a dead thread, or unpinned) sends DISCARD ALL:
