@@ -70,6 +70,28 @@ class EnqueueTest < Bobbin::TestCase
     ActiveSupport::IsolatedExecutionState.isolation_level = isolation_level
   end
 
+  # On PostgreSQL an enqueue outside a transaction sends its INSERT and NOTIFY in one libpq pipeline.
+  test "PostgreSQL: an enqueue cut short mid-pipeline (a fiber's timeout) leaves its session fit for the app's next statement" do
+    isolation_level = ActiveSupport::IsolatedExecutionState.isolation_level
+    skip_unless_postgres
+    require "async"
+    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
+    locker = Bobbin::Record.connection_db_config.new_connection
+    Sync do
+      Bobbin::Record.connection_pool.with_connection do # one session for the fiber throughout, as a request holds one
+        before = FlakyJob.enqueue("before", 0)
+        locker.execute("BEGIN; LOCK TABLE bobbin_jobs IN EXCLUSIVE MODE") # the INSERT waits for it
+        assert_raises(Timeout::Error) { Timeout.timeout(0.3) { FlakyJob.enqueue("cut short", 0) } }
+        locker.execute("ROLLBACK")
+        assert Bobbin::JobRecord.exists?(before), "the app's next statement on the session (\"cut short\" may or may not be stored)"
+        assert FlakyJob.enqueue("after", 0)
+      end
+    end
+  ensure
+    locker&.disconnect!
+    ActiveSupport::IsolatedExecutionState.isolation_level = isolation_level
+  end
+
   test "PostgreSQL: an enqueue on a session the server ended raises Active Record's connection error, and the next one goes through" do
     skip_unless_postgres
     sessions_killed!

@@ -225,7 +225,7 @@ module Bobbin
           rescue PG::Error => error
             raise lost(raw, error)
           ensure
-            leave_pipeline(raw, $!)
+            leave_pipeline(connection, raw, $!)
           end
           ids = inserted.check.column_values(0).map(&:to_i) # a failed one stays readable: Active Record's error reads it
           inserted.clear
@@ -241,11 +241,16 @@ module Bobbin
 
       # Leaves pipeline mode. On a session that ended mid-pipeline libpq refuses ("cannot exit pipeline mode while busy",
       # a plain PG::Error that Active Record would report as a bad statement): `failure`, the error that ended it, is
-      # the one to raise, so the caller sees a lost connection.
-      def self.leave_pipeline(raw, failure)
+      # the one to raise, so the caller sees a lost connection. A session still waiting for the answers (the enqueue
+      # cut short by a fiber's timeout or stop) stays in pipeline mode, where the next statement of whoever the pool
+      # gave it to failed ("PQsendQuery not allowed in pipeline mode": a trial): it is closed, and the next statement
+      # opens another.
+      def self.leave_pipeline(connection, raw, failure)
         raw.exit_pipeline_mode
       rescue PG::Error
         raise unless failure
+
+        connection.disconnect!
       end
 
       # One job and its NOTIFY in one statement that commits without waiting for the WAL flush (durable_enqueue false);
