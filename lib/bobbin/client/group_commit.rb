@@ -130,11 +130,14 @@ module Bobbin
 
         # One statement for the batch; if the database refuses it (not a lost connection), each request alone,
         # so one request's bad row cannot fail the others. Every caller of the batch is answered, whatever happens.
+        # A refusal that is no row's (a lock waited for in vain: SQLite's busy timeout, PostgreSQL's lock_timeout; a
+        # read-only or cancelling server) is every caller's: each alone waited the timeout again, the batch's last
+        # caller ten times the busy timeout the README promises for ten callers (a trial).
         def write(batch, own)
           ids = @write.call(batch.flat_map(&:rows))
           batch.each { |request| request.answer(:ids, ids.shift(request.rows.size)) }
         rescue ActiveRecord::StatementInvalid => error
-          return refuse(batch, error) if batch.size == 1 || error.is_a?(ActiveRecord::ConnectionFailed)
+          return refuse(batch, error) if batch.size == 1 || error.is_a?(ActiveRecord::ConnectionFailed) || Store.transient?(error)
 
           batch.each { |request| write([ request ], own) }
         rescue StandardError => error # the database's answer, or the app's: every caller hears it
