@@ -303,6 +303,26 @@ class StartupErrorsTest < Bobbin::TestCase
     ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") if role
   end
 
+  # A role that may not log in, or a URL without the password the server asks for, is mended by no restart: exit 78 (systemd's
+  # RestartPreventExitStatus), not 69 and "is the server running?", which had the process manager restart it for ever.
+  test "PostgreSQL turning the role away for good: one that may not log in, or no password given" do
+    skip_unless_postgres
+    role = "bobbin_cli_nologin_#{Process.pid}"
+    ActiveRecord::Base.connection.execute("CREATE ROLE #{role} NOLOGIN PASSWORD 'secret'")
+    url = "postgres://#{role}:secret@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
+    assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }),
+                       /turned the connection away: .*role "#{role}" is not permitted to log in; check the user name and password in DATABASE_URL/)
+
+    ActiveRecord::Base.connection.execute("ALTER ROLE #{role} LOGIN")
+    url = "postgres://#{role}@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
+    status, _, err = result = run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url, "PGPASSFILE" => "/nonexistent/.pgpass" })
+    skip "this server lets #{role} in without a password (pg_hba.conf trusts 127.0.0.1)" unless err.include?("no password supplied")
+    assert_config_exit(result, /turned the connection away: .*no password supplied; check the user name and password/)
+    refute_match(/is the server running/, err, status.inspect)
+  ensure
+    ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") if role
+  end
+
   test "doctor with the database down" do
     url = "postgres://127.0.0.1:#{closed_port}/bobbin"
     assert_config_exit(run_bobbin("doctor", "--threads", "1", env: { "DATABASE_URL" => url }),

@@ -16,14 +16,16 @@ module Bobbin
       raise ConfigurationError, describe(error)
     end
 
-    # What a server says when it turns away these credentials, whatever its state: no restart mends them.
-    REFUSED_FOR_GOOD = /password authentication failed|role "[^"]*" does not exist|no pg_hba\.conf entry/
+    # What a server (or libpq) says when it turns away these credentials, whatever its state: no restart mends them. A
+    # role that may not log in, and a URL without the password the server asks for, were exit 69 and "is the server
+    # running?", and a process manager restarted them for ever.
+    REFUSED_FOR_GOOD = /password authentication failed|role "[^"]*" does not exist|no pg_hba\.conf entry|role "[^"]*" is not permitted to log in|no password supplied/
 
     # The error to raise for `error` before work starts: DatabaseUnreachable for a database that is down or turns the
     # connection away (a restart mends that once it is back), else ConfigurationError; its message says which.
     def error_for(error, where = "DATABASE_URL")
       unreachable = error.is_a?(ActiveRecord::ConnectionNotEstablished) && !error.is_a?(ActiveRecord::NoDatabaseError) &&
-                    !denied?(error) && !causes(error).any? { |e| e.message.match?(REFUSED_FOR_GOOD) }
+                    !denied?(error) && !refused_for_good?(error)
       (unreachable ? DatabaseUnreachable : ConfigurationError).new(describe(error, where))
     end
 
@@ -36,6 +38,8 @@ module Bobbin
       elsif sqlite_unwritable?(error) then read_only(text)
       elsif denied?(error) then denied(text)
       elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last)}): free space on it"
+      elsif error.is_a?(ActiveRecord::ConnectionNotEstablished) && refused_for_good?(error)
+        "the database turned the connection away: #{text}; check the user name and password in #{where} (and that the role may log in)"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished)
         "cannot connect to the database: #{text}; is the server running, and is #{where} right?"
       else "database error before starting: #{text} (#{error.class}); check #{where}"
@@ -95,6 +99,8 @@ module Bobbin
       "the database role lacks a privilege Bobbin needs (#{text}): grant it SELECT, INSERT, UPDATE and DELETE on Bobbin's " \
         "tables and USAGE on their sequences (README: Running in production, database roles)"
     end
+
+    def refused_for_good?(error) = causes(error).any? { |e| e.message.match?(REFUSED_FOR_GOOD) }
 
     def denied?(error) = defined?(PG::InsufficientPrivilege) && causes(error).any?(PG::InsufficientPrivilege)
 
