@@ -5,9 +5,12 @@ module Bobbin
   module ConnectionBudget
     # Connections each worker process opens for itself (claiming; writing outcomes and heartbeats).
     OWN_CONNECTIONS = 2
-    # The supervisor's one connection: its heartbeat and the host's maintenance. (A worker running without a
-    # supervisor does its maintenance on its Active Record pool, between its jobs' queries.)
-    SUPERVISOR_CONNECTIONS = 1
+    # The supervisor's connections, from its Active Record pool for Bobbin's tables: its clock's thread (each second),
+    # its heartbeat's (which keeps the host's house) and its main loop's (recovering a worker that exited) query at
+    # once, each on a connection of its own; one beat held up (a lock, a long retention sweep) while the clock ticked
+    # kept two open where this said one. (A worker running without a supervisor does its maintenance on its Active
+    # Record pool, between its jobs' queries.)
+    SUPERVISOR_CONNECTIONS = 3
     # The connection each worker process listens on for new work (PostgreSQL, notifications on; see Wakeups).
     LISTENER_CONNECTIONS = 1
 
@@ -18,8 +21,12 @@ module Bobbin
     # a database of its own, and the supervisor's.
     def total(pools, mode)
       own = pools.sum { |pool| pool.processes * OWN_CONNECTIONS }
-      own + listeners(pools, mode) + jobs_at_most(pools, mode) + queue_database_at_most(pools, mode) + SUPERVISOR_CONNECTIONS
+      own + listeners(pools, mode) + jobs_at_most(pools, mode) + queue_database_at_most(pools, mode) + supervisor(mode)
     end
+
+    # The supervisor's connections: one per thread of it that queries, up to its pool's size. In async mode its threads
+    # draw on the pool the jobs use, counted with theirs, and one is kept beside them as before.
+    def supervisor(mode) = mode == :async ? 1 : [ SUPERVISOR_CONNECTIONS, size_of(Record.connection_pool) ].min
 
     # Active Record connections the jobs of `pools` may hold at once, across their processes.
     def jobs_at_most(pools, mode)

@@ -53,9 +53,9 @@ class DoctorTest < Bobbin::TestCase
     assert_equal 0, status, report
     assert_match(/workers\[0\] fibers: 100 × 2 processes.*jobs' DB connections 25 at most \(3 needed\) \+ Bobbin's own 2/, report)
     assert_match(/workers\[1\] threads: 5 × 1 process.*jobs' DB connections 5 at most \(5 needed\) \+ Bobbin's own 2/, report)
-    assert_match(/total: 3 worker processes, 205 concurrent jobs, #{postgres? ? 65 : 62} database connections/, report,
+    assert_match(/total: 3 worker processes, 205 concurrent jobs, #{postgres? ? 67 : 64} database connections/, report,
                  "25 + 2 per fiber process (its fibers may lease all the Active Record pool's 25), 5 + 2 for the thread one, " \
-                 "1 for the supervisor (and a listener per process on PostgreSQL)")
+                 "3 for the supervisor (its clock, heartbeat and main loop; and a listener per process on PostgreSQL)")
     assert_match(/Active Record pool: 25 configured, 5 needed per process\n  fiber pools' jobs may open all 25 though they need 3: a pool: of 3 for the workers/, report)
     assert_match(/OK: this configuration fits/, report)
   end
@@ -73,8 +73,8 @@ class DoctorTest < Bobbin::TestCase
     Bobbin::Record.establish_connection(TestDatabase.url_with_pool(4)) # as config.bobbin.connects_to does
     _, report = doctor([ { "fibers" => 100, "processes" => 2 } ])
     assert_match(/Bobbin's database \(connects_to\): 8 Active Record connections at most \(enqueues from jobs\)/, report, "4 per process")
-    assert_match(/total: 2 worker processes, 200 concurrent jobs, #{postgres? ? 65 : 63} database connections/, report,
-                 "(25 + 4 + 2) per process, and a listener on PostgreSQL, + 1 for the supervisor")
+    assert_match(/total: 2 worker processes, 200 concurrent jobs, #{postgres? ? 67 : 65} database connections/, report,
+                 "(25 + 4 + 2) per process, and a listener on PostgreSQL, + 3 for the supervisor (its pool is 4)")
   ensure
     Bobbin::Record.remove_connection
   end
@@ -115,8 +115,8 @@ class DoctorTest < Bobbin::TestCase
     status, report = doctor([ { "threads" => 20, "processes" => 6 } ])
     assert_equal 1, status
     assert_match(/PostgreSQL: max_connections \d+/, report)
-    assert_match(/Bobbin needs 139 connections but PostgreSQL allows \d+: raise max_connections, or fewer threads \(or fiber pools\), or fewer processes$/,
-                 report, "6 × (20 + 2 + 1 listening) + 1")
+    assert_match(/Bobbin needs 141 connections but PostgreSQL allows \d+: raise max_connections, or fewer threads \(or fiber pools\), or fewer processes$/,
+                 report, "6 × (20 + 2 + 1 listening) + 3 for the supervisor")
 
     status, report = doctor([ { "threads" => 2 } ])
     assert_equal 0, status, report

@@ -198,6 +198,37 @@ class SupervisorTest < Bobbin::TestCase
     locker&.disconnect!
   end
 
+  # The supervisor queries from its clock's thread and its heartbeat's (and its main loop, recovering a worker that
+  # exited), each on a connection of its Active Record pool: a beat held up (a lock, a long retention sweep) while the
+  # clock ticked kept two open, where `bobbin doctor`'s total, held against max_connections, counted one.
+  test "PostgreSQL: the connections a deployment holds, its supervisor's heartbeat waiting while its clock ticks, stay within doctor's total" do
+    skip_unless_postgres
+    pool = Bobbin::Pool.parse({ "threads" => 1 }, "workers[0]")
+    total = Bobbin::ConnectionBudget.total([ pool ], :fork) # the child's Active Record pool is this process's size (25)
+    sessions = -> { Bobbin::Record.connection.select_value("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'bobbin-test-child'") }
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    locker = Bobbin::Record.connection_db_config.new_connection
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", start_config({ "threads" => 1 }).path, log: log)
+      wait_for("the worker to start") { File.read(log).include?("started: threads-1") }
+      locker.execute("BEGIN; LOCK TABLE bobbin_processes IN ACCESS EXCLUSIVE MODE")
+      wait_for("the supervisor's heartbeat to wait for the lock") do
+        Bobbin::Record.connection.select_value(<<~SQL).positive?
+          SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "bobbin_processes" SET "last_heartbeat_at"%'
+        SQL
+      end
+      sleep 2 # the clock ticks every second meanwhile
+      held = sessions.call
+      locker.execute("ROLLBACK")
+      assert_operator held, :<=, total, "sessions the deployment held, against ConnectionBudget.total (doctor's)"
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, File.read(log)
+    end
+  ensure
+    locker&.disconnect!
+  end
+
   # The supervisor's heartbeat waits on another process's write lock, inside an SQLite call, while the killed worker is
   # forked again (its recovery gave up on the lock after the busy timeout, made short here): that child hung for ever
   # in the sqlite3 gem's after-fork close, and no job ran again.
