@@ -80,6 +80,34 @@ module Bobbin
       mode == :fibers ? [ size, Bobbin.config.fiber_db_concurrency ].min : size
     end
 
+    # What a supervisor of `pools` logs as it boots, or nil: PostgreSQL cannot hold every connection they may open
+    # (max_connections less the superusers' share), or cannot with the sessions other clients hold now. A warning, not a
+    # refusal: the total is what they open at most. Without it a deployment that could not fit booted without a word,
+    # and its workers' sessions were refused later, at their busiest.
+    def server_warning(pools, mode)
+      return unless Store.postgresql?(ActiveRecord::Base.connection_db_config)
+
+      max, reserved, in_use = server_numbers
+      needed = total(pools, mode)
+      others = in_use - 1 # this process's one session is in `needed`
+      said = "these pools may open #{needed} database connections, but PostgreSQL allows #{max - reserved} (max_connections #{max}, " \
+             "#{reserved} reserved for superusers)"
+      remedies = "raise max_connections, or run fewer processes or a smaller Active Record pool (`bobbin doctor` shows what each pool needs)"
+      if needed > max - reserved
+        "#{said}: at their busiest their sessions are refused and jobs wait; #{remedies}"
+      elsif needed > max - reserved - others
+        "#{said} and other clients hold #{others} now, leaving #{max - reserved - others}: their sessions may be refused; #{remedies}"
+      end
+    end
+
+    # PostgreSQL's max_connections, the connections it keeps for superusers, and the client sessions open now (this one too).
+    def server_numbers
+      ActiveRecord::Base.connection_pool.with_connection do |c|
+        [ c.select_value("SHOW max_connections").to_i, c.select_value("SHOW superuser_reserved_connections").to_i,
+          c.select_value("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").to_i ]
+      end
+    end
+
     # Raises ConfigurationError when this process cannot run a `mode` pool of `size` jobs.
     def check!(mode, size)
       check_isolation!(size) if mode == :fibers

@@ -112,7 +112,7 @@ module Bobbin
         connection = ActiveRecord::Base.connection_pool.with_connection { |c| c }
         return @out.puts("Database: #{connection.adapter_name} (no connection limit)") unless connection.adapter_name.match?(/postg/i)
 
-        max, reserved, in_use = server_numbers
+        max, reserved, in_use = ConnectionBudget.server_numbers
         available = max - reserved
         @out.puts("PostgreSQL: max_connections #{max} (#{reserved} reserved for superusers), #{in_use} in use now")
         if total_connections <= available # the app's own processes count too: Puma beside Bobbin used up the rest (a trial)
@@ -272,13 +272,6 @@ module Bobbin
         return if setting[:adapter].nil? || Doctor.expected_adapter?(setting[:adapter], scope)
 
         @out.puts("  ! #{setting[:where]} sets queue_adapter = :#{setting[:adapter]}: jobs in #{scope} do not go to Bobbin")
-      end
-
-      def server_numbers
-        ActiveRecord::Base.connection_pool.with_connection do |c|
-          [ c.select_value("SHOW max_connections").to_i, c.select_value("SHOW superuser_reserved_connections").to_i,
-            c.select_value("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").to_i ]
-        end
       end
 
       def processes = @mode == :async ? 1 : @pools.sum(&:processes)

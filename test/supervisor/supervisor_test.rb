@@ -229,6 +229,28 @@ class SupervisorTest < Bobbin::TestCase
     locker&.disconnect!
   end
 
+  # PRODUCT.md: Bobbin warns or refuses at boot when PostgreSQL's max_connections cannot hold the pool it computed. Only
+  # `bobbin doctor` checked; `bobbin start` booted without a word, and the workers' sessions were refused at their busiest.
+  test "PostgreSQL: bobbin start warns as it boots when max_connections cannot hold what its pools may open, or not beside other clients" do
+    skip_unless_postgres
+    max, reserved = %w[max_connections superuser_reserved_connections].map { |name| Bobbin::Record.connection.select_value("SHOW #{name}").to_i }
+    others = Array.new(5) { Bobbin::Record.connection_db_config.new_connection.tap(&:connect!) } # other clients' sessions
+    { max - reserved + 10 => /may open #{max - reserved + 16} database connections, but PostgreSQL allows #{max - reserved} .*: at their busiest their sessions are refused/,
+      max - reserved - 8 => /may open #{max - reserved - 2} database connections, but PostgreSQL allows #{max - reserved} .* and other clients hold \d+ now, leaving \d+: their sessions may be refused; raise max_connections/ }.each do |size, warning|
+      log = File.join(Dir.mktmpdir, "bobbin.log")
+      pids = []
+      ensure_killed(pids) do # a fiber pool may lease its whole Active Record pool: `size` + 2 own + a listener, + 3 for the supervisor
+        pids << spawn_bobbin("start", "--fibers", size.to_s, log: log, env: { "DATABASE_URL" => TestDatabase.url_with_pool(size) })
+        wait_for("the supervisor to start its worker") { File.read(log).include?("starting 1 workers") }
+        assert_match(/WARN -- : bobbin supervisor: these pools #{warning}/, File.read(log))
+        Process.kill(:TERM, pids.first)
+        assert wait_exit(pids.first, timeout: 30)&.success?, File.read(log)
+      end
+    end
+  ensure
+    others&.each(&:disconnect!)
+  end
+
   # The supervisor's heartbeat waits on another process's write lock, inside an SQLite call, while the killed worker is
   # forked again (its recovery gave up on the lock after the busy timeout, made short here): that child hung for ever
   # in the sqlite3 gem's after-fork close, and no job ran again.
