@@ -11,6 +11,11 @@ module Bobbin
     # kept two open where this said one. (A worker running without a supervisor does its maintenance on its Active
     # Record pool, between its jobs' queries.)
     SUPERVISOR_CONNECTIONS = 3
+    # In async mode the supervisor's clock and heartbeat threads query on the Active Record pool its jobs use (when
+    # Bobbin's tables share it): a pool of exactly the jobs' need left them waiting checkout_timeout while jobs held
+    # every connection (a transaction, a long query), and the supervisor's heartbeat went stale past
+    # process_alive_threshold, recurring ticks and promotions with it.
+    ASYNC_SUPERVISOR_CONNECTIONS = 2
     # The connection each worker process listens on for new work (PostgreSQL, notifications on; see Wakeups).
     LISTENER_CONNECTIONS = 1
 
@@ -24,14 +29,19 @@ module Bobbin
       own + listeners(pools, mode) + jobs_at_most(pools, mode) + queue_database_at_most(pools, mode) + supervisor(mode)
     end
 
-    # The supervisor's connections: one per thread of it that queries, up to its pool's size. In async mode its threads
-    # draw on the pool the jobs use, counted with theirs, and one is kept beside them as before.
-    def supervisor(mode) = mode == :async ? 1 : [ SUPERVISOR_CONNECTIONS, size_of(Record.connection_pool) ].min
+    # The supervisor's connections: one per thread of it that queries, up to its pool's size. In async mode, when they
+    # come from the pool its jobs use, jobs_at_most counts them.
+    def supervisor(mode)
+      return [ SUPERVISOR_CONNECTIONS, size_of(Record.connection_pool) ].min unless mode == :async
 
-    # Active Record connections the jobs of `pools` may hold at once, across their processes.
+      async_supervisor.zero? ? [ ASYNC_SUPERVISOR_CONNECTIONS, size_of(Record.connection_pool) ].min : 0
+    end
+
+    # Active Record connections the jobs of `pools` may hold at once, across their processes (in async mode, with the
+    # supervisor's threads that share their pool).
     def jobs_at_most(pools, mode)
       if mode == :async # one process, one Active Record pool
-        [ concurrency(pools), [ size_of(ActiveRecord::Base.connection_pool), per_process(pools, mode) ].max ].min
+        [ concurrency(pools) + async_supervisor, [ size_of(ActiveRecord::Base.connection_pool), per_process(pools, mode) ].max ].min
       else
         pools.sum { |pool| pool.processes * job_connections_at_most(pool.mode, pool.size) }
       end
@@ -69,11 +79,16 @@ module Bobbin
       (mode == :async ? 1 : pools.sum(&:processes)) * LISTENER_CONNECTIONS
     end
 
-    # Active Record pool connections one process needs: the largest pool's (fork mode), or all pools' (async).
+    # Active Record pool connections one process needs: the largest pool's (fork mode), or all pools' and the
+    # supervisor's (async).
     def per_process(pools, mode)
       needs = pools.map { |pool| job_connections(pool.mode, pool.size) }
-      mode == :async ? pools.zip(needs).sum { |pool, need| need * pool.processes } : needs.max
+      mode == :async ? pools.zip(needs).sum { |pool, need| need * pool.processes } + async_supervisor : needs.max
     end
+
+    # The connections an async-mode supervisor takes from its jobs' Active Record pool: none when Bobbin's tables are in
+    # a database of their own (connects_to), whose pool its threads use instead.
+    def async_supervisor = Record.connection_pool.equal?(ActiveRecord::Base.connection_pool) ? ASYNC_SUPERVISOR_CONNECTIONS : 0
 
     # Active Record pool connections a pool's jobs need: one per thread, or the fiber pool's DB concurrency.
     def job_connections(mode, size)
@@ -129,8 +144,8 @@ module Bobbin
 
       fibers = pools.find { |pool, _| pool.mode == :fibers }
       check_isolation!(fibers[0].size) if fibers
-      needed = pools.sum { |pool, copies| job_connections(pool.mode, pool.size) * copies }
-      check_pool!(needed, "#{pools.sum { |_, copies| copies }} pools in one process")
+      needed = pools.sum { |pool, copies| job_connections(pool.mode, pool.size) * copies } + async_supervisor
+      check_pool!(needed, "#{pools.sum { |_, copies| copies }} pools in one process#{" and its supervisor's clock and heartbeat" if async_supervisor.positive?}")
     end
 
     def check_isolation!(size)

@@ -62,13 +62,13 @@ class SettingsTest < Bobbin::TestCase
     pools = [ { "fibers" => 10, "processes" => 3 }, { "threads" => 20, "processes" => 2 } ].map.with_index { |h, i| Bobbin::Pool.parse(h, "workers[#{i}]") }
     Bobbin::ConnectionBudget.check_pools!(pools, :fork)
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin::ConnectionBudget.check_pools!(pools, :async) }
-    assert_match(/5 pools in one process needs 49/, error.message)
+    assert_match(/5 pools in one process and its supervisor's clock and heartbeat needs 51/, error.message)
     big = Bobbin::Pool.parse({ "threads" => 26 }, "workers[0]")
     assert_raises(Bobbin::ConfigurationError) { Bobbin::ConnectionBudget.check_pools!([ pools.first, big ], :fork) }
 
     both = write_file("production:\n  workers: [{ fibers: 10, processes: 3 }, { threads: 20, processes: 2 }]\n", ".yml")
     assert_config_exit(run_bobbin("start", "--mode", "async", "-c", both, env: { "BOBBIN_ENV" => "production" }, timeout: 30),
-                       /5 pools in one process needs 49/)
+                       /5 pools in one process and its supervisor's clock and heartbeat needs 51/)
   end
 
   test "pool flags without --fibers or --threads change the configured pool instead of being ignored" do

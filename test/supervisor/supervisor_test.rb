@@ -251,6 +251,33 @@ class SupervisorTest < Bobbin::TestCase
     others&.each(&:disconnect!)
   end
 
+  # In async mode the supervisor's clock and heartbeat threads take connections from the pool its jobs use: with a pool
+  # of just the jobs' need, jobs holding theirs (a transaction) left its heartbeat waiting checkout_timeout, again and
+  # again, and its row went stale past process_alive_threshold (a supervisor judged dead while alive).
+  test "async mode: the Active Record pool must hold the supervisor's clock and heartbeat besides the jobs, whose transactions then starve neither" do
+    assert_config_exit(run_bobbin("start", "--mode", "async", "--threads", "2", env: { "DATABASE_URL" => TestDatabase.url_with_pool(2) }, timeout: 30),
+                       /the Active Record pool of "primary" has 2 connections but 1 pools in one process and its supervisor's clock and heartbeat needs 4; set pool: 4/)
+    skip("SQLite: the jobs' write transactions hold its one writer, whatever the pool") unless postgres?
+
+    Bobbin.enqueue_all(Array.new(2) { |i| [ TransactionSleepJob, [ "held-#{i}", 4 ] ] })
+    config = start_config({ "threads" => 2 }, heartbeat_interval: 0.5, process_alive_threshold: 3)
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--mode", "async", "-c", config.path, log: log, env: { "DATABASE_URL" => TestDatabase.url_with_pool(4) })
+      wait_for("both jobs in their transactions") { Bobbin.counts["running"] == 2 }
+      ages = Array.new(6) do
+        sleep 0.5
+        Bobbin::ProcessRecord.where(kind: "supervisor").pick(Arel.sql("extract(epoch FROM (now() AT TIME ZONE 'UTC') - last_heartbeat_at)")).to_f
+      end
+      assert_operator ages.max, :<, 1.5, "the supervisor's heartbeat age while the jobs held their connections: #{ages.inspect}\n#{File.read(log)}"
+      refute_match(/could not obtain a connection from the pool/, File.read(log))
+      wait_for("the jobs to finish") { Bobbin.counts["succeeded"] == 2 }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, File.read(log)
+    end
+  end
+
   # The supervisor's heartbeat waits on another process's write lock, inside an SQLite call, while the killed worker is
   # forked again (its recovery gave up on the lock after the busy timeout, made short here): that child hung for ever
   # in the sqlite3 gem's after-fork close, and no job ran again.
