@@ -43,7 +43,7 @@ module Bobbin
       if mode == :async # one process, one Active Record pool
         [ concurrency(pools) + async_supervisor, [ size_of(ActiveRecord::Base.connection_pool), per_process(pools, mode) ].max ].min
       else
-        pools.sum { |pool| pool.processes * job_connections_at_most(pool.mode, pool.size) }
+        pools.sum { |pool| pool.processes * job_connections_at_most(pool) }
       end
     end
 
@@ -51,8 +51,8 @@ module Bobbin
     # per query and give it back after it, so the most is the pool's concurrency or the Active Record pool's size,
     # whichever is smaller: a fiber pool needs only its DB concurrency (`job_connections`), and holds no more when
     # database.yml's `pool:` says so, but a larger pool lets its fibers open as many.
-    def job_connections_at_most(mode, size, pool_size = size_of(ActiveRecord::Base.connection_pool))
-      [ size, [ pool_size, job_connections(mode, size) ].max ].min
+    def job_connections_at_most(pool, pool_size = size_of(ActiveRecord::Base.connection_pool))
+      [ at_once(pool), [ pool_size, job_connections(pool.mode, pool.size) ].max ].min
     end
 
     # With Bobbin's tables in a database of their own (connects_to), the Active Record connections jobs may open to
@@ -63,14 +63,19 @@ module Bobbin
 
       return [ concurrency(pools), size_of(queue) ].min if mode == :async
 
-      pools.sum { |pool| pool.processes * [ pool.size, size_of(queue) ].min }
+      pools.sum { |pool| pool.processes * [ at_once(pool), size_of(queue) ].min }
     end
 
     # An Active Record pool's connections; without a limit (Rails 8.1 reads a negative pool: so), more than any need.
     def size_of(pool) = pool.size || Float::INFINITY
 
     # Jobs that run at once across `pools`' processes.
-    def concurrency(pools) = pools.sum { |pool| pool.processes * pool.size }
+    def concurrency(pools) = pools.sum { |pool| pool.processes * at_once(pool) }
+
+    # Jobs one process of `pool` runs at once: its size, and a fiber pool's thread lane beside its fibers (runs_on:
+    # :thread jobs run there, each with its own lease, while the fibers run others). Counted as the size alone, a pool of
+    # fibers: 2 with its lane of 2 held 4 connections where doctor said 2.
+    def at_once(pool) = pool.mode == :fibers ? pool.size + (pool.thread_lane || Bobbin.config.thread_lane) : pool.size
 
     # Listening connections: one per worker process (all pools share one in async mode), on PostgreSQL.
     def listeners(pools, mode)

@@ -59,7 +59,7 @@ module Bobbin
         @out.puts("Pools (#{@mode} mode):")
         @pools.each_with_index do |pool, index|
           @out.puts(format("  workers[%d] %-40s jobs' DB connections %d at most (%d needed) + Bobbin's own %d per process%s", index,
-                           pool.to_s, ConnectionBudget.job_connections_at_most(pool.mode, pool.size),
+                           pool.to_s, ConnectionBudget.job_connections_at_most(pool),
                            ConnectionBudget.job_connections(pool.mode, pool.size), ConnectionBudget::OWN_CONNECTIONS,
                            ConnectionBudget.listeners([ pool ], :async).positive? ? " + 1 listening" : ""))
         end

@@ -53,11 +53,31 @@ class DoctorTest < Bobbin::TestCase
     assert_equal 0, status, report
     assert_match(/workers\[0\] fibers: 100 × 2 processes.*jobs' DB connections 25 at most \(3 needed\) \+ Bobbin's own 2/, report)
     assert_match(/workers\[1\] threads: 5 × 1 process.*jobs' DB connections 5 at most \(5 needed\) \+ Bobbin's own 2/, report)
-    assert_match(/total: 3 worker processes, 205 concurrent jobs, #{postgres? ? 67 : 64} database connections/, report,
-                 "25 + 2 per fiber process (its fibers may lease all the Active Record pool's 25), 5 + 2 for the thread one, " \
+    assert_match(/total: 3 worker processes, 209 concurrent jobs, #{postgres? ? 67 : 64} database connections/, report,
+                 "25 + 2 per fiber process (its fibers may lease all the Active Record pool's 25; 100 fibers and 2 lane threads), 5 + 2 for the thread one, " \
                  "3 for the supervisor (its clock, heartbeat and main loop; and a listener per process on PostgreSQL)")
     assert_match(/Active Record pool: 25 configured, 5 needed per process\n  fiber pools' jobs may open all 25 though they need 3: a pool: of 3 for the workers/, report)
     assert_match(/OK: this configuration fits/, report)
+  end
+
+  # The lane runs its runs_on: :thread jobs beside the fibers: fibers: 2 with the default lane of 2 ran 4 jobs at once,
+  # each in a transaction on a connection of its own, where the report said 2 concurrent jobs and 2 connections at most.
+  test "a fiber pool's thread lane counts in the jobs it runs at once and the connections they may hold" do
+    skip_unless_postgres # SQLite's one writer lets one transaction through at a time
+    _, report = doctor([ { "fibers" => 2 } ])
+    at_most = report[/jobs' DB connections (\d+) at most/, 1].to_i
+    # The lane's jobs first: an idle lane adds no capacity, a busy one adds its threads to the fibers'.
+    Bobbin.enqueue_all(Array.new(2) { |i| [ LaneTransactionSleepJob, [ "lane-#{i}", 2 ] ] } + Array.new(2) { |i| [ TransactionSleepJob, [ "fiber-#{i}", 2 ] ] })
+    worker = Thread.new { drain_within(60, fibers: 2) }
+    in_transaction = <<~SQL
+      SELECT count(*) FROM pg_stat_activity WHERE application_name = '#{TestDatabase.application_name}' AND state LIKE 'idle in transaction%'
+    SQL
+    held = wait_for("the four jobs in their transactions at once", timeout: 15) { Bobbin::Record.connection.select_value(in_transaction) >= 4 }
+    assert held
+    worker.value
+    assert_equal 4, LedgerEntry.count
+    assert_operator 4, :<=, at_most, "the connections its jobs held at once, against the report's:\n#{report}"
+    assert_match(/total: 1 worker processes, 4 concurrent jobs/, report)
   end
 
   test "the notifications line says how soon new jobs wake idle workers, as the README does" do
@@ -73,7 +93,7 @@ class DoctorTest < Bobbin::TestCase
     Bobbin::Record.establish_connection(TestDatabase.url_with_pool(4)) # as config.bobbin.connects_to does
     _, report = doctor([ { "fibers" => 100, "processes" => 2 } ])
     assert_match(/Bobbin's database \(connects_to\): 8 Active Record connections at most \(enqueues from jobs\)/, report, "4 per process")
-    assert_match(/total: 2 worker processes, 200 concurrent jobs, #{postgres? ? 67 : 65} database connections/, report,
+    assert_match(/total: 2 worker processes, 204 concurrent jobs, #{postgres? ? 67 : 65} database connections/, report,
                  "(25 + 4 + 2) per process, and a listener on PostgreSQL, + 3 for the supervisor (its pool is 4)")
   ensure
     Bobbin::Record.remove_connection

@@ -562,6 +562,11 @@ class TransactionSleepJob
   end
 end
 
+# The same, on a fiber pool's thread lane.
+class LaneTransactionSleepJob < TransactionSleepJob
+  bobbin_options runs_on: :thread
+end
+
 # Starts an Async task that never ends, and returns while it runs (a client's background task left behind).
 class ChildTaskJob
   include Bobbin::Job
