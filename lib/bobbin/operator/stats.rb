@@ -36,7 +36,7 @@ module Bobbin
           count = capped_count(scope)
           if count > EXACT_UP_TO && postgres?
             estimated << state
-            count = [ estimate(scope), count ].max
+            count = [ estimate_state(state, scope, now), count ].max
           elsif count > EXACT_UP_TO
             count = scope.count
           end
@@ -206,6 +206,31 @@ module Bobbin
       def capped_count(scope, cap = EXACT_UP_TO) = JobRecord.from(scope.select(:id).limit(cap + 1), :capped).count
 
       def bind(column, value) = JobRecord.predicate_builder.build_bind_attribute(column, value)
+
+      # The planner's estimate of `state`'s jobs (`scope`). Ready, blocked and scheduled split the stored ready and
+      # blocked states by run_at, and only waiting jobs have a run_at ahead: the planner, taking state and run_at as
+      # independent, estimated 917 scheduled jobs where 50,000 waited among 3,000,000 (the overview and /metrics said
+      # ≈ 10,001; a trial). Each side of a stored state is that state's own estimate (an equality the planner's
+      # statistics know well) less its other side counted, when that side is under EXACT_UP_TO.
+      def estimate_state(state, scope, now)
+        case state
+        when *JobRecord::WAITING then side_estimate(state, scope, JobRecord.where(state: state).where.not(run_at: ..now))
+        when "scheduled"
+          JobRecord::WAITING.sum do |stored|
+            ahead = JobRecord.where(state: stored).where.not(run_at: ..now)
+            count = capped_count(ahead)
+            count > EXACT_UP_TO ? [ side_estimate(stored, ahead, JobRecord.where(state: stored, run_at: ..now)), count ].max : count
+          end
+        else estimate(scope)
+        end
+      end
+
+      # The estimate of `side`, the jobs of stored state `stored` on one side of now: the state's estimate less `other`
+      # (the other side) when that counts up to EXACT_UP_TO, else the planner's own for the side.
+      def side_estimate(stored, side, other)
+        count = capped_count(other)
+        count > EXACT_UP_TO ? estimate(side) : estimate(JobRecord.where(state: stored)) - count
+      end
 
       def estimate(scope)
         plan = JobRecord.connection.select_value("EXPLAIN (FORMAT JSON) #{scope.select(:id).to_sql}")
