@@ -50,21 +50,41 @@ module Bobbin
 
       # The jobs this filter selects, as an Active Record relation (at `now` for scheduled/ready).
       def scope(now = Time.now.utc)
-        table = JobRecord.arel_table
         relation = state_scope(now)
+        return any_state(relation) if state.nil? && (queue || class_name)
+
         relation = relation.where(queue: queue) if queue
         relation = relation.where(class_name: class_name) if class_name
-        relation = relation.where(claimed_by: process_id) if process_id
-        relation = relation.where(active_job_id: active_job_id) if active_job_id
-        relation = relation.where(table[:stalls].gt(0)) if stalled
-        relation = relation.where(enqueued_at: enqueued_after..) if enqueued_after # times as ranges: bind parameters
-        relation = relation.where(enqueued_at: ...enqueued_before) if enqueued_before
-        relation = relation.where(finished_at: finished_after..) if finished_after
-        relation = relation.where(finished_at: ...finished_before) if finished_before
-        search ? relation.where(search_condition) : relation
+        narrowed(relation)
       end
 
       private
+        # A queue's or a class's jobs in any state: every state named, so the (state, queue, run_at) and (state,
+        # class_name) indexes can find them, and the queue and class written into the statement, so PostgreSQL plans
+        # for that queue's own size (a bind parameter's generic plan would be one plan for a busy queue and a rare
+        # one). Without them a queue with few jobs (its name clicked on the Queues page) was looked for by walking
+        # every job newest first: 0.5 s at 3,000,000 jobs, 0.1 ms with (a trial).
+        def any_state(relation)
+          table = JobRecord.arel_table
+          relation = relation.where(state: JobRecord::STATES)
+          relation = relation.where(table[:queue].eq(Arel::Nodes.build_quoted(queue))) if queue
+          relation = relation.where(table[:class_name].eq(Arel::Nodes.build_quoted(class_name))) if class_name
+          narrowed(relation)
+        end
+
+        # The criteria after state, queue and class.
+        def narrowed(relation)
+          table = JobRecord.arel_table
+          relation = relation.where(claimed_by: process_id) if process_id
+          relation = relation.where(active_job_id: active_job_id) if active_job_id
+          relation = relation.where(table[:stalls].gt(0)) if stalled
+          relation = relation.where(enqueued_at: enqueued_after..) if enqueued_after # times as ranges: bind parameters
+          relation = relation.where(enqueued_at: ...enqueued_before) if enqueued_before
+          relation = relation.where(finished_at: finished_after..) if finished_after
+          relation = relation.where(finished_at: ...finished_before) if finished_before
+          search ? relation.where(search_condition) : relation
+        end
+
         def state_scope(now)
           case state
           when nil then JobRecord.all
