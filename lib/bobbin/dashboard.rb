@@ -91,7 +91,7 @@ module Bobbin
           "Without an auth hook the Bobbin dashboard serves only requests from this machine to localhost, with no proxy in between " \
             "(#{environment_said}, and the request does not come from this machine, or names another host, or came through a proxy)."
         else
-          "The Bobbin #{unguarded}."
+          "The Bobbin #{unguarded.delete_prefix("the ")}." # "the dashboard needs …"
         end
         "#{why} " \
           "Configure one: Bobbin::Dashboard.new(auth: ->(request) { request.env[\"warden\"]&.user&.admin? }), or in Rails mount it inside " \

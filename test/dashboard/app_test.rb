@@ -68,7 +68,7 @@ class DashboardAppTest < Bobbin::TestCase
     app = Bobbin::Dashboard.new(environment: "production")
     response = get(app, "/queues")
     assert_equal 403, response.status
-    assert_match(/needs an auth hook outside development and test \(this is production\)/, response.body)
+    assert_match(/The Bobbin dashboard needs an auth hook outside development and test \(this is production\)\./, response.body)
     assert_equal 403, get(app, "/metrics").status
     assert_equal 403, get(app, "/assets/secret.rb").status, "only the gem's two assets are outside the check"
     css = get(app, "/assets/app.css")
