@@ -11,6 +11,10 @@ module Bobbin
       # `forks`: the supervisor forks its workers (in async mode they are threads, and nothing needs keeping apart).
       def initialize(forks:)
         @guarded = forks && Record.connection_db_config.adapter == "sqlite3"
+        # The sqlite3 gem closes the writable connections a worker inherits (which this lock makes safe) and warns, at
+        # each fork, that it is "unsafe … possible data corruption". Active Record 8 silences that warning; on 7.2 it
+        # was printed as every worker started.
+        SQLite3::ForkSafety.suppress_warnings! if forks && defined?(SQLite3::ForkSafety)
         @lock = Mutex.new
         @querying = 0
       end
