@@ -170,6 +170,18 @@ class InstallGeneratorTest < Bobbin::TestCase
     refute_match(/Development keeps its adapter/, output)
   end
 
+  # rails new's default app (importmap) has a bin/dev that runs `rails server` and no Procfile.dev: told to add
+  # `jobs: bin/bobbin start` to a Procfile.dev, a user wrote one that nothing reads, and no job ran.
+  test "with --environments all, the summary says how bin/dev runs the workers: Procfile.dev where bin/dev reads one, else BOBBIN_IN_PUMA" do
+    write("bin/dev", "#!/usr/bin/env ruby\nexec \"./bin/rails\", \"server\", *ARGV\n")
+    output = generate("--environments", "all")
+    assert_match(/with bin\/dev: BOBBIN_IN_PUMA=1 bin\/dev/, output)
+    refute_match(/Procfile\.dev/, output)
+
+    write("Procfile.dev", "web: bin/rails server\njs: yarn build --watch\n")
+    assert_match(/with bin\/dev, add `jobs: bin\/bobbin start` to Procfile\.dev/, generate("--environments", "all"))
+  end
+
   # A production SQLite database left unnamed (rails new --skip-solid comments it out), or named by a URL.
   def queue_entry(yaml, env: {})
     write("config/database.yml", yaml)

@@ -123,7 +123,7 @@ module Bobbin
           Next#{', in production (RAILS_ENV=production)' unless all?}:
             #{next_schema_step}
             bin/bobbin start                run the workers of config/bobbin.yml (bin/bobbin doctor checks them first)
-            BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma#{'; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev' if all?}
+            BOBBIN_IN_PUMA=1 bin/rails server   or run them inside Puma#{bin_dev_hint}
           Recurring jobs go in config/recurring.yml.
         TEXT
         adapter_notes.each { |note| say note }
@@ -318,6 +318,14 @@ module Bobbin
         def read(path) = File.read(File.join(destination_root, path))
 
         def exist?(path) = File.exist?(File.join(destination_root, path))
+
+        # How bin/dev runs the workers too: a Procfile.dev entry where bin/dev runs foreman on it (jsbundling,
+        # cssbundling); where it runs `rails server` itself (importmap, rails new's default) a Procfile.dev is never read.
+        def bin_dev_hint
+          return "" unless all? && exist?("bin/dev")
+
+          exist?("Procfile.dev") ? "; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev" : "; with bin/dev: BOBBIN_IN_PUMA=1 bin/dev"
+        end
     end
   end
 end
