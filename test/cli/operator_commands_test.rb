@@ -254,6 +254,34 @@ class DashboardCommandTest < Bobbin::TestCase
                        /\Abobbin: the dashboard's secret \(BOBBIN_DASHBOARD_SECRET\) must be at least 64 bytes, got 5/)
   end
 
+  # A port taken (another dashboard left running) ended in Puma's Errno::EADDRINUSE backtrace, after the line saying
+  # where it served (a trial).
+  test "a port already in use stops it with one line naming the port" do
+    server = TCPServer.new("127.0.0.1", 0)
+    port = server.addr[1]
+    %w[dashboard metrics].each do |command|
+      assert_config_exit(run_bobbin(command, "--port", port.to_s, env: { "RACK_ENV" => "development" }),
+                         /\Abobbin: bobbin #{command} cannot listen on 127\.0\.0\.1:#{port} \(Address already in use\): give it another --port\n\z/)
+    end
+  ensure
+    server&.close
+  end
+
+  # Rails' own bundle has rackup but no server (puma comes from the app's Gemfile): rackup's LoadError ended it with a
+  # backtrace, after the line saying where it served (a trial, on Rails 7.2's bundle).
+  test "with rackup but no Rack server in the bundle it stops with one line saying what to add" do
+    env = { "BUNDLE_GEMFILE" => File.join(ROOT, "test/active_job/rails_suite/rails-7.2.gemfile"), "BUNDLE_PATH" => File.join(ROOT, "vendor/bundle"),
+            "RACK_ENV" => "development" }
+    _, status = Open3.capture2e(env, "bundle", "check", chdir: ROOT)
+    skip "Rails 7.2's bundle is not installed (bin/setup installs it)" unless status.success?
+    skip "Rails 7.2's bundle has no pg gem" if TestDatabase.postgres?
+
+    %w[dashboard metrics].each do |command|
+      assert_config_exit(run_bobbin(command, "--port", closed_port.to_s, env: env),
+                         /\Abobbin: bobbin #{command} needs the rackup gem and a Rack server such as puma in the bundle \(bundle add rackup puma\)\n\z/)
+    end
+  end
+
   # `--auth-token --port 9399` served on 0.0.0.0:9292 with the password "--port" (a trial).
   # A trailing `--auth-token` with no value exited 78, as if the configuration were wrong (a trial).
   test "an --auth-token without its value, or words left over, stop it with a usage error" do

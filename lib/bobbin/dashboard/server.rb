@@ -30,11 +30,7 @@ module Bobbin
       attr_reader :app
 
       def run
-        begin
-          require "rackup"
-        rescue LoadError
-          raise ConfigurationError, "bobbin #{@name} needs the rackup gem (and a server such as puma) in the bundle"
-        end
+        handler = rack_handler
         serving = "bobbin #{@name} on http://#{@host}:#{@port}/"
         Bobbin.logger.info(serving)
         # A Rails app's logger writes to its log file: whoever started it in a terminal is told where it serves.
@@ -42,8 +38,10 @@ module Bobbin
           $stdout.puts("#{serving} (Ctrl-C stops it)")
           $stdout.flush
         end
-        handler = Rackup::Handler.default
         handler.run(@app, Host: @host, Port: @port, Silent: true, **(PUMA_WITHOUT_CONFIG if handler.name.end_with?("::Puma")))
+      rescue Errno::EADDRINUSE, Errno::EADDRNOTAVAIL, Errno::EACCES => error # was the server's backtrace, after "on http://…"
+        raise ConfigurationError, "bobbin #{@name} cannot listen on #{@host}:#{@port} (#{error.message.sub(/ - bind\(2\).*/, '')}): " \
+                                  "give it another --port#{' or --host' unless error.is_a?(Errno::EADDRINUSE)}"
       end
 
       # Puma reads config/puma.rb from the directory it runs in; an app's (`plugin :bobbin` with BOBBIN_IN_PUMA set, as
@@ -51,6 +49,15 @@ module Bobbin
       PUMA_WITHOUT_CONFIG = { config_files: [ "-" ] }.freeze
 
       private
+        # Rack's default server (Puma when installed). With rackup but no server (Rails' own bundle has none: puma comes
+        # from the app's Gemfile), rackup's LoadError came with a backtrace, after the line saying where it served.
+        def rack_handler
+          require "rackup"
+          Rackup::Handler.default
+        rescue LoadError
+          raise ConfigurationError, "bobbin #{@name} needs the rackup gem and a Rack server such as puma in the bundle (bundle add rackup puma)"
+        end
+
         def loopback?(host) = host == "localhost" || (IPAddr.new(host).loopback? rescue false)
 
         # Bound to loopback without a token: a page on a name rebound to 127.0.0.1 (DNS rebinding) would read it, as it
