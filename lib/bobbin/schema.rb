@@ -103,6 +103,20 @@ module Bobbin
     # line, or in a Rails app the generator (on an older install it adds an upgrade migration) and then the migrations.
     INSTALL = "run `bobbin migrate` (in a Rails app: bin/rails generate bobbin:install, then bin/rails db:prepare)"
     UPGRADE = "run `bobbin migrate` (in a Rails app: bin/rails generate bobbin:install, then bin/rails db:migrate)"
+    # Rails' pending-migration check makes schema_migrations in every development database on the app's first request,
+    # a new SQLite file's too; db:prepare then counts the database as set up and never loads db/queue_schema.rb into it.
+    # A user who opened the app (or its dashboard) before db:prepare was told to run db:prepare, which did nothing (a trial).
+    SET_UP = "run bin/rails bobbin:migrate (this database already has Rails' schema_migrations table, so bin/rails " \
+             "db:prepare counts it as set up and loads no schema file into it)"
+
+    # What to run where Bobbin's tables are missing in the database of `connection`: INSTALL, or SET_UP in a Rails
+    # app whose database Rails counts as set up.
+    def install_hint(connection)
+      rails = defined?(::Rails.application) && ::Rails.application
+      rails && connection.data_source_exists?("schema_migrations") ? SET_UP : INSTALL
+    rescue ActiveRecord::ActiveRecordError
+      INSTALL
+    end
 
     # Raises ConfigurationError unless the database has the schema this code needs, saying how to upgrade. On the
     # tables of a newer Bobbin (a rollback of the code) it runs, saying so: a newer version keeps what older ones use.

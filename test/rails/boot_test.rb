@@ -102,6 +102,29 @@ class RailsBootTest < Bobbin::TestCase
     assert_no_match(/perform_later here does not reach/, output, "the test adapter in test is Rails' convention, not a mistake")
   end
 
+  # Rails' pending-migration check gives every development database a schema_migrations table on the app's first
+  # request, a new SQLite file's too; db:prepare then counts it as set up and never loads db/queue_schema.rb into it. A
+  # user who opened the app before db:prepare was told by every message to run db:prepare, which did nothing (a trial).
+  test "with Bobbin's tables missing in a database that has schema_migrations, bobbin start and perform_later say to run bobbin:migrate" do
+    skip "a new SQLite file is the database a first request makes" if postgres?
+
+    Dir.mktmpdir do |dir|
+      fresh = { "BOBBIN_RAILS_APP_DATABASE_URL" => "sqlite3:#{File.join(dir, 'fresh.sqlite3')}" }
+      touched = { "BOBBIN_RAILS_APP_DATABASE_URL" => "sqlite3:#{File.join(dir, 'touched.sqlite3')}" }
+      SQLite3::Database.new(File.join(dir, "touched.sqlite3")) { |db| db.execute("CREATE TABLE schema_migrations (version varchar NOT NULL PRIMARY KEY)") }
+
+      status, output = bobbin_in_rails_app("start", env: "development", variables: touched)
+      assert_equal 78, status.exitstatus, output
+      assert_match(/Bobbin's tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\) in the SQLite file \S+: run bin\/rails bobbin:migrate \(this database already has Rails' schema_migrations table/, output)
+      _, output = run_in_rails_app("-e", "require './config/environment'; LedgerJob.perform_later('x')", env: "development", variables: touched)
+      assert_match(/Bobbin's tables are missing in this database: run bin\/rails bobbin:migrate \(this database already has Rails' schema_migrations table/, output)
+
+      status, output = bobbin_in_rails_app("start", env: "development", variables: fresh)
+      assert_equal 78, status.exitstatus, output
+      assert_match(/Bobbin's tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\) in the SQLite file \S+: run `bobbin migrate` \(in a Rails app: bin\/rails generate bobbin:install, then bin\/rails db:prepare\)/, output)
+    end
+  end
+
   private
     # Runs `enqueue` (Ruby) in the booted app, then `bobbin work` with `pool` until the queue is empty, `reporter`
     # required; returns both outputs, after asserting both succeeded.

@@ -79,8 +79,9 @@ module Bobbin
         # the error said only to migrate (a trial).
         hidden = " (or they are not on this session's search_path: a SET search_path left on its connection, as " \
                  "schema-per-tenant apps make, hides them)" if error.message.include?("relation")
-        raise ConfigurationError, "Bobbin's tables are missing in this database#{hidden}: call Bobbin.migrate! once after Bobbin.connect, " \
-                                  "or #{Schema::INSTALL}"
+        hint = Record.with_connection { |connection| Schema.install_hint(connection) }
+        raise ConfigurationError, "Bobbin's tables are missing in this database#{hidden}: " \
+                                  "#{hint == Schema::INSTALL ? "call Bobbin.migrate! once after Bobbin.connect, or #{hint}" : hint}"
       end
 
       # Bytes of arguments one statement may carry: `times` max_argument_bytes, or its default when it is nil (no limit

@@ -163,7 +163,7 @@ module Bobbin
     def check_tables
       Record.with_connection do |connection|
         missing = TABLES.reject { |table| connection.data_source_exists?(table) }
-        raise ConfigurationError, missing_tables(missing, Store::DatabaseFile.open&.path) if missing.any?
+        raise ConfigurationError, missing_tables(missing, Store::DatabaseFile.open&.path, hint: Schema.install_hint(connection)) if missing.any?
 
         Schema.check!(connection)
       end
@@ -172,9 +172,9 @@ module Bobbin
     # In a Rails app whose Active Job uses another adapter in this environment, the tables are most likely missing
     # because the generator set Bobbin up for production only (its default), and the user runs it in development.
     # An SQLite file is named by its full path: a relative one opened another file from another directory (a trial).
-    def missing_tables(missing, file = nil)
+    def missing_tables(missing, file = nil, hint: Schema::INSTALL)
       found = "Bobbin's tables are missing (#{missing.join(', ')})"
-      adapter = rails_adapter_elsewhere or return "#{found}#{" in the SQLite file #{file}" if file}: #{Schema::INSTALL}"
+      adapter = rails_adapter_elsewhere or return "#{found}#{" in the SQLite file #{file}" if file}: #{hint}"
 
       env = ::Rails.env
       "#{found} in #{env}'s database, and Active Job in #{env} uses #{adapter}, not Bobbin (bin/rails generate bobbin:install " \
