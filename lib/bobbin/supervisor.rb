@@ -51,7 +51,7 @@ module Bobbin
         beat_at = 0
         loop do
           start_due unless @quiet || @signal_reader.wait_readable(0) # a stop waits: no fork for it
-          case (signal = next_signal(1.0))
+          case (signal = next_signal(turn))
           when nil then nil
           when Worker::QUIET_SIGNAL then quiet
           when Worker::Backtraces::SIGNAL then dump
@@ -65,6 +65,12 @@ module Bobbin
           ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
         end
       end
+
+      # Seconds this loop waits for a signal: a second, or a quarter of heartbeat_interval when that is shorter. Its beats
+      # start on its turns: with a turn of a second and heartbeat_interval 1 s or less, two beats were more than two
+      # intervals apart, which Recovery.beat! takes for this process cut off from the database, and the supervisor trusted
+      # no silence: another host that died kept its jobs running for good.
+      def turn = [ 1.0, Bobbin.config.heartbeat_interval / 4.0 ].min
 
       # Its SQLite file replaced, every process here works on in the old one: all stop (gracefully), and `bobbin start`
       # exits EXIT_REPLACED for the process manager to start it again on the file at the path.

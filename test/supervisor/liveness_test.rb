@@ -155,6 +155,30 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f(slow_log) if passed?
   end
 
+  # The supervisor's loop turned once a second, and started its beats on its turns: with a heartbeat_interval of 1 s or
+  # less its beats came more than two intervals apart, which it took for itself cut off from the database, so it trusted
+  # no silence, and a frozen host's jobs stayed running for good.
+  test "a supervisor beating every 0.4 s recovers the jobs of a host that froze" do
+    log = @log = "tmp/liveness-frozen-host-#{Process.pid}.log"
+    frozen_log = "tmp/liveness-frozen-#{Process.pid}.log"
+    Bobbin.enqueue_all([ [ CrashSafeJob, [ 5, "frozen" ] ] ])
+    pids = []
+    ensure_killed(pids) do
+      pids << start_supervisor(fibers: 1, processes: 1, log: frozen_log, heartbeat: [ 0.4, 2 ])
+      wait_for("the job running on the host about to freeze") { StartEntry.count == 1 }
+      frozen = Bobbin::ProcessRecord.find_by!(kind: "worker").id
+      Process.kill(:STOP, -pids.first) # the whole host: its supervisor and its worker
+      pids << start_supervisor(fibers: 1, processes: 1, log: log, heartbeat: [ 0.4, 2 ])
+      wait_for("the frozen host's job recovered and run here", timeout: 30, interval: 0.2) { LedgerEntry.count == 1 }
+      stop(pids.last)
+      refute_equal frozen, Bobbin::JobRecord.sole.claimed_by
+    end
+    assert_equal [ [ "succeeded", "Bobbin::ProcessDied" ] ], Bobbin::JobRecord.pluck(:state, :last_error_class)
+    assert_match(/stopped heartbeating; 1 jobs returned to ready/, File.read(log))
+  ensure
+    FileUtils.rm_f(frozen_log) if passed?
+  end
+
   test "a supervisor stopping gracefully for longer than process_alive_threshold keeps beating through the stop" do
     log = @log = "tmp/liveness-long-stop-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 6, "long" ] ] ])
