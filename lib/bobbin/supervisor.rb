@@ -236,10 +236,12 @@ module Bobbin
       end
 
       # Async mode: worker threads still running after the stop's deadline (a fiber job that ignores its interrupt)
-      # cannot be killed for certain, and Ruby would wait for them at exit, for ever. Their jobs go back now, as a killed
-      # worker process's do (the crash counts against them), and the process exits at once with Worker::EXIT_STUCK.
+      # cannot be killed for certain, and Ruby would wait for them at exit, for ever; nor can the job thread a worker
+      # left behind as it stopped (a thread pool's job in a C call: the process waited for the call to return, its job
+      # claimed by a row the worker had removed). Their jobs go back now, as a killed worker process's do (the crash
+      # counts against them), and the process exits at once with Worker::EXIT_STUCK.
       def leave_stuck_threads
-        stuck = @slots.select(&:alive?)
+        stuck = @slots.select { |slot| slot.alive? || slot.worker&.stuck? }
         return if stuck.empty?
 
         Bobbin.logger.error("bobbin supervisor: worker #{stuck.map(&:name).join(', ')} did not stop within " \

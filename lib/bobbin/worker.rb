@@ -144,6 +144,10 @@ module Bobbin
     # True once `quiet` was asked.
     def quiet? = @quiet == true
 
+    # True when its stop left jobs running that ignored their interrupt (a thread pool's job in a C call its kill cannot
+    # stop): an async supervisor returns them to ready and exits, as for a worker thread that does not stop.
+    def stuck? = !@stuck.nil? && @stuck.any?
+
     # Stops this worker's heartbeat for good (an async supervisor leaving a worker thread that will not stop: its
     # beats would take back the jobs the supervisor returns to ready).
     def stop_heartbeat
@@ -508,7 +512,7 @@ module Bobbin
       # Jobs that ignore their interrupt cannot be returned to ready while they run. A process of its own exits
       # now, its row left in place as a killed worker's is: its supervisor recovers them as it sees the exit (else
       # the host's next process, its pid being gone, or another host once the row is silent). An embedded worker
-      # leaves them claimed and says so.
+      # leaves them claimed and says so (an async supervisor's worker: its supervisor returns them, and exits).
       def abandon(stuck)
         @stuck = stuck
         Bobbin.logger.error("bobbin worker #{@process_id}: jobs #{stuck.join(', ')} did not stop within #{STOP_GRACE}s " \
@@ -529,7 +533,7 @@ module Bobbin
         Worker.mark_stopping(self, false)
         Wakeups.unsubscribe(self)
         @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
-        deregister if @process_id && !(@owns_process && @stuck.any?)
+        deregister if @process_id && !((@owns_process || @supervisor) && @stuck.any?) # the row names who holds them
         [ (@claimer unless stuck_loop), @writer ].compact.each(&:close)
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")

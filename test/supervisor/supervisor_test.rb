@@ -333,6 +333,23 @@ class SupervisorTest < Bobbin::TestCase
     end
   end
 
+  # Its worker thread ended once the stop gave up on the job (killed, it ran on in its C call): the process then waited at
+  # exit for the call to return (for ever, for one that never does), and the job stayed claimed by a row the worker had
+  # removed, for any host to give to another worker while it still ran.
+  test "async mode: a thread job stuck in a C call past the stop goes back to ready, and the process exits 3 in bounded time" do
+    id = CCallJob.enqueue(120_000, "stuck")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--mode", "async", "--threads", "2", "--shutdown-timeout", "1", "--polling-interval", "0.05")
+      wait_for("the job in its C call") { StartEntry.count == 1 }
+      Process.kill(:TERM, pids.first)
+      status = wait_exit(pids.first, timeout: 1 + Bobbin::Worker::STOP_GRACE + Bobbin::Supervisor::KILL_GRACE + 10)
+      assert_equal Bobbin::Worker::EXIT_STUCK, status&.exitstatus, "exited, with the status of a stop that left a job running"
+    end
+    assert_equal [ "ready", "Bobbin::ProcessDied" ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class)
+    assert_equal 0, Bobbin::ProcessRecord.count
+  end
+
   test "bobbin pause and resume from the command line; a paused queue is not claimed" do
     assert system({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "exe/bobbin", "pause", "llm", out: File::NULL)
     Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0, "llm" ], queue: "llm")

@@ -424,6 +424,18 @@ class BlockingCallJob
   end
 end
 
+# Records its start, then waits in a C call that neither its interrupt nor Thread#kill cuts short (libc usleep, GVL
+# released, no unblocking function): a thread pool's job that outlives its worker's stop.
+class CCallJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(ms, key)
+    StartEntry.create!(key: key)
+    Blocking::USLEEP.call(ms * 1000)
+  end
+end
+
 class GvlKeepingCallJob
   include Bobbin::Job
   bobbin_options retries: 0
