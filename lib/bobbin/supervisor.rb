@@ -124,11 +124,33 @@ module Bobbin
           Bobbin.logger.warn("bobbin supervisor: worker #{slot} exited (#{status})") unless @stopping
           @unrecovered[pid] = status if pid
         end
-        @unrecovered.delete_if { |pid, status| recover(pid, status) }
+        recover_aside
+      end
+
+      # Returns the jobs of the workers that exited on a thread of its own, as beat_aside beats: in this loop, a recovery
+      # waiting on a server that answers nothing (frozen, or a network that drops packets) held up TERM for as long, and
+      # the other workers were never told to stop (a review). One round at a time; what it could not do is tried again
+      # at the next turn.
+      def recover_aside
+        return if @unrecovered.empty? || @recovering&.alive?
+
+        exited = @unrecovered.dup
+        @recovering = Thread.new do
+          @fork_lock.querying { exited.each { |pid, status| @unrecovered.delete(pid) if recover(pid, status) } }
+        end
+      end
+
+      # At the stop: the recovery under way, then one more round for the workers that exited meanwhile, within `seconds`.
+      def recover_before_exit(seconds)
+        deadline = Bobbin.monotonic + seconds
+        2.times do
+          recover_aside
+          break unless @recovering&.join([ deadline - Bobbin.monotonic, 0 ].max)
+        end
       end
 
       # A worker that exited is known dead: its jobs go back now, or on every later tick while the database is down (or
-      # a lock on Bobbin's tables lasts: this loop handles the signals).
+      # a lock on Bobbin's tables lasts).
       def recover(pid, status)
         Store.waiting_briefly_for_locks { Recovery.process_exited(pid, status, supervisor_id: @process.id) }
         true
@@ -202,6 +224,7 @@ module Bobbin
         wait_for_workers(deadline, graceful)
         @slots.each(&:kill)
         reap
+        recover_before_exit(KILL_GRACE)
         left_to_recovery
       end
 

@@ -156,6 +156,38 @@ class DatabaseOutageTest < Bobbin::TestCase
     File.unlink(config.path) if config && File.exist?(config.path)
   end
 
+  # The supervisor returned an exited worker's jobs in its signal loop: while a frozen server (or a network that drops
+  # packets) left that query unanswered, a TERM waited as long, and the other workers were never told to stop.
+  test "PostgreSQL frozen as a worker dies: the supervisor still passes TERM on, and recovers the dead one's job once it thaws" do
+    cluster = cluster!
+    log = log_file("frozen-recovery")
+    config = start_config({ "threads" => 1, "processes" => 2 }, heartbeat_interval: 0.5, process_alive_threshold: 4)
+    main = Integer(File.read(File.join(`pg_lsclusters -h`.lines.map(&:split).find { |fields| fields.first(2) == cluster }[5], "postmaster.pid")).lines.first)
+    frozen = []
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", config.path, log: log)
+      wait_for("2 workers registered") { Bobbin::ProcessRecord.where(kind: "worker").count == 2 }
+      Bobbin.enqueue_all([ [ CrashSafeJob, [ 60, "dies" ] ] ])
+      victim = wait_for("the job running") { Bobbin::JobRecord.where(state: "running").pick(:claimed_by) }
+      victim_pid = Bobbin::ProcessRecord.find(victim).pid
+      frozen = [ main, *`pgrep -P #{main}`.split.map(&:to_i) ]
+      frozen.each { |pid| Process.kill(:STOP, pid) }
+      Process.kill(:KILL, victim_pid)
+      wait_for("the supervisor to see it exit") { File.read(log).include?("(pid #{victim_pid}, queues *) exited") }
+      Process.kill(:TERM, pids.first)
+      wait_for("the other worker told to stop", timeout: 15, seen: -> { File.read(log) }) { File.read(log).include?("TERM, stopping workers gracefully") }
+      frozen.each { |pid| Process.kill(:CONT, pid) }
+      frozen = []
+      assert wait_exit(pids.first, timeout: 60)&.success?, File.read(log)
+    end
+    assert_match(/bobbin worker \d+ stopping on TERM/, File.read(log))
+    assert_equal [ "ready", "Bobbin::ProcessDied" ], query { Bobbin::JobRecord.sole.then { |job| [ job.state, job.last_error_class ] } }
+  ensure
+    frozen&.each { |pid| Process.kill(:CONT, pid) }
+    FileUtils.rm_f(config.path) if config
+  end
+
   test "a worker that dies while PostgreSQL is down is started again until it is back: a warning per try, no crash trace" do
     cluster = cluster!
     log = log_file("restart-in-outage")
