@@ -22,6 +22,7 @@ module Bobbin
       @signal_reader, @signal_writer = IO.pipe
       @unrecovered = {}
       @outage = OutageLog.new("bobbin supervisor: heartbeat")
+      @recoveries = OutageLog.new("bobbin supervisor: returning the jobs of workers that exited")
     end
 
     # Runs until a stop signal; returns after every worker has stopped, with the status to exit with: 0, or
@@ -150,12 +151,14 @@ module Bobbin
       end
 
       # A worker that exited is known dead: its jobs go back now, or on every later tick while the database is down (or
-      # a lock on Bobbin's tables lasts).
+      # a lock on Bobbin's tables lasts). Said as an outage is (OutageLog): a line each second for each worker that exited
+      # meanwhile, each restart that found the database down adding one, made most of the log of an outage (a review).
       def recover(pid, status)
         Store.waiting_briefly_for_locks { Recovery.process_exited(pid, status, supervisor_id: @process.id) }
+        @recoveries.succeeded
         true
       rescue ActiveRecord::ActiveRecordError => error
-        Bobbin.logger.warn("bobbin supervisor: could not recover the jobs of #{pid} yet (#{Store.reason(error)}); retrying") unless @stopping
+        @recoveries.failed(error) unless @stopping
         false
       end
 

@@ -188,6 +188,32 @@ class DatabaseOutageTest < Bobbin::TestCase
     FileUtils.rm_f(config.path) if config
   end
 
+  # Each try at returning its jobs said so: a line a second for each worker that exited during the outage, and each
+  # restart that found the database down added one more.
+  test "a worker killed while PostgreSQL is down: one line says its jobs wait for the database, and they go back once it is back" do
+    cluster = cluster!
+    log = log_file("recovery-in-outage")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "5", "--polling-interval", "0.1", log: log)
+      Bobbin.enqueue_all([ [ CrashSafeJob, [ 60, "killed" ] ] ])
+      worker = wait_for("the job running") { Bobbin::JobRecord.where(state: "running").pick(:claimed_by) }
+      worker_pid = Bobbin::ProcessRecord.find(worker).pid
+      assert pg_ctlcluster(*cluster, "stop", "-m", "fast"), "PostgreSQL stopped"
+      Process.kill(:KILL, worker_pid)
+      wait_for("the worker started twice again to find the database down", timeout: 30, seen: -> { File.read(log) }) do
+        File.read(log).scan(/the supervisor starts it again/).size >= 2
+      end
+      tries = File.read(log).lines.grep(/bobbin supervisor: .*(recover|returning the jobs)/)
+      assert pg_ctlcluster(*cluster, "start"), "PostgreSQL started again"
+      wait_for("the killed worker's job back to ready", timeout: 60) { query { Bobbin::JobRecord.sole.crashes } == 1 }
+      assert_equal 1, tries.size, "one line for the whole outage:\n#{tries.join}"
+      wait_for("a line saying it works again") { File.read(log).include?("bobbin supervisor: returning the jobs of workers that exited works again") }
+    end
+  ensure
+    pg_ctlcluster(*cluster, "start") if cluster
+  end
+
   test "a worker that dies while PostgreSQL is down is started again until it is back: a warning per try, no crash trace" do
     cluster = cluster!
     log = log_file("restart-in-outage")
