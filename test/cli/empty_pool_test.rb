@@ -41,7 +41,9 @@ class EmptyPoolTest < Bobbin::TestCase
 
   test "the pool checks read a pool without a limit as enough" do
     assert_nil Bobbin::ConnectionBudget.check_connectable!(nil, "primary")
-    assert_equal 100, Bobbin::ConnectionBudget.job_connections_at_most(:fibers, 100, Float::INFINITY), "its fibers may open one each"
+    fibers = Bobbin::Pool.parse({ "fibers" => 100 }, "workers[0]")
+    assert_equal 100 + Bobbin.config.thread_lane, Bobbin::ConnectionBudget.job_connections_at_most(fibers, Float::INFINITY),
+                 "its fibers and its lane's threads may open one each"
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin::ConnectionBudget.check_connectable!(-1, "queue", []) }
     assert_match(/pool of "queue" has -1 connections but Bobbin needs 1; set pool: 1/, error.message)
   end
