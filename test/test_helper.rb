@@ -82,6 +82,25 @@ module Bobbin
       "sqlite3:#{dir}/file/jobs.sqlite3"
     end
 
+    # Runs the block with Bobbin::Record on a database without Bobbin's tables (a schema of its own on PostgreSQL, a new
+    # file on SQLite), then back on the suite's database.
+    def without_bobbin_tables(name)
+      schema = "bobbin_#{name}_#{Process.pid}"
+      Dir.mktmpdir("bobbin-empty") do |dir|
+        if postgres?
+          ActiveRecord::Base.connection.execute("CREATE SCHEMA #{schema}")
+          Bobbin::Record.establish_connection(TestDatabase.url_with_pool + "&schema_search_path=#{schema}")
+        else
+          Bobbin::Record.establish_connection(adapter: "sqlite3", database: File.join(dir, "empty.sqlite3"))
+        end
+        yield
+      ensure
+        Bobbin::Record.remove_connection
+      end
+    ensure
+      ActiveRecord::Base.connection.execute("DROP SCHEMA IF EXISTS #{schema}") if postgres?
+    end
+
     # Reads through a PostgreSQL restart: a query that meets a dropped connection is retried on a fresh one.
     def query
       yield

@@ -48,36 +48,38 @@ class EnqueueTest < Bobbin::TestCase
     assert_equal 3, Bobbin::JobRecord.where(id: [ first, *ids ]).count
   end
 
+  # Runs the block in a fiber under Async (isolation level :fiber, as a fiber server's request), `locker` a session of
+  # its own that can lock Bobbin's tables.
+  def in_a_fiber_with_locker
+    isolation_level = ActiveSupport::IsolatedExecutionState.isolation_level
+    require "async"
+    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
+    locker = Bobbin::Record.connection_db_config.new_connection
+    Sync { yield locker }
+  ensure
+    locker&.disconnect!
+    ActiveSupport::IsolatedExecutionState.isolation_level = isolation_level
+  end
+
   # A PREPARE waits for the table's lock like any statement (a migration altering bobbin_jobs holds it): a fiber's
   # timeout (Async) that cut the first enqueue of a session short there left that pooled session refusing every later
   # enqueue ("prepared statement … already exists").
   test "PostgreSQL: an enqueue cut short while its session prepared the INSERT leaves no session refusing the next ones" do
-    isolation_level = ActiveSupport::IsolatedExecutionState.isolation_level
     skip_unless_postgres
-    require "async"
-    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
     Bobbin::Record.connection_pool.disconnect! # a new session: its first enqueue prepares the INSERT
-    locker = Bobbin::Record.connection_db_config.new_connection
-    Sync do
+    in_a_fiber_with_locker do |locker|
       locker.execute("BEGIN; LOCK TABLE bobbin_jobs IN ACCESS EXCLUSIVE MODE")
       assert_raises(Timeout::Error) { Timeout.timeout(0.3) { FlakyJob.enqueue("cut short", 0) } }
       locker.execute("ROLLBACK")
       ids = Array.new(3) { |i| FlakyJob.enqueue("after #{i}", 0) }
       assert_equal 3, Bobbin::JobRecord.where(id: ids).count
     end
-  ensure
-    locker&.disconnect!
-    ActiveSupport::IsolatedExecutionState.isolation_level = isolation_level
   end
 
   # On PostgreSQL an enqueue outside a transaction sends its INSERT and NOTIFY in one libpq pipeline.
   test "PostgreSQL: an enqueue cut short mid-pipeline (a fiber's timeout) leaves its session fit for the app's next statement" do
-    isolation_level = ActiveSupport::IsolatedExecutionState.isolation_level
     skip_unless_postgres
-    require "async"
-    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
-    locker = Bobbin::Record.connection_db_config.new_connection
-    Sync do
+    in_a_fiber_with_locker do |locker|
       Bobbin::Record.connection_pool.with_connection do # one session for the fiber throughout, as a request holds one
         before = FlakyJob.enqueue("before", 0)
         locker.execute("BEGIN; LOCK TABLE bobbin_jobs IN EXCLUSIVE MODE") # the INSERT waits for it
@@ -87,9 +89,6 @@ class EnqueueTest < Bobbin::TestCase
         assert FlakyJob.enqueue("after", 0)
       end
     end
-  ensure
-    locker&.disconnect!
-    ActiveSupport::IsolatedExecutionState.isolation_level = isolation_level
   end
 
   test "PostgreSQL: an enqueue on a session the server ended raises Active Record's connection error, and the next one goes through" do
@@ -110,24 +109,13 @@ class EnqueueTest < Bobbin::TestCase
   end
 
   test "an enqueue to a database without Bobbin's tables says to migrate, not the database's own complaint" do
-    schema = "bobbin_enqueue_empty_#{Process.pid}"
-    Dir.mktmpdir("bobbin-empty") do |dir|
-      if postgres?
-        ActiveRecord::Base.connection.execute("CREATE SCHEMA #{schema}")
-        Bobbin::Record.establish_connection(TestDatabase.url_with_pool + "&schema_search_path=#{schema}")
-      else
-        Bobbin::Record.establish_connection(adapter: "sqlite3", database: File.join(dir, "empty.sqlite3"))
-      end
+    without_bobbin_tables("enqueue_empty") do
       error = assert_raises(Bobbin::ConfigurationError) { FlakyJob.enqueue("nowhere", 0) }
       hidden = " \\(or they are not on this session's search_path: a SET search_path left on its connection, as schema-per-tenant apps make, hides them\\)" if postgres?
       assert_match(/\ABobbin's tables are missing in this database#{hidden}: call Bobbin.migrate! once after Bobbin.connect/, error.message)
       assert_raises(Bobbin::ConfigurationError) { Bobbin.enqueue_all([ [ FlakyJob, [ "nowhere", 0 ] ] ] * 2) }
-    ensure
-      Bobbin::Record.remove_connection
     end
     assert FlakyJob.enqueue("back on the test database", 0)
-  ensure
-    ActiveRecord::Base.connection.execute("DROP SCHEMA IF EXISTS #{schema}") if postgres?
   end
 
   test "unknown bobbin_options are a configuration error naming them" do

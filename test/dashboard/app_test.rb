@@ -78,26 +78,15 @@ class DashboardAppTest < Bobbin::TestCase
   # The dashboard opened before its database had Bobbin's tables (in development after the default production-only
   # install, or before db:prepare) answered a plain 500 whose log said "Could not find table 'bobbin_jobs'" (a trial).
   test "on a database without Bobbin's tables every page says they are missing and what to run" do
-    schema = "bobbin_dashboard_empty_#{Process.pid}"
-    Dir.mktmpdir("bobbin-empty") do |dir|
-      if postgres?
-        ActiveRecord::Base.connection.execute("CREATE SCHEMA #{schema}")
-        Bobbin::Record.establish_connection(TestDatabase.url_with_pool + "&schema_search_path=#{schema}")
-      else
-        Bobbin::Record.establish_connection(adapter: "sqlite3", database: File.join(dir, "empty.sqlite3"))
-      end
+    without_bobbin_tables("dashboard_empty") do
       app = Bobbin::Dashboard.new(environment: "development")
       [ "/", "/queues", "/jobs?state=failed", "/processes", "/recurring", "/metrics" ].each do |page|
         response = get(app, page)
         assert_equal 503, response.status, page
         assert_match(/Bobbin&#39;s tables are missing \(bobbin_jobs, bobbin_processes, bobbin_pauses\): run `bobbin migrate` \(in a Rails app: bin\/rails generate bobbin:install, then bin\/rails db:prepare\)/, response.body, page)
       end
-    ensure
-      Bobbin::Record.remove_connection
     end
     assert_equal 200, get(Bobbin::Dashboard.new(environment: "development"), "/").status
-  ensure
-    ActiveRecord::Base.connection.execute("DROP SCHEMA IF EXISTS #{schema}") if postgres?
   end
 
   test "without an auth hook only this machine is served, and only when every environment variable set says development or test" do
