@@ -2,7 +2,7 @@
 
 require "securerandom"
 require "roda"
-require_relative "config/boot" # Boot.missing_tables: the page a database without Bobbin's tables gets
+require_relative "config/boot" # Boot.tables_missing and missing_tables: the page a database without Bobbin's tables gets
 
 module Bobbin
   # The web dashboard, a Rack app on Roda: `run Bobbin::Dashboard.new(auth: ->(request) { ... })` in config.ru,

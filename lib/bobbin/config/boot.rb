@@ -162,19 +162,23 @@ module Bobbin
     # Checked here, before a supervisor forks, so workers are not restarted forever against a database they refuse.
     def check_tables
       Record.with_connection do |connection|
-        missing = TABLES.reject { |table| connection.data_source_exists?(table) }
-        raise ConfigurationError, missing_tables(missing, Store::DatabaseFile.open&.path, hint: Schema.install_hint(connection)) if missing.any?
+        missing = tables_missing(connection)
+        raise ConfigurationError, missing_tables(missing, connection, Store::DatabaseFile.open&.path) if missing.any?
 
         Schema.check!(connection)
       end
     end
 
-    # In a Rails app whose Active Job uses another adapter in this environment, the tables are most likely missing
-    # because the generator set Bobbin up for production only (its default), and the user runs it in development.
+    # Which of TABLES the database of `connection` lacks.
+    def tables_missing(connection) = TABLES.reject { |table| connection.data_source_exists?(table) }
+
+    # What to say of `missing` tables in the database of `connection`. In a Rails app whose Active Job uses another
+    # adapter in this environment, the tables are most likely missing because the generator set Bobbin up for
+    # production only (its default), and the user runs it in development.
     # An SQLite file is named by its full path: a relative one opened another file from another directory (a trial).
-    def missing_tables(missing, file = nil, hint: Schema::INSTALL)
+    def missing_tables(missing, connection, file = nil)
       found = "Bobbin's tables are missing (#{missing.join(', ')})"
-      adapter = rails_adapter_elsewhere or return "#{found}#{" in the SQLite file #{file}" if file}: #{hint}"
+      adapter = rails_adapter_elsewhere or return "#{found}#{" in the SQLite file #{file}" if file}: #{Schema.install_hint(connection)}"
 
       env = ::Rails.env
       "#{found} in #{env}'s database, and Active Job in #{env} uses #{adapter}, not Bobbin (bin/rails generate bobbin:install " \

@@ -135,13 +135,14 @@ module Bobbin
         # Bobbin's tables not made yet (in development after the default production-only install, or before db:prepare)
         # was a plain 500 whose log said "Could not find table 'bobbin_jobs'": the page says so, and what to run. (After
         # the connection errors: NoDatabaseError is a StatementInvalid too.)
-        missing, hint = Record.with_connection do |connection|
-          [ Boot::TABLES.reject { |table| connection.data_source_exists?(table) }, Schema.install_hint(connection) ]
+        message = Record.with_connection do |connection|
+          missing = Boot.tables_missing(connection)
+          Boot.missing_tables(missing, connection) if missing.include?("bobbin_jobs") # one table gone is something else
         end
-        raise error unless missing.include?("bobbin_jobs") # not made yet; one table gone is something else: a plain 500
+        raise error unless message # not made yet: a plain 500
 
         response.status = 503
-        view(:refused, locals: { message: "#{Boot.missing_tables(missing, hint: hint)}." })
+        view(:refused, locals: { message: "#{message}." })
       end
 
       private
