@@ -30,11 +30,10 @@ module Bobbin
     end
 
     # The supervisor's connections: one per thread of it that queries, up to its pool's size. In async mode, when they
-    # come from the pool its jobs use, jobs_at_most counts them.
+    # come from the pool its jobs use, jobs_at_most counts them (async_supervisor) and this none.
     def supervisor(mode)
-      return [ SUPERVISOR_CONNECTIONS, size_of(Record.connection_pool) ].min unless mode == :async
-
-      async_supervisor.zero? ? [ ASYNC_SUPERVISOR_CONNECTIONS, size_of(Record.connection_pool) ].min : 0
+      threads = mode == :async ? ASYNC_SUPERVISOR_CONNECTIONS - async_supervisor : SUPERVISOR_CONNECTIONS
+      [ threads, size_of(Record.connection_pool) ].min
     end
 
     # Active Record connections the jobs of `pools` may hold at once, across their processes (in async mode, with the
@@ -149,8 +148,9 @@ module Bobbin
 
       fibers = pools.find { |pool, _| pool.mode == :fibers }
       check_isolation!(fibers[0].size) if fibers
-      needed = pools.sum { |pool, copies| job_connections(pool.mode, pool.size) * copies } + async_supervisor
-      check_pool!(needed, "#{pools.sum { |_, copies| copies }} pools in one process#{" and its supervisor's clock and heartbeat" if async_supervisor.positive?}")
+      supervisor = async_supervisor
+      needed = pools.sum { |pool, copies| job_connections(pool.mode, pool.size) * copies } + supervisor
+      check_pool!(needed, "#{pools.sum { |_, copies| copies }} pools in one process#{" and its supervisor's clock and heartbeat" if supervisor.positive?}")
     end
 
     def check_isolation!(size)
