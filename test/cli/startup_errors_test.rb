@@ -292,35 +292,39 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
-  test "PostgreSQL refusing the connection for too many clients" do
-    skip_unless_postgres
-    role = "bobbin_cli_full_#{Process.pid}"
-    ActiveRecord::Base.connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'secret' CONNECTION LIMIT 0")
-    url = "postgres://#{role}:secret@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
-    assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }),
-                       /refused the connection, it has too many already \(.*too many connections for role "#{role}"\): raise max_connections/, exitstatus: 69)
+  # Runs the block with a PostgreSQL role of the test's own (`attributes` as CREATE ROLE takes them) and a URL that
+  # connects as it; the role is dropped after.
+  def with_role(name, attributes)
+    role = "#{name}_#{Process.pid}"
+    ActiveRecord::Base.connection.execute("CREATE ROLE #{role} #{attributes} PASSWORD 'secret'")
+    yield role, "postgres://#{role}:secret@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
   ensure
     ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") if role
+  end
+
+  test "PostgreSQL refusing the connection for too many clients" do
+    skip_unless_postgres
+    with_role("bobbin_cli_full", "LOGIN CONNECTION LIMIT 0") do |role, url|
+      assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }),
+                         /refused the connection, it has too many already \(.*too many connections for role "#{role}"\): raise max_connections/, exitstatus: 69)
+    end
   end
 
   # A role that may not log in, or a URL without the password the server asks for, is mended by no restart: exit 78 (systemd's
   # RestartPreventExitStatus), not 69 and "is the server running?", which had the process manager restart it for ever.
   test "PostgreSQL turning the role away for good: one that may not log in, or no password given" do
     skip_unless_postgres
-    role = "bobbin_cli_nologin_#{Process.pid}"
-    ActiveRecord::Base.connection.execute("CREATE ROLE #{role} NOLOGIN PASSWORD 'secret'")
-    url = "postgres://#{role}:secret@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
-    assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }),
-                       /turned the connection away: .*role "#{role}" is not permitted to log in; check the user name and password in DATABASE_URL/)
+    with_role("bobbin_cli_nologin", "NOLOGIN") do |role, url|
+      assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }),
+                         /turned the connection away: .*role "#{role}" is not permitted to log in; check the user name and password in DATABASE_URL/)
 
-    ActiveRecord::Base.connection.execute("ALTER ROLE #{role} LOGIN")
-    url = "postgres://#{role}@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
-    status, _, err = result = run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url, "PGPASSFILE" => "/nonexistent/.pgpass" })
-    skip "this server lets #{role} in without a password (pg_hba.conf trusts 127.0.0.1)" unless err.include?("no password supplied")
-    assert_config_exit(result, /turned the connection away: .*no password supplied; check the user name and password/)
-    refute_match(/is the server running/, err, status.inspect)
-  ensure
-    ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") if role
+      ActiveRecord::Base.connection.execute("ALTER ROLE #{role} LOGIN")
+      without_password = url.sub(":secret@", "@")
+      status, _, err = result = run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => without_password, "PGPASSFILE" => "/nonexistent/.pgpass" })
+      skip "this server lets #{role} in without a password (pg_hba.conf trusts 127.0.0.1)" unless err.include?("no password supplied")
+      assert_config_exit(result, /turned the connection away: .*no password supplied; check the user name and password/)
+      refute_match(/is the server running/, err, status.inspect)
+    end
   end
 
   test "doctor with the database down" do
