@@ -281,11 +281,12 @@ class SupervisorTest < Bobbin::TestCase
 
   # The supervisor's heartbeat waits on another process's write lock, inside an SQLite call, while the killed worker is
   # forked again (its recovery gave up on the lock after the busy timeout, made short here): that child hung for ever
-  # in the sqlite3 gem's after-fork close, and no job ran again.
+  # in the sqlite3 gem's after-fork close, and no job ran again. The holder waits its turn for the lock: the
+  # supervisor's heartbeat and its worker write too, and a BEGIN IMMEDIATE among them failed a CI run.
   test "SQLite: a worker restarted while the supervisor's threads wait on another writer's lock runs jobs" do
     skip("SQLite's write lock") if postgres?
     log = File.join(Dir.mktmpdir, "bobbin.log")
-    holder = "db = SQLite3::Database.new(ARGV[0]); db.execute('BEGIN IMMEDIATE'); puts('locked'); $stdout.flush; sleep(6); db.execute('COMMIT')"
+    holder = "db = SQLite3::Database.new(ARGV[0]); db.busy_timeout = 10_000; db.execute('BEGIN IMMEDIATE'); puts('locked'); $stdout.flush; sleep(6); db.execute('COMMIT')"
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "-c", start_config({ "fibers" => 5 }, heartbeat_interval: 0.2, process_alive_threshold: 30).path,
