@@ -9,6 +9,10 @@ class LedgerActiveJob < ActiveJob::Base
   def perform(key, options = {}) = LedgerEntry.create!(key: "#{key}#{options[:suffix]}", pid: Process.pid)
 end
 
+class RowLedgerActiveJob < ActiveJob::Base
+  def perform(key) = LedgerEntry.create!(key: "#{key} #{provider_job_id}", pid: Process.pid)
+end
+
 class RetryingActiveJob < ActiveJob::Base
   retry_on ArgumentError, wait: 0, attempts: 3
 
@@ -126,6 +130,24 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     assert_equal [ jobs[0].provider_job_id, jobs[2].provider_job_id ], Bobbin::JobRecord.order(:id).pluck(:id)
     drain(threads: 2)
     assert_equal [ "also small", "small" ], LedgerEntry.pluck(:key).sort
+  end
+
+  # Active Job enqueues each entry of the list (one by one for an adapter without enqueue_all), as Solid Queue and
+  # Sidekiq do: the same job listed twice was stored once, and counted as two enqueued.
+  test "perform_all_later with the same job listed twice stores and runs it twice, and counts two" do
+    job = RowLedgerActiveJob.new("twice")
+    counted = nil
+    subscriber = ActiveSupport::Notifications.subscribe("enqueue_all.active_job") { |*, payload| counted = payload[:enqueued_count] }
+    ActiveJob.perform_all_later([ job, job, RowLedgerActiveJob.new("once") ])
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+    assert_equal [ job.job_id, job.job_id ], Bobbin::JobRecord.where(active_job_id: job.job_id).pluck(:active_job_id)
+    assert_equal 3, Bobbin::JobRecord.count
+    assert_equal 3, counted
+    assert job.successfully_enqueued?
+    assert_equal Bobbin::JobRecord.where(active_job_id: job.job_id).maximum(:id), job.provider_job_id
+    ids = Bobbin::JobRecord.order(:id).pluck(:id)
+    drain(threads: 2)
+    assert_equal [ "twice #{ids[0]}", "twice #{ids[1]}", "once #{ids[2]}" ].sort, LedgerEntry.pluck(:key).sort
   end
 
   test "retry_on re-enqueues through the adapter until the job succeeds" do

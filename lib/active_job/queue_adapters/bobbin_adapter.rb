@@ -56,17 +56,19 @@ module ActiveJob
       end
 
       private
-        # Stores `jobs` in one INSERT; returns how many were stored (see enqueue_all).
+        # Stores `jobs` in one INSERT; returns how many were stored (see enqueue_all). A job listed twice is stored twice,
+        # as Active Job's own one-by-one enqueue and Solid Queue store it (keyed by the job, the second was dropped and
+        # counted as enqueued: a trial).
         def store_all(jobs)
-          rows = jobs.to_h do |job|
+          rows = jobs.filter_map do |job|
             [ job, row(job, job.scheduled_at&.to_f) ]
           rescue Bobbin::EnqueueError => error
             job.successfully_enqueued = false
             job.enqueue_error = error
-            [ job, nil ]
-          end.compact
-          ids = rows.empty? ? [] : Bobbin::Client::Enqueuer.insert(rows.values)
-          rows.each_key.zip(ids) do |job, id|
+            nil
+          end
+          ids = rows.empty? ? [] : Bobbin::Client::Enqueuer.insert(rows.map(&:last))
+          rows.map(&:first).zip(ids) do |job, id|
             job.provider_job_id = id
             job.successfully_enqueued = true
           end
