@@ -150,6 +150,24 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     assert_equal [ "twice #{ids[0]}", "twice #{ids[1]}", "once #{ids[2]}" ].sort, LedgerEntry.pluck(:key).sort
   end
 
+  # Time.at raised FloatDomainError (NaN, ±Infinity) or TypeError from inside the adapter, naming neither the job nor the time.
+  test "a time to run at that is NaN, infinite or not a number is an EnqueueError naming the job and the time, and nothing is stored" do
+    adapter = ActiveJob::QueueAdapters::BobbinAdapter.new
+    [ Float::NAN, Float::INFINITY, -Float::INFINITY, "soon", Complex(1, 1) ].each do |timestamp|
+      job = LedgerActiveJob.new("bad time")
+      error = assert_raises(Bobbin::EnqueueError) { adapter.enqueue_at(job, timestamp) }
+      assert_match(/\ALedgerActiveJob \(job #{job.job_id}\): the time to run it must be a finite number of seconds since the epoch, got #{Regexp.escape(timestamp.inspect)} /,
+                   error.message)
+      assert_nil job.provider_job_id
+    end
+    assert_raises(Bobbin::EnqueueError) { LedgerActiveJob.set(wait_until: Float::NAN).perform_later("nan") }
+    jobs = [ LedgerActiveJob.new("fine"), LedgerActiveJob.new("never").set(wait_until: Float::INFINITY) ]
+    ActiveJob.perform_all_later(jobs)
+    assert_equal [ true, false ], jobs.map(&:successfully_enqueued?)
+    assert_match(/got Infinity \(Float\)/, jobs[1].enqueue_error.message)
+    assert_equal [ jobs[0].provider_job_id ], Bobbin::JobRecord.pluck(:id)
+  end
+
   test "retry_on re-enqueues through the adapter until the job succeeds" do
     RetryingActiveJob.perform_later("r")
     drain(fibers: 5)

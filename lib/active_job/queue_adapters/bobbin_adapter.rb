@@ -47,11 +47,12 @@ module ActiveJob
 
       # The checked job row for `job` to run at `timestamp` (seconds since the epoch; nil: now), not yet written.
       def row(job, timestamp)
+        run_at = run_at(job, timestamp)
         arguments = serialize(job)
         check_size(job, arguments)
         Bobbin::Client::Enqueuer.build(
           class_name: job.class.name, arguments: arguments, queue: job.queue_name, priority: job.priority,
-          run_at: timestamp && Time.at(timestamp), max_attempts: 1, active_job_id: job.job_id, concurrency: concurrency(job)
+          run_at: run_at, max_attempts: 1, active_job_id: job.job_id, concurrency: concurrency(job)
         )
       end
 
@@ -108,6 +109,16 @@ module ActiveJob
 
           raise Bobbin::ConfigurationError, "#{job_class.name}: limits_concurrency on_conflict: :discard is not supported by Bobbin " \
                                             "(its jobs would wait for a slot and run, not be discarded); use on_conflict: :block"
+        end
+
+        # The Time for `timestamp` (seconds since the epoch; nil: now). NaN, ±Infinity (set(wait_until: Float::NAN)) or a
+        # non-number raised FloatDomainError or TypeError from Time.at, naming neither the job nor the time (a trial).
+        def run_at(job, timestamp)
+          return if timestamp.nil?
+          return Time.at(timestamp) if timestamp.is_a?(Numeric) && timestamp.real? && timestamp.finite?
+
+          raise Bobbin::EnqueueError, "#{job.class.name} (job #{job.job_id}): the time to run it must be a finite number of seconds since the epoch, " \
+                                      "got #{timestamp.inspect[0, 80]} (#{timestamp.class}); nothing was stored"
         end
 
         # The job's Active Job payload as JSON; arguments nested deeper than JSON allows are refused like any
