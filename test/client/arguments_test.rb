@@ -1,6 +1,16 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "active_support/core_ext/hash/indifferent_access"
+
+# Writes to the ledger what its arguments arrived as in the worker.
+class ArgumentShapesJob
+  include Bobbin::Job
+
+  def perform(hash, text)
+    LedgerEntry.create!(key: [ hash.class, hash.keys, hash[:a], hash["a"], text.class, text.encoding, text ].inspect, pid: Process.pid)
+  end
+end
 
 class ArgumentsTest < Bobbin::TestCase
   test "JSON-safe arguments are stored and come back equal" do
@@ -28,6 +38,25 @@ class ArgumentsTest < Bobbin::TestCase
     assert_match(/SleepJob argument 1 is a binary \(ASCII-8BIT\) String with non-ASCII bytes/, error.message)
     assert_raises(Bobbin::SerializationError) { SleepJob.enqueue({ "\xff".b => 1 }) }
     assert_equal [ "ascii" ], Bobbin::JobRecord.find(SleepJob.enqueue("ascii".b)).parsed_arguments
+  end
+
+  # What the README promises arrives in perform: JSON's types. A HashWithIndifferentAccess (params.to_h) arrives as a
+  # plain Hash with its String keys, and a String in another encoding as the same text in UTF-8.
+  test "a HashWithIndifferentAccess arrives as a plain Hash with String keys, a Latin-1 String as the same text in UTF-8" do
+    ArgumentShapesJob.enqueue({ a: 1 }.with_indifferent_access, "caf\xE9".dup.force_encoding(Encoding::ISO_8859_1))
+    ArgumentShapesJob.enqueue({ "a" => 2 }, ActiveSupport::SafeBuffer.new("日本").encode(Encoding::Shift_JIS))
+    drain(threads: 1)
+    assert_equal [ [ Hash, [ "a" ], nil, 1, String, Encoding::UTF_8, "café" ].inspect, [ Hash, [ "a" ], nil, 2, String, Encoding::UTF_8, "日本" ].inspect ].sort,
+                 LedgerEntry.pluck(:key).sort
+    assert_equal 2, Bobbin.counts["succeeded"]
+  end
+
+  test "bytes not valid in their encoding, binary or not, are refused at enqueue and nothing is stored" do
+    [ "caf\xE9".b, "\x89PNG\r\n".b, "caf\xE9".dup.force_encoding(Encoding::UTF_8), "caf\xE9".dup.force_encoding(Encoding::US_ASCII) ].each do |bad|
+      error = assert_raises(Bobbin::SerializationError) { ArgumentShapesJob.enqueue({ "file" => [ bad ] }, "x") }
+      assert_match(/\AArgumentShapesJob argument 1\["file"\]\[0\] is a (binary \(ASCII-8BIT\) String with non-ASCII bytes|String that is not valid)/, error.message)
+    end
+    assert_equal 0, Bobbin::JobRecord.count
   end
 
   test "arguments over the size limit are rejected with the limit in the message" do
