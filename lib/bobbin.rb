@@ -71,12 +71,16 @@ module Bobbin
     # A postgres URL without its "//", or with "user:password@" after the host's "/".
     MISTYPED_POSTGRES_URL = %r{\Apostgres(?:ql)?:(?!//)|\Apostgres(?:ql)?://[^/?]*/[^?]*@}
 
+    # A SQLite URL with a host part: "sqlite3://db/jobs.sqlite3", "sqlite3://./jobs.sqlite3" ("localhost" names no path).
+    SQLITE_URL_WITH_HOST = %r{\Asqlite3?://(?!/|localhost(?:[/?]|\z))}
+
     # Connects Active Record (and so Bobbin) to `url`: "postgres://…", "sqlite3:path/to/db.sqlite3".
     # Outside a Rails app it also makes Active Record isolate connections per fiber, which fiber pools need.
     def connect(url = ENV["DATABASE_URL"])
       raise ConfigurationError, "no database: call Bobbin.connect(url) or set DATABASE_URL" if url.to_s.empty?
 
       require_driver(url)
+      check_sqlite_url(url)
       # postgres:/user:secret@host/db (a "/" short) or postgres:///user:secret@host/db (one too many) reached a server
       # with all of it, password included, for a database name.
       raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil if url.match?(MISTYPED_POSTGRES_URL)
@@ -144,6 +148,17 @@ module Bobbin
       raise unless error.path == driver
 
       raise ConfigurationError, "a #{scheme}: URL needs the #{driver} gem, which is not in this bundle: add it to the Gemfile (bundle add #{driver})"
+    end
+
+    # Active Record drops a SQLite URL's host: "sqlite3://db/jobs.sqlite3" opened /jobs.sqlite3 at the filesystem's root
+    # (or failed there for want of permission), not db/jobs.sqlite3 (a trial). Such a URL is refused with the spellings
+    # that work.
+    def check_sqlite_url(url)
+      return unless url.match?(SQLITE_URL_WITH_HOST)
+
+      relative = url.sub(%r{\A[^:]*://}, "sqlite3:")
+      raise ConfigurationError, "the SQLite URL #{url} has a host part (#{url[%r{\A[^:]*://([^/?]*)}, 1]}), which Active Record ignores: " \
+                                "write #{relative} for a path relative to the working directory, or sqlite3:///absolute/path/jobs.sqlite3"
     end
 
     private

@@ -189,6 +189,26 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
+  # Active Record drops a SQLite URL's host: sqlite3://db/jobs.sqlite3 opened /jobs.sqlite3, at the filesystem's root.
+  test "a SQLite URL with a host part (sqlite3://db/jobs.sqlite3) is refused with the spelling that works, from the CLI and Bobbin.connect" do
+    once_per_run
+    with_tmpdir do |dir|
+      # The host dropped, this URL would name #{dir}/jobs.sqlite3: a file the test can look for.
+      url = "sqlite3://db#{dir}/jobs.sqlite3"
+      message = %r{the SQLite URL #{url} has a host part \(db\), which Active Record ignores: write sqlite3:db#{dir}/jobs\.sqlite3 for a path relative to the working directory, or sqlite3:///absolute/path/jobs\.sqlite3}
+      assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => url }), /\Abobbin: #{message}$/)
+      assert_config_exit(run_bobbin("migrate", "-d", "sqlite3://./jobs.sqlite3"), %r{\Abobbin: the SQLite URL sqlite3://\./jobs\.sqlite3 has a host part \(\.\).* write sqlite3:\./jobs\.sqlite3 })
+      _, err, status = Open3.capture3(*ruby, "-I", File.join(ROOT, "lib"), "-rbobbin", "-e", "Bobbin.connect(ARGV[0])", url, chdir: dir)
+      refute status.success?
+      assert_match(/#{message} \(Bobbin::ConfigurationError\)/, err)
+      refute File.exist?(File.join(dir, "jobs.sqlite3")), "nothing was created"
+      refute File.exist?(File.join(ROOT, "jobs.sqlite3"))
+      status, = run_bobbin("migrate", env: { "DATABASE_URL" => "sqlite3://localhost#{dir}/jobs.sqlite3" })
+      assert status.success?, "sqlite3://localhost/absolute/path is an absolute path"
+      assert File.exist?(File.join(dir, "jobs.sqlite3"))
+    end
+  end
+
   test "a SQLite path in a directory that does not exist is not created" do
     once_per_run
     with_tmpdir do |dir|

@@ -60,6 +60,7 @@ module Bobbin
       return false if url.to_s.strip.empty?
 
       Bobbin.require_driver(url)
+      Bobbin.check_sqlite_url(url)
       check_sqlite_file(url, where, create: create)
       Bobbin.connect(url)
     rescue ConfigurationError => error # Bobbin.connect's own advice names DATABASE_URL
