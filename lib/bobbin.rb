@@ -99,7 +99,9 @@ module Bobbin
       raise if said.empty?
 
       raise error.class, "#{DatabaseProblem.first_line(error)}#{said}", cause: error.cause # the driver's error, which DatabaseProblem reads
-    rescue URI::InvalidURIError, ActiveRecord::DatabaseConfigurations::InvalidConfigurationError # their messages repeat the URL, password and all
+    # Their messages repeat the URL, password and all; URI::InvalidComponentError ("sqlite3:", an unset path after it) went
+    # out raw with a backtrace.
+    rescue URI::Error, ActiveRecord::DatabaseConfigurations::InvalidConfigurationError
       raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil
     end
 

@@ -169,6 +169,16 @@ class StartupErrorsTest < Bobbin::TestCase
     Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
   end
 
+  # DATABASE_URL="sqlite3:$DB_PATH" with DB_PATH unset: URI::InvalidComponentError went out of Bobbin.connect raw.
+  test "Bobbin.connect (plain Ruby) to a SQLite URL without a path says it cannot read the URL" do
+    once_per_run
+    error = assert_raises(Bobbin::ConfigurationError) { Bobbin.connect("sqlite3:") }
+    assert_match(/\Athe database URL is not a URL Active Record can read: write it postgres:.* or sqlite3:path/, error.message)
+    assert_nil error.cause
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+  end
+
   test "a queue database of Bobbin's own that does not exist is named, not the app's (PostgreSQL)" do
     skip_unless_postgres
     Bobbin::Record.establish_connection(postgres_url(path: "/bobbin_no_such_queue_#{Process.pid}")) # as config.bobbin.connects_to does
