@@ -100,6 +100,25 @@ class ListenerTest < Bobbin::TestCase
     proxy&.close
   end
 
+  # A reconnecting listener's session accepted and then never answered (a frozen backend, pooler or proxy: the kernel
+  # acknowledges, so no keepalive or tcp_user_timeout fires) left its thread waiting on its LISTEN for ever, and idle
+  # workers were never woken by notifications again, whatever the server did next.
+  test "a reconnect whose statements are never answered is a lost connection: the listener reconnects and notifications resume" do
+    proxy = through_proxy
+    with_idle_worker(poll: 60, fallback: 0.5) do
+      old = listeners
+      assert_equal 1, old.size
+      proxy.cut_next("LISTEN bobbin_probe") # the next listening session goes silent once connected
+      Bobbin::Record.connection.select_value("SELECT pg_terminate_backend(#{old.first})")
+      wait_for("the reconnecting listener's session to go silent", timeout: 30) { !proxy.cutting? }
+      assert_notifications_resume("after")
+      assert_not_equal old, listeners, "a new listening session"
+    end
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+    proxy&.close
+  end
+
   test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume" do
     cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
     with_idle_worker(poll: 60, fallback: 0.5) do

@@ -44,6 +44,15 @@ class SilentProxy
     @lock.synchronize { @pairs.values.uniq.each { |pair| pair.silent = true }.size }
   end
 
+  # Makes the next connection whose client sends `text` silent from then on, that message included: a server, pooler
+  # or proxy that accepted a session and then stopped answering. Connections opened later are forwarded.
+  def cut_next(text)
+    @lock.synchronize { @cut_next = text }
+  end
+
+  # True until a connection was cut for cut_next.
+  def cutting? = @lock.synchronize { !@cut_next.nil? }
+
   # Stops forwarding and closes every socket.
   def close
     @thread.kill.join
@@ -75,11 +84,21 @@ class SilentProxy
       data = io.read_nonblock(65_536, exception: false)
       return if data == :wait_readable
       return drop(pair) if data.nil?
+      return if io == pair.client && cut?(pair, data)
 
       pair.listening ||= io == pair.client && data.include?("LISTEN bobbin_jobs")
       (io == pair.client ? pair.server : pair.client).write(data)
     rescue IOError, SystemCallError
       drop(pair)
+    end
+
+    def cut?(pair, data)
+      @lock.synchronize do
+        next false unless @cut_next && data.include?(@cut_next)
+
+        @cut_next = nil
+        pair.silent = true
+      end
     end
 
     def drop(pair)

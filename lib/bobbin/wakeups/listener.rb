@@ -46,19 +46,35 @@ module Bobbin
       # is handed to other clients).
       def self.probe(listening, db_config)
         channel = "bobbin_probe_#{::Process.pid}_#{rand(1 << 30)}"
-        listening.exec("LISTEN #{channel}").clear
+        answer(listening, "LISTEN #{channel}")
         sender = Store::OwnConnections.open(db_config)
-        sender.raw_connection.exec("NOTIFY #{channel}").clear
+        answer(sender.raw_connection, "NOTIFY #{channel}")
         deadline = Bobbin.monotonic + PROBE_TIMEOUT
         heard = nil
         until heard == channel || (left = deadline - Bobbin.monotonic) <= 0
           heard = listening.wait_for_notify(left)
           break if heard.nil?
         end
-        listening.exec("UNLISTEN #{channel}").clear
+        answer(listening, "UNLISTEN #{channel}")
         heard == channel
       ensure
         sender&.disconnect!
+      end
+
+      # Sends `sql` on `connection` (a PG::Connection) and waits up to PING_TIMEOUT for its answer; returns what the block
+      # makes of it (the result is cleared then); none by then raises PG::ConnectionBad. A session that a frozen backend,
+      # pooler or proxy accepted but never answers (the kernel acknowledges, so no keepalive or tcp_user_timeout fires)
+      # left a reconnecting listener waiting on its LISTEN for ever, deaf even once the server was back (a trial).
+      def self.answer(connection, sql)
+        connection.send_query(sql)
+        unless connection.block(PING_TIMEOUT)
+          raise PG::ConnectionBad, "PostgreSQL did not answer within #{PING_TIMEOUT}s (a server, pooler or proxy that accepted the " \
+                                   "connection and stopped answering?)"
+        end
+        result = connection.get_last_result
+        yield result if block_given?
+      ensure
+        result&.clear
       end
 
       def initialize(db_config, logger: Bobbin.logger)
@@ -116,7 +132,7 @@ module Bobbin
           # A listening session waits for the server, not for a client: it is exempt from idle_session_timeout
           # (PostgreSQL 14+), which would otherwise close it after each quiet spell (a proxy's idle timeout sees
           # the pings below).
-          @connection.exec("SET idle_session_timeout = 0").clear if @connection.server_version >= 140_000
+          Listener.answer(@connection, "SET idle_session_timeout = 0") if @connection.server_version >= 140_000
           # What the server says on this idle session as it closes it ("FATAL: terminating connection due to
           # administrator command") went to stderr as a bare line; the "notifications lost" warning that follows says it.
           @connection.set_notice_processor { |message| @logger.debug("bobbin listener: PostgreSQL said: #{message.strip}") }
@@ -124,7 +140,7 @@ module Bobbin
           # handed to other clients, and every NOTIFY then made PgBouncer log a warning (a trial: 1.7 lines per enqueue).
           return pooled! unless Listener.probe(@connection, @db_config)
 
-          @connection.exec("LISTEN #{CHANNEL}").clear
+          Listener.answer(@connection, "LISTEN #{CHANNEL}")
           Wakeups.note_paused(paused_queues) # later changes are announced
           @logger.info("bobbin: notifications back; idle workers wake on new work again") if @lost
           tell(nil) # work may have arrived while this process was not listening yet (or any more)
@@ -216,7 +232,7 @@ module Bobbin
         # Every result is cleared once read: libpq's memory (~3 KB for the ping's) is counted towards Ruby's malloc
         # limit but freed only by a collection, and an idle thread-pool worker, allocating little, went half an hour
         # without one while its ping results (two a second) added ~0.4 MB a minute to its RSS (a trial).
-        def paused_queues = @connection.exec(PAUSED) { |result| result.column_values(0) }
+        def paused_queues = Listener.answer(@connection, PAUSED) { |result| result.column_values(0) }
 
         def tell(queues, at = nil) = (Wakeups.deliver(queues, at) unless stopping?)
 
