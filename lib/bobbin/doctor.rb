@@ -8,6 +8,8 @@ module Bobbin
     ADAPTER_SETTING = /\A[^#]*\bqueue_adapter\s*=(?!=)\s*(?<value>[^#]*?)\s*(?:#.*)?\s*\z/
     # The adapter named by a symbol or string literal (`:bobbin`, `"bobbin"`); anything else is computed.
     LITERAL_ADAPTER = /\A(?::(?<name>\w+)|"(?<name>\w+)"|'(?<name>\w+)')\z/
+    # Seconds the SQLite write check waits for another process's write transaction to end.
+    LOCK_WAIT = 2
 
     # The adapter Active Job uses in this process (`"bobbin"`, `"async"`, …), or nil when nothing uses Active Job: in a
     # Rails app that loads it; elsewhere only once something has loaded ActiveJob::Base.
@@ -43,6 +45,7 @@ module Bobbin
       report_pools
       report_pool_size
       report_server
+      report_write_lock
       report_fibers
       report_notifications
       report_job_files # first: report_active_job looks at the job classes they define
@@ -121,6 +124,25 @@ module Bobbin
         end
 
         @problems << "Bobbin needs #{total_connections} connections but PostgreSQL allows #{available}: #{connection_remedies.join(', or ')}"
+      end
+
+      # Whether Bobbin's SQLite file takes a write. Another process holding a write transaction open on it (a console's
+      # BEGIN IMMEDIATE, a stuck script) left every enqueue, claim and outcome waiting for it and failing with "database
+      # is locked", while doctor said OK (a trial). Bobbin's own write transactions take milliseconds.
+      def report_write_lock
+        file = Store::DatabaseFile.open
+        return unless file && File.exist?(file.path)
+
+        db = SQLite3::Database.new(file.path, flags: SQLite3::Constants::Open::READWRITE)
+        db.busy_timeout = (LOCK_WAIT * 1000).round
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ROLLBACK")
+      rescue SQLite3::BusyException
+        @problems << "the SQLite database #{file.path} is write-locked by another process (a write transaction held open over " \
+                     "#{format('%g', LOCK_WAIT)}s: a console, a script, a tool that hung): jobs are neither enqueued nor claimed " \
+                     "until it ends (\"database is locked\"); end it (fuser -v #{file.path} lists the processes that have it open)"
+      ensure
+        db&.close
       end
 
       # What would bring the connections within the server's limit, for these pools.

@@ -60,6 +60,22 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/OK: this configuration fits/, report)
   end
 
+  # Another process holding a write transaction open on the SQLite file (a console's BEGIN IMMEDIATE, a stuck script)
+  # leaves every enqueue, claim and outcome waiting for it and failing with "database is locked": doctor said OK.
+  test "an SQLite database write-locked by another process fails the check, naming the file" do
+    skip("SQLite only") if postgres?
+    script = 'db = SQLite3::Database.new(ARGV[0]); db.execute("BEGIN IMMEDIATE"); puts("locked"); $stdout.flush; $stdin.read'
+    IO.popen([ RbConfig.ruby, "-rsqlite3", "-e", script, File.expand_path(TestDatabase.sqlite_path) ], "r+") do |holder|
+      assert_equal "locked\n", holder.gets
+      status, report = doctor([ { "threads" => 2 } ])
+      assert_equal 1, status, report
+      assert_match(/✗ the SQLite database #{Regexp.escape(File.expand_path(TestDatabase.sqlite_path))} is write-locked by another process/, report)
+      holder.close_write
+    end
+    status, report = doctor([ { "threads" => 2 } ])
+    assert_equal 0, status, report
+  end
+
   # The lane runs its runs_on: :thread jobs beside the fibers: fibers: 2 with the default lane of 2 ran 4 jobs at once,
   # each in a transaction on a connection of its own, where the report said 2 concurrent jobs and 2 connections at most.
   test "a fiber pool's thread lane counts in the jobs it runs at once and the connections they may hold" do
