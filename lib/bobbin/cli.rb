@@ -240,6 +240,7 @@ module Bobbin
         configured(argv, options, worker_parser(options), optional: true)
         pool = one_pool
         Boot.before_work
+        ConnectionBudget.warn_server([ pool.with(processes: 1) ], :fork, "bobbin worker", supervised: false) # as bobbin start does
         worker = Worker.new(**pool.worker_options)
         options[:drain] ? worker.run_until_empty : worker.start
         worker.exit_status

@@ -23,10 +23,10 @@ module Bobbin
 
     # Every connection a deployment of `pools` opens at most, across its processes: each worker's own, its jobs'
     # (in async mode the pools share one process and one Active Record pool), Bobbin's database's pool when it is
-    # a database of its own, and the supervisor's.
-    def total(pools, mode)
+    # a database of its own, and the supervisor's (none for `bobbin work`: `supervised: false`).
+    def total(pools, mode, supervised: true)
       own = pools.sum { |pool| pool.processes * OWN_CONNECTIONS }
-      own + listeners(pools, mode) + jobs_at_most(pools, mode) + queue_database_at_most(pools, mode) + supervisor(mode)
+      own + listeners(pools, mode) + jobs_at_most(pools, mode) + queue_database_at_most(pools, mode) + (supervised ? supervisor(mode) : 0)
     end
 
     # The supervisor's connections: one per thread of it that queries, up to its pool's size. In async mode, when they
@@ -103,13 +103,14 @@ module Bobbin
     # (max_connections less the superusers' share), or cannot with the sessions other clients hold now. A warning, not a
     # refusal: the total is what they open at most. Without it a deployment that could not fit booted without a word,
     # and its workers' sessions were refused later, at their busiest.
-    def server_warning(pools, mode)
+    # `supervised: false`: one worker process of `pools`' one pool, without a supervisor (`bobbin work`).
+    def server_warning(pools, mode, supervised: true)
       return unless Store.postgresql?(ActiveRecord::Base.connection_db_config)
 
       max, reserved, in_use = server_numbers
-      needed = total(pools, mode)
+      needed = total(pools, mode, supervised: supervised)
       others = in_use - 1 # this process's one session is in `needed`
-      said = "these pools may open #{needed} database connections, but PostgreSQL allows #{max - reserved} (max_connections #{max}, " \
+      said = "#{supervised ? 'these pools' : 'this worker'} may open #{needed} database connections, but PostgreSQL allows #{max - reserved} (max_connections #{max}, " \
              "#{reserved} reserved for superusers)"
       remedies = "raise max_connections, or run fewer processes or a smaller Active Record pool (`bobbin doctor` shows what each pool needs)"
       if needed > max - reserved
@@ -117,6 +118,14 @@ module Bobbin
       elsif needed > max - reserved - others
         "#{said} and other clients hold #{others} now, leaving #{max - reserved - others}: their sessions may be refused; #{remedies}"
       end
+    end
+
+    # Logs server_warning, if any, as a process of `pools` boots (`who`: "bobbin supervisor", "bobbin worker").
+    def warn_server(pools, mode, who, supervised: true)
+      warning = server_warning(pools, mode, supervised: supervised) or return
+      Bobbin.logger.warn("#{who}: #{warning}")
+    rescue ActiveRecord::ActiveRecordError
+      nil # the database went away since this process registered: its outage lines say so
     end
 
     # PostgreSQL's max_connections, the connections it keeps for superusers, and the client sessions open now (this one too).

@@ -32,7 +32,7 @@ module Bobbin
       Worker::FiberExecutor.selector if @pools.any? { |pool| pool.mode == :fibers } # before forking, not in each child
       @process = DatabaseProblem.lasting! { ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) }) }
       Record.load_schemas # before the workers fork, so they and the supervisor's housekeeping have them
-      warn_connections
+      ConnectionBudget.warn_server(@pools, @mode, "bobbin supervisor") # PostgreSQL's max_connections cannot hold what they may open
       trap_signals
       Instrumentation.instrument(:start_process, process_event)
       @fork_lock = ForkLock.new(forks: @mode == :fork)
@@ -100,14 +100,6 @@ module Bobbin
       end
 
       def process_event = { process_id: @process.id, kind: "supervisor", name: "supervisor", pid: ::Process.pid }
-
-      # Says so when PostgreSQL's max_connections cannot hold what the pools may open (ConnectionBudget.server_warning).
-      def warn_connections
-        warning = ConnectionBudget.server_warning(@pools, @mode) or return
-        Bobbin.logger.warn("bobbin supervisor: #{warning}")
-      rescue ActiveRecord::ActiveRecordError
-        nil # the database went away since this registered: the workers' outage lines say so
-      end
 
       # Starts the workers due to (re)start, each when no thread of this process is inside an SQLite call (ForkLock).
       def start_due

@@ -251,6 +251,23 @@ class SupervisorTest < Bobbin::TestCase
     others&.each(&:disconnect!)
   end
 
+  # `bobbin work` (one worker, no supervisor) booted without a word where `bobbin start` warned.
+  test "PostgreSQL: bobbin work warns as it boots when max_connections cannot hold what its worker may open" do
+    skip_unless_postgres
+    max, reserved = %w[max_connections superuser_reserved_connections].map { |name| Bobbin::Record.connection.select_value("SHOW #{name}").to_i }
+    size = max - reserved + 10
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    pids = []
+    ensure_killed(pids) do # a fiber pool may lease its whole Active Record pool: `size` + 2 own + a listener, no supervisor
+      pids << spawn_bobbin("work", "--fibers", size.to_s, log: log, env: { "DATABASE_URL" => TestDatabase.url_with_pool(size) })
+      wait_for("the worker to start", seen: -> { File.read(log) }) { File.read(log).include?("started: ") }
+      assert_match(/WARN -- : bobbin worker: this worker may open #{size + 3} database connections, but PostgreSQL allows #{max - reserved} .*: at their busiest their sessions are refused/,
+                   File.read(log))
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, File.read(log)
+    end
+  end
+
   # In async mode the supervisor's clock and heartbeat threads take connections from the pool its jobs use: with a pool
   # of just the jobs' need, jobs holding theirs (a transaction) left its heartbeat waiting checkout_timeout, again and
   # again, and its row went stale past process_alive_threshold (a supervisor judged dead while alive).
