@@ -191,6 +191,8 @@ module Bobbin
 
         @problems << "a NOTIFY did not reach a LISTEN within #{Wakeups::Listener::PROBE_TIMEOUT}s (PgBouncer in transaction mode " \
                      "between Bobbin and PostgreSQL?): point workers at PostgreSQL directly, or set notifications: false to poll"
+      rescue ActiveRecord::ConnectionNotEstablished => error # its two sessions of its own: max_connections reached crashed doctor
+        @problems << "the LISTEN/NOTIFY check could not connect: #{DatabaseProblem.describe(error)}"
       end
 
       # The adapter Active Job uses in this booted process, when the app uses Active Job.

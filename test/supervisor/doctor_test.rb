@@ -165,6 +165,20 @@ class DoctorTest < Bobbin::TestCase
                  report, "fiber pools: the remedy is the pool of 25 they may fill, not fiber pools")
   end
 
+  # A server with every connection slot taken (what a user runs doctor for when sessions are refused) crashed doctor with
+  # a backtrace as its notification check connected, after the report's first lines.
+  test "PostgreSQL: a notification check the server refuses (too many clients) is a failed check, not a crash" do
+    skip_unless_postgres
+    max = Bobbin::Record.connection.select_value("SHOW max_connections").to_i
+    in_use = Bobbin::Record.connection.select_value("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").to_i
+    held = Array.new(max - in_use) { PG.connect(TestDatabase.url) } # every slot left, the superusers' too (this role is one)
+    status, report = doctor([ { "threads" => 2 } ])
+    assert_equal 1, status, report
+    assert_match(/✗ the LISTEN\/NOTIFY check could not connect: the database refused the connection, it has too many already \(.*too many clients/, report)
+  ensure
+    held&.each(&:close)
+  end
+
   test "fiber pools without fiber isolation fail the check" do
     ActiveSupport::IsolatedExecutionState.isolation_level = :thread
     status, report = doctor([ { "fibers" => 10 } ])
