@@ -148,8 +148,19 @@ module Bobbin
       # The relation's jobs in its status's order, from its offset, at most its limit: what Mission Control lists.
       def listed(relation)
         column, direction = Operator::Page::ORDERS.fetch(STATES[relation.status], [ :id, :desc ])
-        scope = mission_control_scope(relation).order(column => direction, id: direction).offset(relation.offset_value)
+        scope = mission_control_scope(relation).order(column => direction, id: direction)
+        return scheduled_page(scope, relation) if relation.status == :scheduled && relation.limit_value_provided?
+
+        scope = scope.offset(relation.offset_value)
         relation.limit_value_provided? ? scope.limit(relation.limit_value) : scope
+      end
+
+      # A page of scheduled jobs: its rows' ids found as the operator's pages find them (Operator::Page.scheduled_first),
+      # not by sorting every scheduled job (0.5 s at 1,000,000).
+      def scheduled_page(scope, relation)
+        offset = relation.offset_value.to_i
+        ids = Operator::Page.scheduled_first(scope.select(:id, :run_at), offset + relation.limit_value).drop(offset).map(&:id)
+        scope.where(id: ids)
       end
 
       # What a bulk action acts on: every job the relation selects; of a paged one (`limit`, `offset`), the jobs it

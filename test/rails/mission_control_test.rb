@@ -298,4 +298,27 @@ class MissionControlTest < BrowserTestCase
     assert_equal [ ids[5] ], states.("after_offset").slice(*ids).select { |_, state| state == "ready" }.keys,
                  "four failed left (0, 3, 4, 5): from the fourth, the oldest"
   end
+
+  # Scheduled jobs are stored ready or blocked; a page of them is found per state and merged (Operator::Page.scheduled_first)
+  # instead of sorting every scheduled job: its offset and limit still count in run_at order across both states.
+  test "Mission Control's scheduled jobs page by run_at across ready and blocked jobs, its offset and limit kept" do
+    with_mission_control
+    File.write(app.path("tmp/mc_scheduled.rb"), <<~RUBY)
+      Bobbin::JobRecord.delete_all
+      base = Time.now.utc.floor + 3600
+      ids = Array.new(10) do |i|
+        Bobbin::JobRecord.create!(queue: "default", class_name: "FlakyJob", arguments: [ "s-\#{i}" ].to_json, priority: 0,
+                                  state: i % 3 == 1 ? "blocked" : "ready", run_at: base + i / 2, attempts: 0, max_attempts: 1,
+                                  enqueued_at: base - 3600).id
+      end
+      jobs = ActiveJob::Base.jobs.scheduled
+      puts({ "ids" => ids, "page" => jobs.limit(3).offset(2).map(&:provider_job_id), "first" => jobs.limit(4).map(&:provider_job_id),
+             "count" => jobs.count, "page_count" => jobs.limit(3).offset(8).count }.to_json)
+    RUBY
+    result = JSON.parse(app.run!("bin/rails", "runner", "tmp/mc_scheduled.rb").lines.last)
+    ids = result["ids"]
+    assert_equal ids[2, 3], result["page"], "the third to fifth by run_at, then id, whichever their state"
+    assert_equal ids[0, 4], result["first"]
+    assert_equal [ 10, 2 ], result.values_at("count", "page_count")
+  end
 end
