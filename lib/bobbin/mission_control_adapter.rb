@@ -113,7 +113,7 @@ module Bobbin
     end
 
     # The queue names of bobbin_jobs, found without reading its rows: no index leads with queue (the claim's
-    # bobbin_jobs_claim_by_queue holds ready jobs only), so a skip scan of bobbin_jobs_state_queue (state, queue,
+    # bobbin_jobs_claim_by_prefix holds ready jobs only), so a skip scan of bobbin_jobs_state_queue (state, queue,
     # run_at): one seek per state for the next state, then one per state and queue for the next queue, in one
     # statement on both databases. About (states + 1) × (queues + 1) index seeks, however many finished rows: a
     # DISTINCT, or a GROUP BY, would read an index entry per job (millions of finished ones).

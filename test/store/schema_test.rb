@@ -65,7 +65,7 @@ class SchemaTest < Bobbin::TestCase
     assert_raises(Bobbin::ConfigurationError) { drain(threads: 1) }
 
     Bobbin.migrate!
-    assert_equal 9, version
+    assert_equal Bobbin::Schema::VERSION, version
     after = with_connection { |connection| shape(connection) }
     assert_equal fresh, after
     names = after["bobbin_jobs"][:indexes].map(&:first)
@@ -73,6 +73,29 @@ class SchemaTest < Bobbin::TestCase
     _, columns, _, where = after["bobbin_jobs"][:indexes].assoc("bobbin_jobs_active_job")
     assert_equal [ "active_job_id" ], columns
     assert_match(/\A\(?active_job_id IS NOT NULL\)?\z/, where, "only jobs with an Active Job id are indexed")
+  end
+
+  test "an install at version 9 upgrades to 10: the claim's queue index serves a wildcard's prefix whatever the collation" do
+    fresh = with_connection { |connection| shape(connection) }
+    with_connection do |connection| # version 9's queue index, as it created it
+      connection.remove_index(:bobbin_jobs, name: "bobbin_jobs_claim_by_prefix")
+      connection.add_index(:bobbin_jobs, %i[queue priority run_at id], name: "bobbin_jobs_claim_by_queue", where: "state = 'ready'")
+      connection.execute("DELETE FROM bobbin_schema")
+      connection.execute("INSERT INTO bobbin_schema (version) VALUES (9)")
+    end
+    Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ], { queue: "reports_#{i}" } ] })
+    assert_raises(Bobbin::ConfigurationError) { drain(threads: 1) }
+
+    2.times { Bobbin.migrate! }
+    assert_equal Bobbin::Schema::VERSION, version
+    after = with_connection { |connection| shape(connection) }
+    assert_equal fresh, after
+    _, columns, _, _, opclasses = after["bobbin_jobs"][:indexes].assoc("bobbin_jobs_claim_by_prefix")
+    assert_equal %w[queue priority run_at id], columns
+    assert_equal(postgres? ? { "queue" => :text_pattern_ops } : {}, opclasses)
+    assert_nil after["bobbin_jobs"][:indexes].assoc("bobbin_jobs_claim_by_queue")
+    drain(threads: 1, queues: [ "reports_*" ])
+    assert_equal [ 3, 0 ], Bobbin.counts.values_at("succeeded", "ready").map(&:to_i), "the wildcard's worker took every job"
   end
 
   # A plain CREATE INDEX waits for the table's writers and every write queues behind it: an upgrade from version 5 held
@@ -211,7 +234,7 @@ class SchemaTest < Bobbin::TestCase
     def shape(connection)
       %w[bobbin_jobs bobbin_processes bobbin_pauses bobbin_recurring_tasks bobbin_recurring_runs bobbin_schema].to_h do |table|
         columns = connection.columns(table).map { |c| [ c.name, c.sql_type, c.null, c.default ] }.sort
-        indexes = connection.indexes(table).map { |i| [ i.name, i.columns, i.unique, i.where ] }.sort_by(&:first)
+        indexes = connection.indexes(table).map { |i| [ i.name, i.columns, i.unique, i.where, i.opclasses ] }.sort_by(&:first)
         [ table, { columns: columns, indexes: indexes } ]
       end
     end
