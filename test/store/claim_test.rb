@@ -235,6 +235,36 @@ class ClaimTest < Bobbin::TestCase
     assert_nil store([ "mail" ]).next_run_at(now.to_f)
   end
 
+  test "a wildcard's next due time is its own queues' earliest, a paused one's left out; none is nil" do
+    now = Time.now
+    SleepJob.enqueue_at(now + 5, 0)
+    Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "quick_b", run_at: now + 20)
+    Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "quick_a", run_at: now + 10)
+    assert_in_delta (now + 10).to_f, store([ "quick_*" ]).next_run_at(now.to_f), 0.001
+    Bobbin.pause("quick_a")
+    assert_in_delta (now + 20).to_f, @store.next_run_at(now.to_f), 0.001, "a paused queue's job would wake the worker for nothing"
+    @store.close
+    assert_in_delta (now + 5).to_f, store([ "quick_*", "default" ]).next_run_at(now.to_f), 0.001
+    @store.close
+    assert_nil store([ "slow_*", "mail" ]).next_run_at(now.to_f)
+  end
+
+  # An idle worker looks for its next due time at every poll and wakeup; a wildcard's look walked the later jobs of
+  # every queue in run_at order (37 ms beside 300,000 scheduled jobs in other queues, a named queue's 0.04).
+  test "PostgreSQL: a wildcard's next due time reads only its own queues' jobs, however many others are scheduled earlier" do
+    skip_unless_postgres
+    now = Time.now
+    Bobbin.enqueue_all(Array.new(3_000) { |i| [ SleepJob, [ i ], { queue: "backlog", run_at: now + 60 + i } ] })
+    Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 0 ], queue: "quick_a", run_at: now + 7_200)
+    connection = Bobbin::Record.connection
+    connection.execute("ANALYZE bobbin_jobs")
+    sql = Bobbin::Store::PostgreSQL.new(connection, Bobbin::Store::QueueSelection.new([ "quick_*" ])).send(:next_run_at_sql)
+    nodes = TestDatabase.generic_plan_nodes(sql, [ now.to_f ])
+    read = nodes.sum { |node| node["Rows Removed by Filter"].to_i + node["Actual Rows"].to_i * node["Actual Loops"].to_i }
+    assert_operator read, :<, 300, "the plan read the other queue's 3,000 jobs: #{nodes.map { |node| node.except("Plans") }}"
+    assert_in_delta (now + 7_200).to_f, store([ "quick_*" ]).next_run_at(now.to_f), 0.001
+  end
+
   test "outcomes are written in one batch and only for jobs the process still holds" do
     ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
     store.claim(@process_id, 3)

@@ -516,14 +516,8 @@ module Bobbin
         # A candidate locked or taken by another worker meanwhile leaves the batch short: only then does `choice`'s walk
         # fill it, passing over the candidates.
         def prefix_choice(pattern, condition)
-          like = "queue LIKE #{literal(pattern)}"
           <<~SQL.strip
-            WITH RECURSIVE names(queue) AS (
-              (SELECT queue FROM bobbin_jobs WHERE state = 'ready' AND #{like} ORDER BY queue USING ~<~ LIMIT 1)
-              UNION ALL
-              SELECT (SELECT queue FROM bobbin_jobs WHERE state = 'ready' AND #{like} AND queue ~>~ names.queue ORDER BY queue USING ~<~ LIMIT 1)
-              FROM names WHERE names.queue IS NOT NULL
-            ), candidates AS MATERIALIZED (
+            WITH RECURSIVE #{prefix_queues("names", pattern)}, candidates AS MATERIALIZED (
               SELECT due.id FROM names CROSS JOIN LATERAL (
                 SELECT id, priority, run_at FROM bobbin_jobs
                 WHERE state = 'ready' AND queue = names.queue AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{condition}
@@ -540,6 +534,20 @@ module Bobbin
             UNION ALL
             SELECT id FROM (#{choice("#{condition} AND (SELECT count(*) FROM taken) < (SELECT count(*) FROM candidates) AND NOT (id = ANY(ARRAY(SELECT id FROM candidates)))")}) AS rest
             LIMIT $2
+          SQL
+        end
+
+        # A recursive CTE `name` of the queues with ready jobs that LIKE `pattern` takes (and a last NULL row): a loose
+        # scan of bobbin_jobs_claim_by_prefix, one seek per queue.
+        def prefix_queues(name, pattern)
+          like = "queue LIKE #{literal(pattern)}"
+          <<~SQL.strip
+            #{name}(queue) AS (
+              (SELECT queue FROM bobbin_jobs WHERE state = 'ready' AND #{like} ORDER BY queue USING ~<~ LIMIT 1)
+              UNION ALL
+              SELECT (SELECT queue FROM bobbin_jobs WHERE state = 'ready' AND #{like} AND queue ~>~ #{name}.queue ORDER BY queue USING ~<~ LIMIT 1)
+              FROM #{name} WHERE #{name}.queue IS NOT NULL
+            )
           SQL
         end
 
@@ -566,13 +574,34 @@ module Bobbin
         end
 
         # Walks bobbin_jobs_state_run_at (state, run_at, id) from the first ready row due after $1, and stops at the
-        # first row of a selected, unpaused queue.
+        # first row of a selected, unpaused queue. With a wildcard that walk read the later jobs of every other queue
+        # (37 ms each time an idle worker looked, beside 300,000 scheduled jobs): the earliest of each selected queue's
+        # next job instead, in bobbin_jobs_state_queue (state, queue, run_at), its queues found as the claim finds them.
         def next_run_at_sql
+          return prefix_next_run_at_sql if @selection.prefixes.any? && !@selection.all?
+
           <<~SQL
             SELECT EXTRACT(EPOCH FROM run_at)::float8 FROM bobbin_jobs
             WHERE state = 'ready' AND run_at > (to_timestamp($1::float8) AT TIME ZONE 'UTC') #{queue_condition}
               AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
             ORDER BY run_at LIMIT 1
+          SQL
+        end
+
+        def prefix_next_run_at_sql
+          patterns = @selection.like_patterns.each_with_index.map { |pattern, index| [ "prefix#{index}", pattern ] }
+          queues = patterns.map { |name, _| "SELECT queue FROM #{name} WHERE queue IS NOT NULL" }
+          queues << "SELECT unnest(ARRAY[#{@selection.names.map { |queue| literal(queue) }.join(', ')}]::text[])" if @selection.names.any?
+          <<~SQL
+            WITH RECURSIVE #{patterns.map { |name, pattern| prefix_queues(name, pattern) }.join(', ')}
+            SELECT EXTRACT(EPOCH FROM MIN(next.run_at))::float8 FROM (#{queues.join(' UNION ALL ')}) AS selected(queue)
+            CROSS JOIN LATERAL (
+              SELECT run_at FROM bobbin_jobs
+              WHERE state = 'ready' AND queue = selected.queue AND run_at > (to_timestamp($1::float8) AT TIME ZONE 'UTC')
+              ORDER BY run_at LIMIT 1
+            ) AS next
+            WHERE selected.queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
+            HAVING MIN(next.run_at) IS NOT NULL
           SQL
         end
 
