@@ -2,7 +2,7 @@
 
 require "puma/plugin"
 
-# `plugin :bobbin` in config/puma.rb: once Puma has booted, forks `bobbin start` (the supervisor and the workers
+# `plugin :bobbin` in config/puma.rb: once Puma has booted, starts `bobbin start` (the supervisor and the workers
 # of config/bobbin.yml) beside it, in a process group of its own, and stops it with Puma. If the supervisor dies,
 # Puma stops gracefully too, once the workers it left have stopped, and exits with status 1 (a process manager
 # restarts both); if Puma dies, the supervisor notices within a second and stops gracefully. A restart of Puma,
@@ -32,42 +32,31 @@ Puma::Plugin.create do
       events.public_send(events.respond_to?(name) ? name : old_name, &block)
     end
 
-    # Its own process group: when it dies (kill -9), the workers it leaves are found by it, to be stopped and waited for.
-    def run_supervisor
-      Process.setpgid(0, 0)
-      close_listeners
-      close_master_pipe
-      Thread.new { sleep(1) until Process.ppid != @puma_pid; Process.kill(:TERM, Process.pid) }
-      require "bobbin"
-      exit!(Bobbin::CLI.start([ "start" ]))
-    rescue Exception => error # rubocop:disable Lint/RescueException -- a fork of Puma must never run Puma's at_exit hooks
-      warn("bobbin (puma plugin): #{error.class}: #{error.message}")
-      exit!(1)
+    # `bobbin start` (puma/plugin/bobbin/supervisor.rb) spawned as a process of its own, not forked from Puma: a fork taken
+    # while a request of Puma's was inside an SQLite call (its write waiting on another process's lock) hung for ever
+    # in the sqlite3 gem's after-fork close of that connection, whose mutex the request's thread held, and no job ran
+    # (a trial). A fresh process inherits no connection, no listening socket of Puma's (close_others: a Bobbin that
+    # held them kept a killed Puma's port in use while it finished its jobs, and the pipe whose end tells a clustered
+    # Puma's workers their master died) and no at_exit hook. Its own process group: when it dies (kill -9), the workers
+    # it leaves are found by it, to be stopped and waited for. Puma's Bundler (`bin/rails server` sets no RUBYOPT).
+    def spawn_supervisor
+      script = File.expand_path("bobbin/supervisor.rb", __dir__)
+      env, setup = gemfile ? [ { "BUNDLE_GEMFILE" => gemfile }, "-rbundler/setup" ] : [ {}, nil ]
+      Process.spawn(env, RbConfig.ruby, *setup, script, @puma_pid.to_s, pgroup: true, close_others: true)
     end
 
-    # Puma's listening sockets (its binds, its control app's), which the fork inherits. Left open in Bobbin's processes,
-    # they outlived a Puma killed while Bobbin's jobs finished: a Puma started again could not bind its port
-    # (EADDRINUSE), and requests to it hung in the listen queue instead of being refused (a trial).
-    def close_listeners
-      ObjectSpace.each_object(::BasicSocket) do |socket|
-        socket.close if (socket.is_a?(::TCPServer) || socket.is_a?(::UNIXServer)) && !socket.closed?
-      end
-    end
-
-    # A clustered Puma's workers exit when its master dies, on the end of a pipe only the master holds open for writing
-    # (Puma::Cluster's @suicide_pipe; Puma closes it in each worker it forks). The fork inherited it: a killed master's
-    # workers went on serving requests until Bobbin had finished its jobs (a trial). Closed here as Puma closes it.
-    def close_master_pipe
-      runner = @launcher.instance_variable_get(:@runner)
-      pipe = runner&.instance_variable_get(:@suicide_pipe)
-      pipe.close if pipe.is_a?(IO) && !pipe.closed?
+    # The Gemfile of Puma's bundle, if it runs in one.
+    def gemfile
+      ::Bundler.default_gemfile.to_s if defined?(::Bundler)
+    rescue ::Bundler::GemfileNotFound
+      nil
     end
 
     # Puma booted: at start, and again after each restart.
     def start_supervisor
       return @start_pending = true if @replaced # after a phased restart: once the old one has stopped (watch_supervisor)
 
-      @pid = fork { run_supervisor }
+      @pid = spawn_supervisor
       stop_on_puma_term
     end
 
