@@ -187,9 +187,12 @@ module Bobbin
     # Version 10: the queue index of the claim serves a wildcard's prefix too. bobbin_jobs_claim_by_queue (queue,
     # priority, run_at, id) bounded `queue LIKE 'llm\_%'` only under the C collation, so a wildcard's claim read the due
     # jobs of every other queue (a review: 40 ms a claim beside 300,000). create_jobs builds its successor,
-    # bobbin_jobs_claim_by_prefix, first: the claims of named queues always have one of them.
+    # bobbin_jobs_claim_by_prefix, first: the claims of named queues always have one of them. And the jobs that
+    # stalled a fiber pool's loop (the dashboard's "Every job that stalled"), newest first: without an index that page
+    # walked every job from the newest (a review); a job that never stalled has no entry in it.
     def prefix_claim_index(connection)
       remove_index(connection, :bobbin_jobs, "bobbin_jobs_claim_by_queue")
+      add_index(connection, :bobbin_jobs, %i[id], "bobbin_jobs_stalled", "stalls > 0")
     end
 
     def add_column(connection, table, column, type, **options)

@@ -123,6 +123,21 @@ class OperatorPagingTest < Bobbin::TestCase
     end
   end
 
+  # The processes page links to every job that stalled a fiber pool's loop, newest first: found by walking every job
+  # from the newest, a page of the few that stalled read the whole table (a review).
+  test "the jobs that stalled are read from their own index, newest first, not by walking every job" do
+    stalled = insert_jobs(3, state: "succeeded", finished_at: Time.now.utc, stalls: 1, longest_stall_ms: 120)
+    insert_jobs(3_000, state: "succeeded", finished_at: Time.now.utc)
+    Bobbin::JobRecord.connection.execute(postgres? ? "ANALYZE bobbin_jobs" : "ANALYZE")
+    statements = []
+    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") { |*, payload| statements << payload if payload[:sql].include?("ORDER BY") }
+    page = Bobbin::Operator.jobs({ stalled: true }, limit: 50)
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+    assert_equal stalled.reverse, page.jobs.map(&:id)
+    plan = Bobbin::JobRecord.connection.explain(statements.last[:sql], statements.last[:binds])
+    assert_match(/bobbin_jobs_stalled/, plan)
+  end
+
   private
     # The plan of `statement` with sequential scans priced out on PostgreSQL: at 2,000 rows a whole-table scan can
     # be the cheaper plan (it was once on CI), and what is checked is whether the cursor can bound an index scan.
