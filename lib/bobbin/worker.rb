@@ -87,6 +87,7 @@ module Bobbin
       @exit_status = 0
       @name = name || "#{@executor.mode}-#{size}"
       @supervisor = supervisor
+      @claiming = Mutex.new # held from a claim's statement until its jobs are the executor's (see release_lost)
     end
 
     # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate); TSTP makes it quiet, TTIN logs where
@@ -206,6 +207,37 @@ module Bobbin
 
     # True while job `id` is handed to this worker's executor (running, or queued for a slot).
     def running?(id) = !@executor.job(id).nil?
+
+    # Called by the heartbeat (`store`: its own): returns to ready the rows claimed for this worker that it does not
+    # hold, and returns how many. A claim whose answer never reached the worker but which committed on the server (a
+    # session given up on while its statement was still to run, as when the server froze; a connection lost after the
+    # commit; an exception between the commit and the executor) left its jobs running, claimed by a live process, which
+    # recovery never touches: they stayed so until the worker restarted. Never while a claim of this worker is under
+    # way on its live session (its jobs are not the executor's yet): the claim loop then does it itself once that
+    # claim's jobs are the executor's (with work waiting it claims back to back, and a beat would seldom find it
+    # between two claims). A claim on a session the worker gave up on commits once or never, and is released by the
+    # first beat after. One statement on the partial index of running jobs (bobbin_jobs_running), which reads this
+    # worker's running rows only and, with none lost, writes nothing. `store`: nil for the claimer's.
+    def release_lost(store = nil)
+      return 0 unless @claimer
+      unless @claiming.try_lock
+        @lost_wanted = true
+        return 0
+      end
+
+      begin
+        @lost_wanted = false
+        released = @claimer.release_all(keep: held_ids, store: store)
+      ensure
+        @claiming.unlock
+      end
+      return released if released.zero?
+
+      Bobbin.logger.warn("bobbin worker #{@process_id}: #{released} #{'job'.pluralize(released)} it claimed without taking " \
+                         "#{released == 1 ? 'it' : 'them'} (a claim whose answer was lost) returned to ready")
+      @waker.wake if room?
+      released
+    end
 
     # Writes the outcomes known so far (after a write under way); false when the database is unavailable.
     def flush_outcomes = !@outcomes.flush.nil?
@@ -358,13 +390,21 @@ module Bobbin
           end
           @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
           @full = false
-          jobs = @claimer.next_jobs(wait: wait)
-          jobs.each { |job| @executor.post(job) { perform(job) } }
+          jobs = @claiming.synchronize { @claimer.next_jobs(wait: wait).each { |job| @executor.post(job) { perform(job) } } }
+          release_lost_wanted if @lost_wanted
           next if @claimer.backlog?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
           idle unless drain && @executor.busy.zero?
         end
+      end
+
+      # The heartbeat's release_lost, which found a claim under way: the claim's jobs are the executor's now. With the
+      # database gone, the next beat tries again (and the claimer's next claim reconciles).
+      def release_lost_wanted
+        release_lost
+      rescue Store::Unavailable
+        nil
       end
 
       # A quiet worker claims nothing. Once, it hands back the jobs it claimed ahead (queued, not started), so other

@@ -21,6 +21,7 @@ module Bobbin
         @interval = interval
         @outage = OutageLog.new("bobbin worker #{worker.process_id}: heartbeat")
         @reclaims = OutageLog.new("bobbin worker #{worker.process_id}: taking back its recovered jobs")
+        @lost = OutageLog.new("bobbin worker #{worker.process_id}: returning the jobs of its lost claims")
         @signal = Thread::Queue.new
       end
 
@@ -76,6 +77,7 @@ module Bobbin
           Recovery.beat!
           held = @worker.held_attempts
           kept = held.empty? ? 0 : reclaim(held)
+          release_lost
           @outage.succeeded
           return if registered && kept.zero?
 
@@ -93,6 +95,14 @@ module Bobbin
         rescue Store::Locked => error
           @reclaims.failed(error)
           0
+        end
+
+        # Returns to ready the rows claimed for this worker that it never took (Worker#release_lost). A table lock makes
+        # it wait, logged as its own task, until the next beat.
+        def release_lost
+          @worker.release_lost(@store).tap { @lost.succeeded }
+        rescue Store::Locked => error
+          @lost.failed(error)
         end
 
         # True while a job holds the event loop past the stall threshold, and once more after it let go: the process
