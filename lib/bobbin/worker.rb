@@ -128,6 +128,8 @@ module Bobbin
       # counting from now. Counted from the first stop, a QUIT 8 s into a TERM's wait found the stop overdue at once
       # and exited 3, cutting jobs' unwinding short and charging them a crash (a review).
       @wait_ends = [ @wait_ends || Float::INFINITY, Bobbin.monotonic + @shutdown_timeout ].min
+      # Its database calls end by then too, answered or not (a frozen server held a TERM ~60 s: a review).
+      [ @claims, @writer ].each { |store| store&.deadline = @wait_ends + STOP_GRACE }
       @stopping = true
       Worker.mark_stopping(self, true)
       @waker.wake
@@ -342,7 +344,7 @@ module Bobbin
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
         Instrumentation.instrument(:start_process, process_event)
-        @claimer = Claimer.new(self, Store.open(@selection), @executor)
+        @claimer = Claimer.new(self, @claims = Store.open(@selection), @executor)
         Wakeups.subscribe(self)
         @writer = Store.open(@selection)
         @outcomes = OutcomeBuffer.new(@writer, @process_id, on_written: method(:outcomes_written))
@@ -480,7 +482,9 @@ module Bobbin
         end
         @outcomes.stop
         @heartbeat.stop
-        services.each(&:join)
+        # A service still waiting on the database once the stop is due is left behind: a lone worker's heartbeat keeps
+        # house on Active Record's session, which a frozen server never answers (the stop waited for it for ever).
+        services.each { |service| service.join(@wait_ends && [ @wait_ends + STOP_GRACE - Bobbin.monotonic, 1 ].max) || service.kill }
         @detector&.stop # its last look reports a job that held the loop until just now: counted on its row below, not lost
         @stall_log&.flush(@writer)
         @stuck = @executor.held_ids
@@ -584,7 +588,7 @@ module Bobbin
       def unreleasable = @stuck | @executor.held_ids | (@outcomes&.pending_ids || [])
 
       def deregister
-        ProcessRecord.where(id: @process_id).delete_all
+        ProcessRecord.deregister(@process_id)
         Instrumentation.instrument(:stop_process, process_event)
       end
 

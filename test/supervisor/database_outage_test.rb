@@ -188,6 +188,40 @@ class DatabaseOutageTest < Bobbin::TestCase
     FileUtils.rm_f(config.path) if config
   end
 
+  # The pids of the local cluster's server and its backends, to freeze (SIGSTOP) with signal_each: the server stops
+  # answering without closing a socket, as a hung host or middlebox does.
+  def server_pids(cluster)
+    main = Integer(File.read(File.join(`pg_lsclusters -h`.lines.map(&:split).find { |fields| fields.first(2) == cluster }[5], "postmaster.pid")).lines.first)
+    [ main, *`pgrep -P #{main}`.split.map(&:to_i) ]
+  end
+
+  # Its statements waited half of process_alive_threshold for an answer and its reconnects ~20 s more, one after the
+  # other: a lone worker's TERM took a minute with the default threshold (here 600 s: ten minutes).
+  test "PostgreSQL frozen: a lone worker's TERM still stops it, its job left to recovery, while the server stays frozen" do
+    cluster = cluster!
+    log = log_file("frozen-worker-stop")
+    config = start_config({ "fibers" => 5 }, heartbeat_interval: 1, process_alive_threshold: 600)
+    frozen = []
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "-c", config.path, "--shutdown-timeout", "1", log: log)
+      Bobbin.enqueue_all([ [ SleepJob, [ 600 ] ] ])
+      wait_for("the job to start") { Bobbin.counts["running"] == 1 }
+      frozen = server_pids(cluster)
+      signal_each(:STOP, frozen)
+      Process.kill(:TERM, pids.first)
+      status = wait_exit(pids.first, timeout: 60)
+      assert status&.success?, "the worker exited while the server was frozen:\n#{File.read(log)}"
+      signal_each(:CONT, frozen)
+      frozen = []
+    end
+    assert_match(/stopped with the database unavailable \(.*the worker's stop is due.*\): its unfinished jobs stay claimed/, File.read(log))
+    assert_equal "running", query { Bobbin::JobRecord.sole.state }, "left claimed for recovery"
+  ensure
+    signal_each(:CONT, frozen) if frozen
+    FileUtils.rm_f(config.path) if config
+  end
+
   # Sends `signal` to each of the server's `pids`; a backend that exited since they were listed (its client gone) is
   # passed over (ESRCH failed a CI run).
   def signal_each(signal, pids)

@@ -32,6 +32,21 @@ module Bobbin
               metadata: metadata_json(metadata), last_heartbeat_at: now, created_at: now)
     end
 
+    # Seconds a stopping process waits for the database to remove its row (see deregister).
+    DEREGISTER_WAIT = 3
+
+    # Removes process `id`'s row as it stops, waiting for the database at most `within` seconds; raises
+    # Store::Unavailable past them. A frozen server (or a network that drops packets without closing the connection)
+    # never answers Active Record's session, and the process's exit waited with it; the row left behind is pruned
+    # process_alive_threshold after its last heartbeat, as a killed process's is.
+    def self.deregister(id, within: DEREGISTER_WAIT)
+      deleting = Thread.new { with_connection { where(id: id).delete_all } }
+      deleting.report_on_exception = false
+      raise Store::Unavailable, "the database did not answer within #{format('%g', within)}s" unless deleting.join(within)
+
+      deleting.value
+    end
+
     # A process row's metadata as written at registration and each heartbeat: with this process's own
     # process_alive_threshold, by which every other process judges its silence, and its pid space.
     def self.metadata_json(metadata)

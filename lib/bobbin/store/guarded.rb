@@ -24,6 +24,17 @@ module Bobbin
         class_eval("def #{name}(...) = guard(:#{name}) { @store.#{name}(...) }", __FILE__, __LINE__) # def claim(...) = guard(:claim) { @store.claim(...) }
       end
 
+      # The monotonic time by which a stopping worker must be done with the database (nil: no hurry). Past it, a
+      # statement waits at most a second more for its answer and a lost session is not opened again: a frozen server
+      # held a TERM for as long as each of them (half of process_alive_threshold, then ~20 s of reconnect attempts).
+      # Set from a signal handler (no lock).
+      attr_reader :deadline
+
+      def deadline=(at)
+        @deadline = at
+        @store.deadline = at
+      end
+
       # Closes the underlying connection.
       def close = @lock.synchronize { @store.close }
 
@@ -50,11 +61,17 @@ module Bobbin
           true
         end
 
+        # Opens a new session; while a deadline is set, only until then.
         def reconnect
           @broken = true
-          @store.reconnect!
+          left = @deadline && @deadline - Bobbin.monotonic
+          raise Unavailable, "database still unavailable, and the worker's stop is due: no new session" if left && left <= 0
+
+          left ? Timeout.timeout(left) { @store.reconnect! } : @store.reconnect!
           @broken = false
-        rescue StandardError => error
+        rescue Unavailable
+          raise
+        rescue StandardError, Timeout::Error => error
           raise Unavailable, "database still unavailable: #{Store.reason(error)}"
         end
     end

@@ -382,6 +382,9 @@ module Bobbin
       # Reopens the connection after an outage.
       def reconnect! = @adapter.reconnect!
 
+      # When a stopping worker stops waiting for answers (see Guarded#deadline).
+      attr_writer :deadline
+
       # True when the server has closed this session while it sat idle. Reading what waits on its socket, without
       # blocking, finds the goodbye: the server's FATAL message takes one read and the end of the stream after it
       # another (a reset fails the first).
@@ -433,14 +436,22 @@ module Bobbin
         # claims and outcome writes waiting without a word until other hosts declared it dead (a trial). It is now an
         # outage like a lost connection: the session is closed (its late answer is never read) and the next call
         # opens another. Bobbin's statements take milliseconds, and their lock waits at most Store.lock_wait.
+        # A stopping worker's deadline (see Guarded#deadline) ends the wait sooner: it waits a second at a time.
         def answer(raw)
           yield
           within = Bobbin.config.process_alive_threshold / 2.0
-          return raw.get_last_result if raw.block(within)
+          started = Bobbin.monotonic
+          until raw.block([ within, 1.0 ].min)
+            waited = Bobbin.monotonic - started
+            due = @deadline && Bobbin.monotonic >= @deadline
+            next unless waited >= within || due
 
-          @adapter.disconnect!
-          raise PG::ConnectionBad, "PostgreSQL did not answer within #{format('%g', within)}s (half of process_alive_threshold): " \
-                                   "a server, pooler or network that stopped answering without closing the connection?"
+            @adapter.disconnect!
+            raise PG::ConnectionBad, "PostgreSQL did not answer within #{format('%g', due ? waited.round(1) : within)}s " \
+                                     "(#{due ? "and the worker's stop is due" : 'half of process_alive_threshold'}): " \
+                                     "a server, pooler or network that stopped answering without closing the connection?"
+          end
+          raw.get_last_result
         end
 
         # A name the statement's text decides. Through a pooler in transaction mode (before PgBouncer 1.21) sessions

@@ -185,6 +185,9 @@ module Bobbin
       # Reopens the connection after an outage.
       def reconnect! = @adapter.reconnect!
 
+      # Unused: SQLite's waits end with its busy timeout (see Guarded#deadline).
+      attr_writer :deadline
+
       # Closes the connection.
       def close = @adapter.disconnect!
 
