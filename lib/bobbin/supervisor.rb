@@ -200,12 +200,12 @@ module Bobbin
         Instrumentation.instrument(:stop_process, process_event)
       end
 
-      # Removes this supervisor's row as it exits; with the database unreachable the row stays, and is pruned
-      # process_alive_threshold after its last heartbeat.
+      # Removes this supervisor's row as it exits; with the database unreachable (or not answering: a frozen server
+      # held the exit until it thawed) the row stays, and is pruned process_alive_threshold after its last heartbeat.
       def deregister
         @beating&.join(1) || @beating&.kill # a beat after the delete would put the row back
-        ProcessRecord.where(id: @process.id).delete_all
-      rescue ActiveRecord::ActiveRecordError => error
+        ProcessRecord.deregister(@process.id)
+      rescue ActiveRecord::ActiveRecordError, Store::Unavailable => error
         Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: stopped with the database unavailable (#{Store.reason(error)}); " \
                            "its row is pruned #{format("%g", Bobbin.config.process_alive_threshold)}s after its last heartbeat")
       end

@@ -222,6 +222,31 @@ class DatabaseOutageTest < Bobbin::TestCase
     FileUtils.rm_f(config.path) if config
   end
 
+  # Its row's DELETE, on Active Record's session, waited for an answer for as long as the server stayed frozen.
+  test "PostgreSQL frozen: a supervisor's TERM still ends it, its row left to be pruned, while the server stays frozen" do
+    cluster = cluster!
+    log = log_file("frozen-supervisor-stop")
+    config = start_config({ "fibers" => 2 }, heartbeat_interval: 1, process_alive_threshold: 600, shutdown_timeout: 1)
+    frozen = []
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "-c", config.path, log: log)
+      wait_for("the worker registered") { Bobbin::ProcessRecord.where(kind: "worker").exists? }
+      frozen = server_pids(cluster)
+      signal_each(:STOP, frozen)
+      Process.kill(:TERM, pids.first)
+      status = wait_exit(pids.first, timeout: 60)
+      assert status&.success?, "the supervisor exited while the server was frozen:\n#{File.read(log)}"
+      signal_each(:CONT, frozen)
+      frozen = []
+    end
+    assert_match(/bobbin supervisor \d+: stopped with the database unavailable \(.*did not answer.*\); its row is pruned 600s after its last heartbeat/, File.read(log))
+    assert query { Bobbin::ProcessRecord.exists?(kind: "supervisor") }, "its row is left"
+  ensure
+    signal_each(:CONT, frozen) if frozen
+    FileUtils.rm_f(config.path) if config
+  end
+
   # Sends `signal` to each of the server's `pids`; a backend that exited since they were listed (its client gone) is
   # passed over (ESRCH failed a CI run).
   def signal_each(signal, pids)
