@@ -556,11 +556,12 @@ module Bobbin
       # Jobs that ignore their interrupt cannot be returned to ready while they run. A process of its own exits
       # now, its row left in place as a killed worker's is: its supervisor recovers them as it sees the exit (else
       # the host's next process, its pid being gone, or another host once the row is silent). An embedded worker
-      # leaves them claimed and says so (an async supervisor's worker: its supervisor returns them, and exits).
+      # leaves them claimed, its row beating until they end (outlive_stuck; an async supervisor's worker: its
+      # supervisor returns them, and exits).
       def abandon(stuck)
         @stuck = stuck
         Bobbin.logger.error("bobbin worker #{@process_id}: jobs #{stuck.join(', ')} did not stop within #{STOP_GRACE}s " \
-                            "of their interrupt; #{@owns_process ? 'exiting so they can be recovered' : 'they stay claimed'}")
+                            "of their interrupt; #{if @owns_process then 'exiting so they can be recovered' elsif @supervisor then 'they stay claimed' else 'they stay claimed, its row beating until they end' end}")
         return unless @owns_process
 
         finish(stuck_loop: true)
@@ -577,10 +578,35 @@ module Bobbin
         Worker.mark_stopping(self, false)
         Wakeups.unsubscribe(self)
         @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
-        deregister if @process_id && !((@owns_process || @supervisor) && @stuck.any?) # the row names who holds them
+        return outlive_stuck if @stuck.any? && !@owns_process && @supervisor.nil? && !stuck_loop
+
+        deregister if @process_id && @stuck.empty? # the row names who holds them
         [ (@claimer unless stuck_loop), @writer ].compact.each(&:close)
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
+      end
+
+      # An embedded worker (no process of its own to exit, no supervisor) whose jobs outlived their interrupt, on threads
+      # its kill could not end: its row stays and beats while they run, as a forked worker's process stays until they
+      # end. Removed as it returned, the row left them claimed by no process, and the next recovery anywhere ran them
+      # again beside their first run (a review). Once they end they go back to ready and the row goes.
+      def outlive_stuck
+        @claimer.close
+        @loop_thread = nil # the heartbeat beats for the jobs now, not for a loop
+        heartbeat = Heartbeat.new(self, @writer, title: false)
+        beating = Thread.new { heartbeat.run }
+        Thread.new do
+          sleep(Heartbeat::TICK) while @executor.held_ids.intersect?(@stuck)
+          heartbeat.stop
+          beating.join
+          released = @claimer.release_all(store: @writer)
+          deregister
+          Bobbin.logger.info("bobbin worker #{@process_id}: its jobs that outlived their interrupt ended; #{released} handed back, its row removed")
+        rescue StandardError => error
+          Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
+        ensure
+          @writer.close
+        end
       end
 
       # Jobs a release at the stop must leave claimed: those still in the executor's hands (stuck), and finished ones

@@ -112,4 +112,26 @@ class ShutdownTest < Bobbin::TestCase
   end
 
   teardown { FileUtils.rm_f([ @log, @second_log ].compact) if passed? }
+
+  # An embedded worker (Worker#run) removed its row as it returned, its job still running on a thread its kill could
+  # not end: the job named no live process, and the next recovery anywhere ran it again beside the first run.
+  test "an embedded worker whose job outlives its kill keeps its row beating: the job is not run again while it runs" do
+    gate = File.join(Dir.mktmpdir, "gate")
+    id = DeafJob.enqueue("deaf", gate)
+    worker = Bobbin::Worker.new(threads: 1, shutdown_timeout: 0, polling_interval: 0.05)
+    runner = Thread.new { worker.run }
+    wait_for("the job to start") { StartEntry.exists?(key: "deaf") }
+    worker.stop
+    runner.join
+    Bobbin::Recovery.prune # as another process's housekeeping does
+    assert_equal [ "running", worker.process_id ], Bobbin::JobRecord.where(id: id).pick(:state, :claimed_by), "still claimed by its worker"
+    assert Bobbin::ProcessRecord.exists?(worker.process_id), "the worker's row stays while the job runs"
+    FileUtils.touch(gate)
+    wait_for("the worker's row to go once the job's thread ended") { !Bobbin::ProcessRecord.exists?(worker.process_id) }
+    assert_equal "ready", Bobbin::JobRecord.find(id).state, "handed back, as a killed thread's job is"
+    Bobbin::Worker.new(threads: 1).run_until_empty
+    assert_equal 2, StartEntry.where(key: "deaf").count, "run again once, after its first run ended"
+  ensure
+    FileUtils.touch(gate) if gate # the deaf thread ends, or it would hold this process's exit
+  end
 end
