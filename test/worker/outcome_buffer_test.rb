@@ -56,6 +56,34 @@ class OutcomeBufferTest < Bobbin::TestCase
     assert_equal [ jobs[2].id ], @store.claim(process_id, 3).map(&:id), "the retry waits for its time; the job recovery gave back runs"
   end
 
+  # Recovery fails a job blamed for a crash once it is out of crash retries. A worker only cut off (frozen, partitioned)
+  # that then finishes it is no crash: its outcome is what happened, where the job stayed failed with ProcessDied
+  # though it had succeeded (a review), and a user retrying it ran it again. An operator's retry since is left alone.
+  test "outcomes of jobs recovery failed while their worker was cut off land as they ended, unless retried since" do
+    Bobbin.config.set(crash_retries: 1)
+    process_id = Bobbin::ProcessRecord.register(kind: "test", name: "outcomes").id
+    @store = Bobbin::Store.open(Bobbin::Store::QueueSelection.new([ "*" ]))
+    failed_ids = Array.new(2) do |i|
+      id = SleepJob.enqueue(i)
+      Bobbin::JobRecord.where(id: id).update_all(max_attempts: 1)
+      2.times do # one in flight at a time, so blamed: its second crash is past its crash retry
+        assert_equal [ id ], @store.claim(process_id, 1).map(&:id)
+        assert_equal 1, Bobbin::Recovery.recover(process_id, "process #{process_id} stopped heartbeating")
+      end
+      assert_equal [ "failed", Bobbin::ProcessDied.name ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class)
+      id
+    end
+    assert Bobbin::Operator.retry(failed_ids.last, by: "ops")
+
+    log = bobbin_log do
+      buffer = Bobbin::Worker::OutcomeBuffer.new(@store, process_id)
+      failed_ids.each { |id| buffer << outcome(Bobbin::JobRecord.find(id)) }
+      buffer.flush
+    end
+    assert_equal [ "succeeded", "ready" ], Bobbin::JobRecord.where(id: failed_ids).order(:id).pluck(:state), log
+    assert_match(/bobbin worker #{process_id}: 1 finished job was no longer this worker's/, log)
+  end
+
   # A write sent to a server that then froze gave up unanswered, landed once the server resumed, and the worker's
   # retry found the rows finished: it warned that 5 jobs "may have run again", all finished by itself (a trial).
   test "an outcome written again after its first write landed unseen is not taken for a job taken back" do

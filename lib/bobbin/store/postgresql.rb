@@ -19,6 +19,8 @@ module Bobbin
       # it ran the job (a network partition, a frozen host) had its finished jobs run again: its outcomes were dropped
       # as it came back, before its heartbeat could take them back (a trial: 5 of 5). Such a row gets a claimed_at again,
       # so a reclaim sent with the jobs held just before (the outcome not yet written) leaves a retry written here waiting.
+      # A job recovery failed (out of crash retries) while its worker was only cut off is such a row too: the worker's
+      # outcome is what happened, where it stayed failed with ProcessDied though it had succeeded (a review).
       FINISH = <<~SQL
         UPDATE bobbin_jobs AS j SET state = o.state, finished_at = o.finished_at, run_at = COALESCE(o.run_at, j.run_at),
           claimed_at = COALESCE(j.claimed_at, now() AT TIME ZONE 'UTC'),
@@ -27,7 +29,7 @@ module Bobbin
           last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace)
         FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[], $9::int[])
           AS o(id, state, finished_at, run_at, error_class, error_message, backtrace, attempts)
-        WHERE j.id = o.id AND j.claimed_by = $1 AND (j.state = 'running' OR (j.state IN ('ready', 'blocked') AND j.claimed_at IS NULL))
+        WHERE j.id = o.id AND j.claimed_by = $1 AND (j.state = 'running' OR (j.state IN ('ready', 'blocked', 'failed') AND j.claimed_at IS NULL))
       SQL
 
       RELEASE = <<~SQL

@@ -9,11 +9,13 @@ module Bobbin
       # it ran the job (a network partition, a frozen host) had its finished jobs run again: its outcomes were dropped
       # as it came back, before its heartbeat could take them back (a trial: 5 of 5). Such a row gets a claimed_at again,
       # so a reclaim sent with the jobs held just before (the outcome not yet written) leaves a retry written here waiting.
+      # A job recovery failed (out of crash retries) while its worker was only cut off is such a row too: the worker's
+      # outcome is what happened, where it stayed failed with ProcessDied though it had succeeded (a review).
       FINISH = <<~SQL
         UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at), attempts = COALESCE(?, attempts),
           last_error_class = COALESCE(?, last_error_class), last_error_message = COALESCE(?, last_error_message),
           last_error_backtrace = COALESCE(?, last_error_backtrace), claimed_at = COALESCE(claimed_at, ?)
-        WHERE id = ? AND claimed_by = ? AND (state = 'running' OR (state IN ('ready', 'blocked') AND claimed_at IS NULL))
+        WHERE id = ? AND claimed_by = ? AND (state = 'running' OR (state IN ('ready', 'blocked', 'failed') AND claimed_at IS NULL))
       SQL
 
       RELEASE = <<~SQL
