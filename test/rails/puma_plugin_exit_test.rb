@@ -62,14 +62,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     ensure_killed(pid) do
       port = wait_for("Puma's port") { File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1] }.to_i
       worker = job_started(name)
-      Process.kill(:KILL, pid)
-      wait_exit(pid, timeout: 10) or flunk("Puma did not die")
-      begin
-        TCPServer.new("127.0.0.1", port).close
-      rescue Errno::EADDRINUSE
-        flunk("port #{port} still in use after Puma died: Bobbin's processes keep Puma's listening socket")
-      end
-      assert_not gone?(worker), "Bobbin's worker was still finishing its job"
+      assert_port_free_once_killed(pid, port, worker)
     end
   ensure
     wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
@@ -91,17 +84,22 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 5)")
       worker = job_started(name)
       assert_not_equal second, worker
-      Process.kill(:KILL, pid)
-      wait_exit(pid, timeout: 10) or flunk("Puma did not die")
-      begin
-        TCPServer.new("127.0.0.1", port).close
-      rescue Errno::EADDRINUSE
-        flunk("port #{port} still in use after Puma died: Bobbin's processes keep Puma's listening socket")
-      end
-      assert_not gone?(worker), "Bobbin's worker was still finishing its job"
+      assert_port_free_once_killed(pid, port, worker)
     end
   ensure
     wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
+  end
+
+  # Kills Puma (`pid`) while Bobbin's `worker` finishes a job, and asserts Puma's `port` can be bound again at once.
+  def assert_port_free_once_killed(pid, port, worker)
+    Process.kill(:KILL, pid)
+    wait_exit(pid, timeout: 10) or flunk("Puma did not die")
+    begin
+      TCPServer.new("127.0.0.1", port).close
+    rescue Errno::EADDRINUSE
+      flunk("port #{port} still in use after Puma died: Bobbin's processes keep Puma's listening socket")
+    end
+    assert_not gone?(worker), "Bobbin's worker was still finishing its job"
   end
 
   test "config/puma.rb naming the plugin twice starts one supervisor, which stops with Puma" do

@@ -156,13 +156,29 @@ class DatabaseOutageTest < Bobbin::TestCase
     File.unlink(config.path) if config && File.exist?(config.path)
   end
 
+  # The pids of the local cluster's server and its backends, to freeze (SIGSTOP) with signal_each: the server stops
+  # answering without closing a socket, as a hung host or middlebox does.
+  def server_pids(cluster)
+    main = Integer(File.read(File.join(`pg_lsclusters -h`.lines.map(&:split).find { |fields| fields.first(2) == cluster }[5], "postmaster.pid")).lines.first)
+    [ main, *`pgrep -P #{main}`.split.map(&:to_i) ]
+  end
+
+  # Freezes the server, sends TERM to `pid` and asserts that it exits cleanly while the server stays frozen; thaws it.
+  def assert_stops_while_frozen(cluster, pid, log)
+    frozen = server_pids(cluster)
+    signal_each(:STOP, frozen)
+    Process.kill(:TERM, pid)
+    assert wait_exit(pid, timeout: 60)&.success?, "it exited while the server was frozen:\n#{File.read(log)}"
+  ensure
+    signal_each(:CONT, frozen) if frozen
+  end
+
   # The supervisor returned an exited worker's jobs in its signal loop: while a frozen server (or a network that drops
   # packets) left that query unanswered, a TERM waited as long, and the other workers were never told to stop.
   test "PostgreSQL frozen as a worker dies: the supervisor still passes TERM on, and recovers the dead one's job once it thaws" do
     cluster = cluster!
     log = log_file("frozen-recovery")
     config = start_config({ "threads" => 1, "processes" => 2 }, heartbeat_interval: 0.5, process_alive_threshold: 4)
-    main = Integer(File.read(File.join(`pg_lsclusters -h`.lines.map(&:split).find { |fields| fields.first(2) == cluster }[5], "postmaster.pid")).lines.first)
     frozen = []
     pids = []
     ensure_killed(pids) do
@@ -171,7 +187,7 @@ class DatabaseOutageTest < Bobbin::TestCase
       Bobbin.enqueue_all([ [ CrashSafeJob, [ 60, "dies" ] ] ])
       victim = wait_for("the job running") { Bobbin::JobRecord.where(state: "running").pick(:claimed_by) }
       victim_pid = Bobbin::ProcessRecord.find(victim).pid
-      frozen = [ main, *`pgrep -P #{main}`.split.map(&:to_i) ]
+      frozen = server_pids(cluster)
       signal_each(:STOP, frozen)
       Process.kill(:KILL, victim_pid)
       wait_for("the supervisor to see it exit") { File.read(log).include?("(pid #{victim_pid}, queues *) exited") }
@@ -188,37 +204,22 @@ class DatabaseOutageTest < Bobbin::TestCase
     FileUtils.rm_f(config.path) if config
   end
 
-  # The pids of the local cluster's server and its backends, to freeze (SIGSTOP) with signal_each: the server stops
-  # answering without closing a socket, as a hung host or middlebox does.
-  def server_pids(cluster)
-    main = Integer(File.read(File.join(`pg_lsclusters -h`.lines.map(&:split).find { |fields| fields.first(2) == cluster }[5], "postmaster.pid")).lines.first)
-    [ main, *`pgrep -P #{main}`.split.map(&:to_i) ]
-  end
-
   # Its statements waited half of process_alive_threshold for an answer and its reconnects ~20 s more, one after the
   # other: a lone worker's TERM took a minute with the default threshold (here 600 s: ten minutes).
   test "PostgreSQL frozen: a lone worker's TERM still stops it, its job left to recovery, while the server stays frozen" do
     cluster = cluster!
     log = log_file("frozen-worker-stop")
     config = start_config({ "fibers" => 5 }, heartbeat_interval: 1, process_alive_threshold: 600)
-    frozen = []
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("work", "-c", config.path, "--shutdown-timeout", "1", log: log)
       Bobbin.enqueue_all([ [ SleepJob, [ 600 ] ] ])
       wait_for("the job to start") { Bobbin.counts["running"] == 1 }
-      frozen = server_pids(cluster)
-      signal_each(:STOP, frozen)
-      Process.kill(:TERM, pids.first)
-      status = wait_exit(pids.first, timeout: 60)
-      assert status&.success?, "the worker exited while the server was frozen:\n#{File.read(log)}"
-      signal_each(:CONT, frozen)
-      frozen = []
+      assert_stops_while_frozen(cluster, pids.first, log)
     end
     assert_match(/stopped with the database unavailable \(.*the worker's stop is due.*\): its unfinished jobs stay claimed/, File.read(log))
     assert_equal "running", query { Bobbin::JobRecord.sole.state }, "left claimed for recovery"
   ensure
-    signal_each(:CONT, frozen) if frozen
     FileUtils.rm_f(config.path) if config
   end
 
@@ -227,23 +228,15 @@ class DatabaseOutageTest < Bobbin::TestCase
     cluster = cluster!
     log = log_file("frozen-supervisor-stop")
     config = start_config({ "fibers" => 2 }, heartbeat_interval: 1, process_alive_threshold: 600, shutdown_timeout: 1)
-    frozen = []
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "-c", config.path, log: log)
       wait_for("the worker registered") { Bobbin::ProcessRecord.where(kind: "worker").exists? }
-      frozen = server_pids(cluster)
-      signal_each(:STOP, frozen)
-      Process.kill(:TERM, pids.first)
-      status = wait_exit(pids.first, timeout: 60)
-      assert status&.success?, "the supervisor exited while the server was frozen:\n#{File.read(log)}"
-      signal_each(:CONT, frozen)
-      frozen = []
+      assert_stops_while_frozen(cluster, pids.first, log)
     end
     assert_match(/bobbin supervisor \d+: stopped with the database unavailable \(.*did not answer.*\); its row is pruned 600s after its last heartbeat/, File.read(log))
     assert query { Bobbin::ProcessRecord.exists?(kind: "supervisor") }, "its row is left"
   ensure
-    signal_each(:CONT, frozen) if frozen
     FileUtils.rm_f(config.path) if config
   end
 
