@@ -90,6 +90,15 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
   end
 
+  # Sends Puma (`pid`) TERM and asserts it exits and Bobbin's `supervisor` with it (skipped when Puma hangs in its own stop).
+  def assert_stops_with_puma(pid, log, supervisor)
+    Process.kill(:TERM, pid)
+    status = wait_exit(pid, timeout: 60)
+    skip("Puma hung in its own stop (puma/puma#3677), plugin or not") if status.nil? && File.read(log).include?("- Gracefully stopping")
+    assert status, File.read(log)
+    assert gone?(supervisor)
+  end
+
   # Kills Puma (`pid`) while Bobbin's `worker` finishes a job, and asserts Puma's `port` can be bound again at once.
   def assert_port_free_once_killed(pid, port, worker)
     Process.kill(:KILL, pid)
@@ -110,11 +119,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     ensure_killed(pid) do
       sleep(3) # a second supervisor starts as quickly as the first
       assert_equal [ supervisor ], supervisors(log), File.read(log)
-      Process.kill(:TERM, pid)
-      status = wait_exit(pid, timeout: 60)
-      skip("Puma hung in its own stop (puma/puma#3677), plugin or not") if status.nil? && File.read(log).include?("- Gracefully stopping")
-      assert status, File.read(log)
-      assert gone?(supervisor)
+      assert_stops_with_puma(pid, log, supervisor)
     end
   end
 
@@ -199,11 +204,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       holder.execute("ROLLBACK")
       assert_equal "written", request.value.body
       supervisor = wait_for("Bobbin's supervisor to start", timeout: 60, seen: -> { File.read(log) }) { supervisors(log).first }
-      Process.kill(:TERM, pid)
-      status = wait_exit(pid, timeout: 60)
-      skip("Puma hung in its own stop (puma/puma#3677), plugin or not") if status.nil? && File.read(log).include?("- Gracefully stopping")
-      assert status, File.read(log)
-      assert gone?(supervisor)
+      assert_stops_with_puma(pid, log, supervisor)
     end
   ensure
     holder&.close
