@@ -31,7 +31,7 @@ module Bobbin
     # ("duplicate column name", a trial): outside a migration's transaction they take turns in one of their own (Active
     # Record's SQLite transactions take the write lock as they begin, and wait for it as any writer does).
     def one_at_a_time(connection)
-      unless connection.adapter_name.match?(/postg/i)
+      unless postgresql?(connection)
         return connection.transaction_open? ? yield : connection.transaction { yield }
       end
 
@@ -270,7 +270,7 @@ module Bobbin
       end
       add_index(connection, :bobbin_jobs, %i[priority run_at id], "bobbin_jobs_claim", "state = 'ready'")
       add_index(connection, :bobbin_jobs, %i[queue priority run_at id], "bobbin_jobs_claim_by_prefix", "state = 'ready'",
-                opclass: ({ queue: :text_pattern_ops } if Store.postgresql?(connection.pool.db_config)))
+                opclass: ({ queue: :text_pattern_ops } if postgresql?(connection)))
       add_index(connection, :bobbin_jobs, %i[claimed_by], "bobbin_jobs_running", "state = 'running'")
     end
 
@@ -305,7 +305,7 @@ module Bobbin
     # reads it all (a trial: no enqueue or outcome for 9 s, at 550,000 jobs). A concurrent build that failed (the
     # process stopped, a unique index met a duplicate) leaves an invalid index behind, which is built again.
     def add_index(connection, table, columns, name, where, unique: false, opclass: nil)
-      return if connection.index_name_exists?(table, name) && !(Store.postgresql?(connection.pool.db_config) && invalid_index?(connection, name))
+      return if connection.index_name_exists?(table, name) && !(postgresql?(connection) && invalid_index?(connection, name))
 
       remove_index(connection, table, name)
       connection.add_index(table, columns, name: name, where: where, unique: unique, **{ opclass: opclass }.compact, **without_blocking(connection, table))
@@ -320,11 +320,15 @@ module Bobbin
     # How an index on `table` is built or dropped without blocking writes: CONCURRENTLY, which PostgreSQL can outside a
     # transaction; a new, empty table needs no care (and a concurrent build would wait for every older transaction).
     def without_blocking(connection, table)
-      return {} unless Store.postgresql?(connection.pool.db_config) && !connection.transaction_open?
+      return {} unless postgresql?(connection) && !connection.transaction_open?
       return {} unless connection.select_value("SELECT EXISTS (SELECT 1 FROM #{connection.quote_table_name(table)})", "Bobbin Schema")
 
       { algorithm: :concurrently }
     end
+
+    # From the connection itself: one made outside a pool (`db_config.new_connection`) has a pool without its config,
+    # and the claim's queue index was built without its text_pattern_ops there (a test's racing sessions).
+    def postgresql?(connection) = connection.adapter_name.match?(/postg/i)
 
     def invalid_index?(connection, name)
       connection.select_value("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(#{connection.quote(name)})", "Bobbin Schema")
