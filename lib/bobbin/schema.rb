@@ -8,7 +8,7 @@ module Bobbin
     VERSION = 10
     # What each version adds, after the tables of version 1. (Version 6's index, bobbin_jobs_due, is gone in 9.)
     STEPS = { 2 => :add_crashes, 5 => :add_recurring_and_concurrency, 7 => :add_operator_columns,
-              8 => :add_stall_columns, 9 => :slim_job_indexes, 10 => :prefix_claim_index }.freeze
+              8 => :add_stall_columns, 9 => :slim_job_indexes, 10 => :prefix_and_stalled_indexes }.freeze
     # Indexes of earlier versions that version 9 drops: each wrote an entry for every job at every change of state.
     # bobbin_jobs_finished (state, finished_at) is the front of bobbin_jobs_state_finished (state, finished_at, id);
     # bobbin_jobs_due (run_at) WHERE state = 'ready' walks as bobbin_jobs_state_run_at (state, run_at, id) does from
@@ -190,7 +190,7 @@ module Bobbin
     # bobbin_jobs_claim_by_prefix, first: the claims of named queues always have one of them. And the jobs that
     # stalled a fiber pool's loop (the dashboard's "Every job that stalled"), newest first: without an index that page
     # walked every job from the newest (a review); a job that never stalled has no entry in it.
-    def prefix_claim_index(connection)
+    def prefix_and_stalled_indexes(connection)
       remove_index(connection, :bobbin_jobs, "bobbin_jobs_claim_by_queue")
       add_index(connection, :bobbin_jobs, %i[id], "bobbin_jobs_stalled", "stalls > 0")
     end

@@ -129,7 +129,7 @@ module Bobbin
       # and exited 3, cutting jobs' unwinding short and charging them a crash (a review).
       @wait_ends = [ @wait_ends || Float::INFINITY, Bobbin.monotonic + @shutdown_timeout ].min
       # Its database calls end by then too, answered or not (a frozen server held a TERM ~60 s: a review).
-      [ @claims, @writer ].each { |store| store&.deadline = @wait_ends + STOP_GRACE }
+      [ @claimer&.store, @writer ].each { |store| store&.deadline = @wait_ends + STOP_GRACE }
       @stopping = true
       Worker.mark_stopping(self, true)
       @waker.wake
@@ -344,7 +344,7 @@ module Bobbin
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
         Instrumentation.instrument(:start_process, process_event)
-        @claimer = Claimer.new(self, @claims = Store.open(@selection), @executor)
+        @claimer = Claimer.new(self, Store.open(@selection), @executor)
         Wakeups.subscribe(self)
         @writer = Store.open(@selection)
         @outcomes = OutcomeBuffer.new(@writer, @process_id, on_written: method(:outcomes_written))

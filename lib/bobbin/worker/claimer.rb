@@ -27,7 +27,8 @@ module Bobbin
 
       # Claim statements sent so far (an idle worker should send one per poll, and one per announcement it wakes for),
       # and when the last was sent (epoch seconds): a rate measured between two such instants is exact.
-      attr_reader :claims, :last_claim_at
+      # `store`: the claiming session (a Store::Guarded), which a stopping worker gives its deadline.
+      attr_reader :claims, :last_claim_at, :store
 
       # Claims what this worker has room for now (waiting up to GATHER for a wave of slots while work is
       # waiting); returns the claimed jobs, [] when there is no room, no work, or no database.
