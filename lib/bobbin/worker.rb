@@ -593,6 +593,7 @@ module Bobbin
       def outlive_stuck
         @claimer.close
         @loop_thread = nil # the heartbeat beats for the jobs now, not for a loop
+        @writer.deadline = nil # and for as long as they run: a session lost meanwhile is opened again
         heartbeat = Heartbeat.new(self, @writer, title: false)
         beating = Thread.new { heartbeat.run }
         Thread.new do

@@ -118,11 +118,7 @@ class ShutdownTest < Bobbin::TestCase
   test "an embedded worker whose job outlives its kill keeps its row beating: the job is not run again while it runs" do
     gate = File.join(Dir.mktmpdir, "gate")
     id = DeafJob.enqueue("deaf", gate)
-    worker = Bobbin::Worker.new(threads: 1, shutdown_timeout: 0, polling_interval: 0.05)
-    runner = Thread.new { worker.run }
-    wait_for("the job to start") { StartEntry.exists?(key: "deaf") }
-    worker.stop
-    runner.join
+    worker = outlived_stop("deaf", gate)
     Bobbin::Recovery.prune # as another process's housekeeping does
     assert_equal [ "running", worker.process_id ], Bobbin::JobRecord.where(id: id).pick(:state, :claimed_by), "still claimed by its worker"
     assert Bobbin::ProcessRecord.exists?(worker.process_id), "the worker's row stays while the job runs"
@@ -134,4 +130,34 @@ class ShutdownTest < Bobbin::TestCase
   ensure
     FileUtils.touch(gate) if gate # the deaf thread ends, or it would hold this process's exit
   end
+
+  # Its stop's deadline (no new session past it) stayed on the session its row beats on, after the stop: a session
+  # lost then was never opened again, the row went silent while the job ran, and recovery would run it a second time.
+  test "PostgreSQL: the row beating for a job that outlived its kill beats on after its session is lost" do
+    skip_unless_postgres
+    Bobbin.config.set(heartbeat_interval: 0.5)
+    gate = File.join(Dir.mktmpdir, "gate")
+    DeafJob.enqueue("deaf-reconnect", gate)
+    worker = outlived_stop("deaf-reconnect", gate)
+    sleep(1) # past the stop's deadline
+    ours = ActiveRecord::Base.connection_pool.connections.map { |connection| connection.raw_connection.backend_pid }
+    query { Bobbin::Record.connection.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND NOT pid = ANY(ARRAY[#{ours.join(', ')}])") }
+    lost_at = query { Bobbin::ProcessRecord.now }
+    wait_for("a beat on a new session", timeout: 20) { query { Bobbin::ProcessRecord.find(worker.process_id).last_heartbeat_at } > lost_at }
+    FileUtils.touch(gate)
+    wait_for("the worker's row to go once the job's thread ended") { !Bobbin::ProcessRecord.exists?(worker.process_id) }
+  ensure
+    FileUtils.touch(gate) if gate
+  end
+
+  private
+    # An embedded worker of one thread, stopped while its DeafJob `key` (open once `gate` exists) runs past its kill.
+    def outlived_stop(key, gate)
+      worker = Bobbin::Worker.new(threads: 1, shutdown_timeout: 0, polling_interval: 0.05)
+      runner = Thread.new { worker.run }
+      wait_for("the job to start") { StartEntry.exists?(key: key) }
+      worker.stop
+      runner.join
+      worker
+    end
 end
