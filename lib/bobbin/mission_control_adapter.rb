@@ -37,12 +37,13 @@ module Bobbin
     def queue_paused?(queue_name) = QueuePause.exists?(queue: queue_name)
 
     # The jobs the relation lists (its offset and limit too). Mission Control's own rule: without a limit, count at most
-    # internal_query_count_limit rows (infinity above).
+    # internal_query_count_limit rows (infinity above), in no order: how many does not depend on it, and scheduled jobs
+    # (two states' index ranges) in run_at order were all read and sorted first, up to the cap (a review).
     def jobs_count(relation)
       return listed(relation).count if relation.limit_value_provided?
 
       cap = ::MissionControl::Jobs.internal_query_count_limit + 1
-      counted = JobRecord.from(listed(relation).select(:id).limit(cap), :capped).count
+      counted = JobRecord.from(listed(relation).unscope(:order).select(:id).limit(cap), :capped).count
       counted == cap ? Float::INFINITY : counted
     end
 

@@ -117,4 +117,46 @@ class MissionControlAdapterTest < Bobbin::TestCase
     assert rows.all? { |_, run_at, _| run_at <= Time.now.utc }, "both are due now"
     assert_equal 1, Bobbin::JobRecord.where(concurrency_key: "acct-1", state: %w[ready running]).count
   end
+
+  # What jobs_count reads of Mission Control's relation (ActiveJob::JobsRelation, mission_control-jobs' own class).
+  Relation = Struct.new(:status, :offset_value, :limit_value, :queue_name, :job_class_name, :worker_id, :recurring_task_id, :finished_at,
+                        :scheduled_at, :enqueued_at, keyword_init: true) do
+    def limit_value_provided? = !limit_value.nil?
+    def paginated? = !offset_value.to_i.zero? || limit_value_provided?
+  end
+
+  # Mission Control's count of a status (a tab's number, unlimited up to internal_query_count_limit) read scheduled jobs in
+  # run_at order: both states' index ranges read and sorted, up to 500,000 of them, for a number (a review: a Sort of
+  # 50,000 rows at 1,000,000 jobs). The count is the same in any order, its offset and cap kept.
+  test "Mission Control's count of scheduled jobs does not sort them, and counts from its offset up to its cap" do
+    unless defined?(::MissionControl::Jobs) # the gem's setting, without loading its engine
+      stub_const = true
+      ::MissionControl = Module.new unless defined?(::MissionControl)
+      ::MissionControl.const_set(:Jobs, Module.new { mattr_accessor :internal_query_count_limit, default: 500_000 })
+    end
+    later = Time.now.utc + 3600
+    insert_jobs(5, run_at: ->(i) { later + i })
+    insert_jobs(3, state: "blocked", run_at: ->(i) { later + i }, concurrency_key: "k", concurrency_limit: 1)
+    insert_jobs(2, run_at: Time.now.utc - 60)
+    insert_jobs(1, **failed_attributes)
+    statements = []
+    counted = ActiveSupport::Notifications.subscribed(->(*, payload) { statements << payload unless payload[:name] == "SCHEMA" }, "sql.active_record") do
+      adapter.jobs_count(Relation.new(status: :scheduled, offset_value: 2))
+    end
+    assert_equal 6, counted, "eight scheduled, from the third"
+    count = statements.find { |payload| payload[:sql].include?("COUNT") }
+    refute_match(/ORDER BY/i, count[:sql])
+    if postgres?
+      binds = count[:type_casted_binds].then { |values| values.respond_to?(:call) ? values.call : values }
+      plan = Bobbin::JobRecord.connection.select_values("EXPLAIN #{count[:sql]}", "plan", binds).join("\n")
+      refute_match(/Sort/, plan)
+    end
+    previous = ::MissionControl::Jobs.internal_query_count_limit
+    ::MissionControl::Jobs.internal_query_count_limit = 7
+    assert_equal 6, adapter.jobs_count(Relation.new(status: :scheduled, offset_value: 2))
+    assert_equal Float::INFINITY, adapter.jobs_count(Relation.new(status: :scheduled, offset_value: 0)), "eight, over the cap of seven"
+  ensure
+    ::MissionControl::Jobs.internal_query_count_limit = previous if previous
+    ::MissionControl.send(:remove_const, :Jobs) if stub_const
+  end
 end
