@@ -28,10 +28,10 @@ module Bobbin
 
       # Counts by state (Filter::STATES): exact up to EXACT_UP_TO per state; above it, on PostgreSQL, the planner's
       # estimate from table statistics (ANALYZE, kept fresh by autovacuum), so the overview does not count a
-      # million finished rows on every refresh. SQLite counts exactly (a covering-index count).
-      def counts(now = Time.now.utc)
+      # million finished rows on every refresh. SQLite counts exactly (a covering-index count). `states`: those alone.
+      def counts(now = Time.now.utc, states: Filter::STATES)
         estimated = []
-        by_state = Filter::STATES.to_h do |state|
+        by_state = states.to_h do |state|
           scope = Filter.new(state: state).scope(now)
           count = capped_count(scope)
           if count > EXACT_UP_TO && postgres?
