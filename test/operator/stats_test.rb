@@ -51,6 +51,28 @@ class OperatorStatsTest < Bobbin::TestCase
     assert_equal 3, counts[:ready]
   end
 
+  # With both sides of the ready state over the exact limit, each was the planner's estimate of state and run_at taken
+  # as independent: ≈ 55,772 ready and ≈ 10,001 scheduled for 10,186 and 49,814 among 1,160,000 jobs (a review), on
+  # the overview and in /metrics.
+  test "the estimates of ready and scheduled jobs, both over the exact limit, are near their numbers" do
+    skip_unless_postgres
+    connection = Bobbin::JobRecord.connection
+    insert = lambda do |count, state, run_at, finished_at|
+      connection.execute(<<~SQL)
+        INSERT INTO bobbin_jobs (queue, class_name, arguments, state, run_at, enqueued_at, finished_at)
+        SELECT 'default', 'SleepJob', '[0]', '#{state}', #{run_at}, now() AT TIME ZONE 'UTC', #{finished_at} FROM generate_series(1, #{count}) AS s(n)
+      SQL
+    end
+    insert.(15_000, "ready", "(now() AT TIME ZONE 'UTC') + n * interval '1 second'", "NULL")
+    insert.(10_500, "ready", "(now() AT TIME ZONE 'UTC') - n * interval '1 second'", "NULL")
+    insert.(100_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
+    connection.execute("ANALYZE bobbin_jobs")
+    counts = Bobbin::Operator.counts
+    assert counts.estimated?(:scheduled) && counts.estimated?(:ready)
+    assert_in_delta 15_000, counts[:scheduled], 3_000
+    assert_in_delta 10_500, counts[:ready], 3_000
+  end
+
   test "queues: sizes by state, latency of the oldest due job, paused ones listed even when empty" do
     insert_jobs(2, queue: "mail", run_at: Time.now.utc - 120)
     insert_jobs(1, queue: "mail", run_at: Time.now.utc + 600)

@@ -211,25 +211,35 @@ module Bobbin
       # blocked states by run_at, and only waiting jobs have a run_at ahead: the planner, taking state and run_at as
       # independent, estimated 917 scheduled jobs where 50,000 waited among 3,000,000 (the overview and /metrics said
       # ≈ 10,001; a trial). Each side of a stored state is that state's own estimate (an equality the planner's
-      # statistics know well) less its other side counted, when that side is under EXACT_UP_TO.
+      # statistics know well) less its other side counted, when that side is under EXACT_UP_TO; with both sides over it,
+      # see ahead_estimate.
       def estimate_state(state, scope, now)
         case state
-        when *JobRecord::WAITING then side_estimate(state, scope, JobRecord.where(state: state).where.not(run_at: ..now))
+        when *JobRecord::WAITING
+          ahead = JobRecord.where(state: state).where.not(run_at: ..now)
+          count = capped_count(ahead)
+          [ estimate(JobRecord.where(state: state)) - (count > EXACT_UP_TO ? ahead_estimate(state, now) : count), 0 ].max
         when "scheduled"
           JobRecord::WAITING.sum do |stored|
             ahead = JobRecord.where(state: stored).where.not(run_at: ..now)
             count = capped_count(ahead)
-            count > EXACT_UP_TO ? [ side_estimate(stored, ahead, JobRecord.where(state: stored, run_at: ..now)), count ].max : count
+            next count unless count > EXACT_UP_TO
+
+            due = capped_count(JobRecord.where(state: stored, run_at: ..now))
+            [ due > EXACT_UP_TO ? ahead_estimate(stored, now) : estimate(JobRecord.where(state: stored)) - due, count ].max
           end
         else estimate(scope)
         end
       end
 
-      # The estimate of `side`, the jobs of stored state `stored` on one side of now: the state's estimate less `other`
-      # (the other side) when that counts up to EXACT_UP_TO, else the planner's own for the side.
-      def side_estimate(stored, side, other)
-        count = capped_count(other)
-        count > EXACT_UP_TO ? estimate(side) : estimate(JobRecord.where(state: stored)) - count
+      # The estimate of stored state `stored`'s jobs with a run_at ahead, when more than EXACT_UP_TO of them are due too.
+      # Only waiting jobs have a run_at ahead, so the planner's estimate of every job with one (run_at's own histogram)
+      # is the ready and blocked ones together; less the other waiting state's, counted up to EXACT_UP_TO. The planner's
+      # estimate of state and run_at together, taking them as independent, said ≈ 55,772 ready and ≈ 10,001 scheduled
+      # for 10,186 and 49,814 among 1,160,000 jobs (a review).
+      def ahead_estimate(stored, now)
+        others = (JobRecord::WAITING - [ stored ]).sum { |other| capped_count(JobRecord.where(state: other).where.not(run_at: ..now)) }
+        [ estimate(JobRecord.where.not(run_at: ..now)) - others, 0 ].max
       end
 
       def estimate(scope)
