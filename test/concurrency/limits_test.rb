@@ -123,6 +123,22 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     end
   end
 
+  # A model inside an Array was written as "#<LedgerEntry:0x…>": each job loads its own instance, so each had a key of
+  # its own, and the limit held none of them back.
+  test "an Active Record model in a key counts as Class/id, also inside an Array or a Hash: its jobs share its slots" do
+    entry = LedgerEntry.create!(key: "account")
+    by_region = Class.new(LedgerJob) { bobbin_options concurrency: { to: 1, key: ->(id, region) { [ LedgerEntry.find(id), region ] } } }
+    by_hash = Class.new(LedgerJob) { bobbin_options concurrency: { to: 1, key: ->(id) { { account: LedgerEntry.find(id) } } } }
+    alone = Class.new(LedgerJob) { bobbin_options concurrency: { to: 1, key: ->(id) { LedgerEntry.find(id) } } }
+    stub_const_name(by_region, "RegionSyncJob") { 2.times { by_region.enqueue(entry.id, "eu") } }
+    stub_const_name(by_hash, "HashSyncJob") { 2.times { by_hash.enqueue(entry.id) } }
+    stub_const_name(alone, "AccountSyncJob") { 2.times { alone.enqueue(entry.id) } }
+    assert_equal %w[ready blocked], states("RegionSyncJob/LedgerEntry/#{entry.id}/eu")
+    assert_equal %w[ready blocked], states("HashSyncJob/account/LedgerEntry/#{entry.id}")
+    assert_equal %w[ready blocked], states("AccountSyncJob/LedgerEntry/#{entry.id}")
+    assert_equal 6, Bobbin::JobRecord.count
+  end
+
   # PostgreSQL reckons a holder's expiry as duration × 1 second, and an interval or timestamp past its range (about
   # 30,000 years) failed the statement: every enqueue of the key while a holder ran raised "interval out of range",
   # and the promotion pass failed for every key beside it. SQLite took the same duration.

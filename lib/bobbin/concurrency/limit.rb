@@ -80,12 +80,22 @@ module Bobbin
         { concurrency_key: key, concurrency_limit: limit, concurrency_duration: duration.to_f }
       end
 
-      # "group/value": an Active Record model as "Class/id"; keys over 255 bytes become "group/sha256-…".
+      # "group/value": an Active Record model as "Class/id", also inside an Array or Hash (`[account, region]`: a model
+      # written as itself was "#<Account:0x…>", another key for each job, and the limit held none of them back); keys
+      # over 255 bytes become "group/sha256-…".
       def self.key(group, value)
-        value = [ value.class.name, value.id ] if defined?(ActiveRecord::Base) && value.is_a?(ActiveRecord::Base)
-        key = [ group, *value ].compact.join("/")
+        key = [ group, *named(value) ].compact.join("/")
         key.bytesize <= KEY_BYTES ? key : "#{group.to_s[0, 100]}/sha256-#{Digest::SHA256.hexdigest(key)}"
       end
+
+      # `value` with its Active Record models as [Class, id], at any depth of its Arrays (a Hash's pairs are Arrays).
+      def self.named(value)
+        return [ value.class.name, value.id ] if defined?(ActiveRecord::Base) && value.is_a?(ActiveRecord::Base)
+        return value.to_a.map { |item| named(item) } if value.is_a?(Array) || value.is_a?(Hash)
+
+        value
+      end
+      private_class_method :named
 
       private
         def evaluate(option, arguments, context)
