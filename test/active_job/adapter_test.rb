@@ -66,7 +66,8 @@ class ActiveJobAdapterTest < Bobbin::TestCase
 
   test "Solid Queue's limit and duration are checked as Bobbin's own: a limit of 0 or a duration ≤ 0 is refused at perform_later" do
     SolidQueueDiscardingJob.concurrency_on_conflict = :block
-    { [ 0, 180 ] => /concurrency to: must be a whole number ≥ 1, got 0/, [ 1, -5 ] => /concurrency duration: must be a number of seconds > 0, got -5.0/,
+    { [ 0, 180 ] => /concurrency to: must be a whole number from 1 to 2147483647, got 0/,
+      [ 2**31, 180 ] => /concurrency to: must be a whole number from 1 to 2147483647, got 2147483648/, [ 1, -5 ] => /concurrency duration: must be a number of seconds > 0, got -5.0/,
       [ 1, "soon" ] => /concurrency duration: must be a number of seconds, got "soon"/ }.each do |(limit, duration), message|
       SolidQueueDiscardingJob.concurrency_limit = limit
       SolidQueueDiscardingJob.concurrency_duration = duration

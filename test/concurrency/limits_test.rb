@@ -112,6 +112,9 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
   test "bad limits are refused where they are declared or enqueued, naming the job" do
     error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job }.bobbin_options(concurrency: { to: 0, key: "x" }) }
     assert_match(/to: must be a whole number/, error.message)
+    # More than the row's integer column holds: declared, it failed every enqueue on PostgreSQL with the driver's error.
+    error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job }.bobbin_options(concurrency: { to: 2**31, key: "x" }) }
+    assert_match(/to: must be a whole number from 1 to 2147483647, got 2147483648/, error.message)
     error = assert_raises(Bobbin::ConfigurationError) { LedgerJob.dup.bobbin_options(concurrency: { to: 1 }) }
     assert_match(/needs key:/, error.message)
     error = assert_raises(Bobbin::ConfigurationError) { LedgerJob.dup.bobbin_options(concurrency: { to: 1, key: "x", per: 2 }) }
@@ -121,6 +124,9 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     stub_const_name(broken, "BrokenKeyJob") do
       assert_refused(/BrokenKeyJob: the concurrency key could not be computed \(RuntimeError: no account\)/) { broken.enqueue("k") }
     end
+    huge = Class.new(LedgerJob) { bobbin_options concurrency: { to: 2**31 - 1, key: "x" } }
+    stub_const_name(huge, "HugeLimitJob") { huge.enqueue("k") }
+    assert_equal %w[ready], states("HugeLimitJob/x"), "the largest limit the row holds is taken"
   end
 
   # A model inside an Array was written as "#<LedgerEntry:0x…>": each job loads its own instance, so each had a key of

@@ -59,11 +59,13 @@ module Bobbin
       # The job row's concurrency columns for a job whose key is `key`.
       def columns(key) = self.class.columns(key, @to, @duration)
 
-      # `to`, a whole number ≥ 1; raises ConfigurationError naming `job_name` otherwise (also for Solid Queue's limit).
+      # `to`, a whole number from 1 to what the row's integer column holds; raises ConfigurationError naming `job_name`
+      # otherwise (also for Solid Queue's limit). A larger one (10**10 meant as "no limit") was taken where declared,
+      # and every enqueue of the class then failed on PostgreSQL with the driver's "out of range for type integer".
       def self.to!(to, job_name)
-        return to if to.is_a?(Integer) && to >= 1
+        return to if to.is_a?(Integer) && to >= 1 && to <= Client::Fields::INT32.max
 
-        raise ConfigurationError, "#{job_name}: concurrency to: must be a whole number ≥ 1, got #{to.inspect}"
+        raise ConfigurationError, "#{job_name}: concurrency to: must be a whole number from 1 to #{Client::Fields::INT32.max}, got #{to.inspect}"
       end
 
       # `duration` in seconds, > 0 (at most MAX_DURATION); raises ConfigurationError naming `job_name` otherwise (also for Solid Queue's).
