@@ -145,6 +145,21 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal 6, Bobbin::JobRecord.count
   end
 
+  # A key of bytes no text column takes failed every enqueue of it with the driver's error: PostgreSQL's "string contains
+  # null byte", SQLite's "source sequence is illegal/malformed utf-8" (a key lambda's Digest#digest).
+  test "a key with a NUL or bytes that are not UTF-8 is stored hashed, and its jobs share its slots" do
+    nul = Class.new(LedgerJob) { bobbin_options concurrency: { to: 1, key: ->(name) { "#{name}\0tenant" } } }
+    digest = Class.new(LedgerJob) { bobbin_options concurrency: { to: 1, key: ->(name) { Digest::SHA256.digest(name) } } }
+    stub_const_name(nul, "NulKeyJob") { [ "a", "a", "b" ].each { |name| nul.enqueue(name) } }
+    stub_const_name(digest, "DigestKeyJob") { [ "a", "a", "b" ].each { |name| digest.enqueue(name) } }
+    { "NulKeyJob" => "a\0tenant", "DigestKeyJob" => Digest::SHA256.digest("a") }.each do |group, value|
+      key = Bobbin::Concurrency::Limit.key(group, value)
+      assert_match(%r{\A#{group}/sha256-\h{64}\z}, key)
+      assert_equal %w[ready blocked], states(key), "the same bytes, the same slots"
+    end
+    assert_equal 4, Bobbin::JobRecord.where(state: "ready").count, "another key's job has slots of its own"
+  end
+
   # PostgreSQL reckons a holder's expiry as duration × 1 second, and an interval or timestamp past its range (about
   # 30,000 years) failed the statement: every enqueue of the key while a holder ran raised "interval out of range",
   # and the promotion pass failed for every key beside it. SQLite took the same duration.

@@ -84,10 +84,15 @@ module Bobbin
 
       # "group/value": an Active Record model as "Class/id", also inside an Array or Hash (`[account, region]`: a model
       # written as itself was "#<Account:0x…>", another key for each job, and the limit held none of them back); keys
-      # over 255 bytes become "group/sha256-…".
+      # over 255 bytes, or that are not UTF-8 text without NULs, become "group/sha256-…".
       def self.key(group, value)
         key = [ group, *named(value) ].compact.join("/")
-        key.bytesize <= KEY_BYTES ? key : "#{group.to_s[0, 100]}/sha256-#{Digest::SHA256.hexdigest(key)}"
+        text = key.dup.force_encoding(Encoding::UTF_8)
+        return text if text.bytesize <= KEY_BYTES && text.valid_encoding? && !text.include?("\0")
+
+        # Too long, or bytes no text column takes (a key lambda's Digest#digest, a NUL): failed every enqueue of the key
+        # with the driver's error (PostgreSQL: "string contains null byte"; SQLite: "source sequence is illegal/malformed utf-8").
+        "#{Store.text(group.to_s, 100)}/sha256-#{Digest::SHA256.hexdigest(key)}"
       end
 
       # `value` with its Active Record models as [Class, id], at any depth of its Arrays (a Hash's pairs are Arrays).
