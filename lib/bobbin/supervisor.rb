@@ -191,23 +191,29 @@ module Bobbin
         @outage.succeeded
       end
 
-      # What every exit does, the one past stuck threads too: stop the clock, remove the row, say so.
+      # What every exit does, the one past stuck threads too: stop the clock, remove the row, say so. The clock's pass
+      # under way and the row's DELETE wait for the database together: one after the other, a frozen server held the
+      # exit for both waits (a review). With the row left behind the database is not answering, and the clock is not
+      # waited for at all.
       def wind_up
-        @clock&.stop
-        return unless @process
-
-        deregister
-        Instrumentation.instrument(:stop_process, process_event)
+        started = Bobbin.monotonic
+        @clock&.stop_soon
+        removed = @process && deregister
+        @clock&.stop(removed == false ? 0 : [ Maintenance::Clock::STOP_WAIT - (Bobbin.monotonic - started), 0 ].max)
+        Instrumentation.instrument(:stop_process, process_event) if @process
       end
 
       # Removes this supervisor's row as it exits; with the database unreachable (or not answering: a frozen server
       # held the exit until it thawed) the row stays, and is pruned process_alive_threshold after its last heartbeat.
+      # True once removed, false when the database did not let it.
       def deregister
         @beating&.join(1) || @beating&.kill # a beat after the delete would put the row back
         ProcessRecord.deregister(@process.id)
+        true
       rescue ActiveRecord::ActiveRecordError, Store::Unavailable => error
         Bobbin.logger.warn("bobbin supervisor #{::Process.pid}: stopped with the database unavailable (#{Store.reason(error)}); " \
                            "its row is pruned #{format("%g", Bobbin.config.process_alive_threshold)}s after its last heartbeat")
+        false
       end
 
       def shut_down(signal)
@@ -219,7 +225,10 @@ module Bobbin
         wait_for_workers(deadline, graceful)
         @slots.each(&:kill)
         reap
-        recover_before_exit(KILL_GRACE)
+        # As long as its row's DELETE may take: KILL_GRACE, past workers that had already given up on a frozen server,
+        # made its exit 10 s longer for a recovery that would not be answered either (a review). A database that answers
+        # returns their jobs in milliseconds.
+        recover_before_exit(ProcessRecord::DEREGISTER_WAIT)
         left_to_recovery
       end
 

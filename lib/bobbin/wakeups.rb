@@ -37,8 +37,9 @@ module Bobbin
       end
     end
 
-    # Removes a worker; stops the listening thread with the last one.
-    def unsubscribe(worker)
+    # Removes a worker; stops the listening thread with the last one, waiting for it at most `within` seconds (nil:
+    # its source's own wait).
+    def unsubscribe(worker, within: nil)
       source = @lock.synchronize do
         @workers -= [ worker ] # a new array: deliver reads the list without the lock
         next unless @workers.empty?
@@ -46,7 +47,7 @@ module Bobbin
         @paused = [].freeze # no longer kept up to date
         @source.tap { @source = nil }
       end
-      source&.stop
+      within ? source&.stop(within) : source&.stop
     end
 
     # True while every announcement reaches this process (PostgreSQL's listener is connected), so idle workers

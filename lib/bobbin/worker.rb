@@ -576,7 +576,9 @@ module Bobbin
 
         @finished = true
         Worker.mark_stopping(self, false)
-        Wakeups.unsubscribe(self)
+        # Past the stop's deadline the listener is not waited for: stuck on a server that does not answer, its wait added
+        # 3 s to a worker's exit (a review).
+        Wakeups.unsubscribe(self, within: (0 if @wait_ends && Bobbin.monotonic > @wait_ends + STOP_GRACE))
         @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
         return outlive_stuck if @stuck.any? && !@owns_process && @supervisor.nil? && !stuck_loop
 

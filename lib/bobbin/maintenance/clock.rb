@@ -28,10 +28,16 @@ module Bobbin
         self
       end
 
-      # Stops the thread and waits for it.
-      def stop
-        @signal << :stop
-        @thread&.join(5)
+      # Seconds `stop` waits for a pass under way by default.
+      STOP_WAIT = 5
+
+      # Tells the thread to stop once its pass under way (if any) ends; `stop` waits for it.
+      def stop_soon = @signal << :stop
+
+      # Stops the thread and waits for it, at most `within` seconds.
+      def stop(within = STOP_WAIT)
+        stop_soon
+        @thread&.join(within)
       end
 
       private

@@ -95,12 +95,13 @@ module Bobbin
       # True while the connection listens.
       def healthy? = @healthy
 
-      # Stops listening and closes the connection. Once called, the listener tells the workers nothing more (a
-      # listener still finishing must not hand its last notifications to the workers of the next one).
-      def stop
+      # Stops listening and closes the connection, waiting for the thread at most `within` seconds. Once called, the
+      # listener tells the workers nothing more (a listener still finishing must not hand its last notifications to the
+      # workers of the next one).
+      def stop(within = PROBE_TIMEOUT + 1)
         @stop << :stop
         @waker.write_nonblock(".", exception: false)
-        return unless @thread.nil? || @thread.join(PROBE_TIMEOUT + 1)
+        return unless @thread.nil? || @thread.join(within)
 
         @wake.close
         @waker.close

@@ -40,10 +40,10 @@ module Bobbin
       # True while the watcher reads the database.
       def healthy? = @healthy
 
-      # Stops watching and closes the connection.
-      def stop
+      # Stops watching and closes the connection, waiting for the thread at most `within` seconds.
+      def stop(within = 1)
         @stop << :stop
-        @thread&.join(1)
+        @thread&.join(within)
       end
 
       private
