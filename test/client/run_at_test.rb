@@ -37,6 +37,22 @@ class RunAtTest < Bobbin::TestCase
     assert_equal 4, Bobbin.counts["scheduled"], "all but 1970"
   end
 
+  # Time#utc converts its receiver in place: enqueue_at raised FrozenError (nothing stored) for a frozen Time, and moved
+  # the caller's own Time (and the Time a TimeWithZone keeps for to_time) to UTC, so a page then showing it said 07:00 UTC
+  # for the 12:00 +05:00 it was given (a review).
+  test "enqueue_at leaves the caller's time as it was: a frozen Time is stored, a Time or TimeWithZone keeps its zone" do
+    frozen = Time.new(2999, 5, 6, 12, 0, 0, "+05:00").freeze
+    id = SleepJob.enqueue_at(frozen, 0)
+    assert_equal Time.utc(2999, 5, 6, 7), stored_run_at(id)
+
+    local = Time.new(2999, 5, 6, 12, 0, 0, "+05:00")
+    zoned = Time.utc(2999, 5, 6, 7).in_time_zone("Asia/Tokyo")
+    zoned.to_time # as a page that shows it has already done
+    Bobbin.enqueue_all([ [ SleepJob, [ 0 ], { run_at: local } ], [ SleepJob, [ 0 ], { run_at: zoned } ] ])
+    assert_equal [ 5 * 3600, 9 * 3600 ], [ local.utc_offset, zoned.to_time.utc_offset ]
+    assert_equal [ Time.utc(2999, 5, 6, 7) ] * 3, Bobbin::JobRecord.order(:id).pluck(:run_at)
+  end
+
   test "enqueue_in stores a job that runs that many seconds after the call" do
     before = Time.now
     id = SleepJob.enqueue_in(3600, 0, "later")

@@ -59,7 +59,7 @@ module Bobbin
         return if value.nil? && !required
         raise EnqueueError, "#{job}: run_at must be a #{TIME_CLASSES}, #{what(value)}; #{advice(job)}" unless time?(value)
 
-        time = value.to_time.utc
+        time = value.to_time.getutc # a copy: Time#utc converts the caller's Time in place (a frozen one raised FrozenError)
         return time if YEARS.cover?(time.year)
 
         raise EnqueueError, "#{job}: run_at #{time.inspect[0, 60]} is outside the years #{YEARS} that Bobbin stores"
