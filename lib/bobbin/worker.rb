@@ -131,7 +131,9 @@ module Bobbin
       # Its database calls end by then too, answered or not (a frozen server held a TERM ~60 s: a review).
       [ @claimer&.store, @writer ].each { |store| store&.deadline = @wait_ends + STOP_GRACE }
       @stopping = true
-      Worker.mark_stopping(self, true)
+      # Only while it runs: a worker stopped before its run, or after it ended, was listed as stopping for good, and every
+      # continuable job of the process stopped at its first checkpoint from then on (a review). `work` lists one asked before.
+      Worker.mark_stopping(self, true) if @working
       @waker.wake
     end
 
@@ -299,6 +301,8 @@ module Bobbin
       end
 
       def work(drain:)
+        @working = true
+        Worker.mark_stopping(self, true) if @stopping # a stop asked before the run
         @draining = drain
         unworkable!(drain ? "run_until_empty" : "run")
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
@@ -313,6 +317,8 @@ module Bobbin
         end
       ensure
         finish
+        @working = false
+        Worker.mark_stopping(self, false) # a stop asked as it finished
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
         @wait_ends = nil
       end

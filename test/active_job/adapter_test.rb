@@ -52,6 +52,17 @@ class SolidQueueDiscardingJob < ActiveJob::Base
   def perform(_account) = nil
 end
 
+# Two steps (ActiveJob::Continuable): each records that it ran.
+class TwoStepsActiveJob < ActiveJob::Base
+  include ActiveJob::Continuable
+  self.resume_options = { wait: 0 }
+
+  def perform(key)
+    step(:a) { LedgerEntry.create!(key: "#{key} a") }
+    step(:b) { LedgerEntry.create!(key: "#{key} b") }
+  end
+end
+
 class ActiveJobAdapterTest < Bobbin::TestCase
   test "Solid Queue's on_conflict: :discard is refused at perform_later, not ignored (its jobs would run), and nothing is stored" do
     error = assert_raises(Bobbin::ConfigurationError) { SolidQueueDiscardingJob.perform_later("acct") }
@@ -296,5 +307,23 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     assert_match(/\Ab from [1-9]\d*\z/, resumed.first, "step b resumes from the cursor it had advanced to")
     assert_equal "c", resumed.last
     assert_equal %w[succeeded succeeded], Bobbin::JobRecord.where(class_name: "StepsActiveJob").order(:id).pluck(:state)
+  end
+
+  # Worker#stop on a worker whose run had ended (a test's teardown, an app stopping the worker it ran in a thread), or
+  # that never ran, left it listed as stopping for good: every continuable job of the process after it stopped at its
+  # first checkpoint, perform_now too, and enqueued itself instead of running its steps (a review).
+  test "a worker stopped after its run ended, or never run, leaves the process not stopping: continuable jobs run all their steps" do
+    adapter = ActiveJob::QueueAdapters::BobbinAdapter.new
+    ran = Bobbin::Worker.new(polling_interval: 0.05, threads: 1)
+    ran.run_until_empty
+    ran.stop
+    Bobbin::Worker.new(threads: 1).stop
+    assert_not adapter.stopping?
+
+    TwoStepsActiveJob.perform_now("inline")
+    TwoStepsActiveJob.perform_later("queued")
+    drain(threads: 1)
+    assert_equal [ "inline a", "inline b", "queued a", "queued b" ], LedgerEntry.order(:key).pluck(:key)
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.pluck(:state), "one run, not a run per step"
   end
 end
