@@ -17,9 +17,9 @@ module Bobbin
 
     initializer "bobbin.configure", before: :load_config_initializers do |app|
       options = app.config.bobbin
-      path = app.root.join(options.fetch(:config_file, FILES[:config_file])).to_s
+      path = Railtie.file(app, :config_file)
       ConfigFile.load(path, env: Railtie.environment, optional: true) if File.exist?(path)
-      recurring = app.root.join(options.fetch(:recurring_file, FILES[:recurring_file])).to_s
+      recurring = Railtie.file(app, :recurring_file)
       Recurring.load_file(recurring, env: Railtie.environment) if File.exist?(recurring)
       Railtie.apply(options.except(*FILES.keys))
     end
@@ -46,6 +46,16 @@ module Bobbin
       # The section of config/bobbin.yml and config/recurring.yml that applies: BOBBIN_ENV, as outside Rails
       # (ConfigFile.environment), else Rails.env. (Rails.env alone ran production's section under BOBBIN_ENV=development.)
       def environment = ENV["BOBBIN_ENV"].presence || ::Rails.env
+
+      # The path of the file `setting` (a key of FILES) names: config.bobbin's, else the default, from the app's root. A
+      # nil (`config.bobbin.config_file = ENV["BOBBIN_CONFIG"]`, the variable unset) failed the boot with Pathname's
+      # TypeError, naming neither the setting nor Bobbin (a review).
+      def file(app, setting)
+        value = app.config.bobbin.fetch(setting, FILES[setting])
+        return app.root.join(value).to_s if value.is_a?(String) || value.is_a?(Pathname)
+
+        raise ConfigurationError, "config.bobbin.#{setting}: must be a path (a String or Pathname, from the app's root), got #{value.inspect[0, 80]}"
+      end
 
       # Applies `config.bobbin` settings to Bobbin.config, naming any it does not know.
       def apply(options)

@@ -36,4 +36,28 @@ class RailsBobbinEnvTest < Bobbin::TestCase
       assert_no_match(/supervisor \d+ .*starting/, output)
     end
   end
+
+  # config.bobbin.config_file = ENV["BOBBIN_CONFIG"], the variable unset, stopped the boot with "TypeError: no implicit
+  # conversion of nil into String" from Pathname, naming neither the setting nor Bobbin (a review).
+  test "config.bobbin.config_file or recurring_file that is not a path stops the boot naming the setting; a Pathname is one" do
+    once_per_run
+    with_app_copy do |app|
+      production = File.join(app, "config/environments/production.rb")
+      original = File.read(production)
+      set = ->(line) { File.write(production, original.sub("config.eager_load = true", "config.eager_load = true\n  #{line}")) }
+      %w[config_file recurring_file].each do |setting|
+        set.call("config.bobbin.#{setting} = ENV[\"BOBBIN_UNSET_FILE\"]")
+        status, output = run_in_rails_app("-e", PRINT, env: "production", app: app)
+        assert_not status.success?, output
+        assert_match(/config\.bobbin\.#{setting}: must be a path \(a String or Pathname, from the app's root\), got nil \(Bobbin::ConfigurationError\)/, output)
+        assert_no_match(/TypeError/, output)
+      end
+
+      File.write(File.join(app, "config/jobs.yml"), "production:\n  shutdown_timeout: 13\n")
+      set.call('config.bobbin.config_file = Rails.root.join("config/jobs.yml")')
+      status, output = run_in_rails_app("-e", PRINT, env: "production", app: app)
+      assert status.success?, output
+      assert_match(/^timeout=13.0 /, output)
+    end
+  end
 end
