@@ -12,7 +12,8 @@ module Bobbin
   #   retry          id, class_name, queue, attempts, error (the exception), run_at
   #   fail           id, class_name, queue, attempts, error
   #   discard        ids, count, by (the operator's name, or nil)  (jobs given up on from Ruby, the CLI, the dashboard or Mission Control)
-  #   release        process_id, count  (jobs handed back to ready at shutdown, or when quiet)
+  #   release        process_id, count, reason ("stopping": jobs handed back to ready at shutdown; "quiet": those claimed
+  #                  ahead, when made quiet; "lost": those a claim took whose answer never reached the worker)
   #   recover        process_id, reason, ready, failed, blamed (ids)  (a dead process's jobs)
   #   start_process  process_id, kind ("worker", "supervisor"), name, pid
   #   stop_process   process_id, kind, name, pid

@@ -17,6 +17,9 @@ module Bobbin
   class LogSubscriber < ActiveSupport::LogSubscriber
     include Printable
 
+    # How a release line ends, by the event's reason (a stopping worker's: " stopping").
+    RELEASED = { "quiet" => " quiet: claimed ahead, never started", "lost" => ": claimed but never started, a claim whose answer was lost" }.freeze
+
     # One line per enqueue statement; one that raised (the caller gets the error) says so, with no ids (an enqueue
     # that failed at debug level logged a NoMethodError of this subscriber's, with its backtrace: a review).
     def enqueue(event)
@@ -62,9 +65,11 @@ module Bobbin
     end
     subscribe_log_level :discard, :info
 
-    # A stopping worker handed unfinished jobs back.
+    # A worker handed jobs back: stopping (unfinished), made quiet (claimed ahead), or those a lost claim left running.
+    # Every release said "stopping": a running worker's lost claim too (a review).
     def release(event)
-      info { "Bobbin Released #{count(event.payload[:count])} back to ready (process #{event.payload[:process_id]} stopping)" }
+      why = RELEASED.fetch(event.payload[:reason], " stopping")
+      info { "Bobbin Released #{count(event.payload[:count])} back to ready (process #{event.payload[:process_id]}#{why})" }
     end
     subscribe_log_level :release, :info
 

@@ -231,7 +231,7 @@ module Bobbin
 
       begin
         @lost_wanted = false
-        released = @claimer.release_all(keep: held_ids, store: store)
+        released = @claimer.release_all(keep: held_ids, store: store, reason: "lost")
       ensure
         @claiming.unlock
       end
@@ -420,7 +420,7 @@ module Bobbin
       def rest_quietly
         unless @quieted
           @executor.drop_queued
-          released = @claimer.release_all(keep: held_ids)
+          released = @claimer.release_all(keep: held_ids, reason: "quiet")
           @quieted = true
           Bobbin.logger.info("bobbin worker #{@process_id} quiet: claiming no more jobs; #{@executor.busy} running go on here until they end (a TERM still gives them shutdown_timeout), " \
                              "#{released} claimed ahead handed back")

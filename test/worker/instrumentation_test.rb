@@ -83,11 +83,43 @@ class InstrumentationTest < Bobbin::TestCase
         runner.join
       end
     end
-    assert_equal [ { process_id: worker.process_id, count: 2 } ], seen["release"]
+    assert_equal [ { process_id: worker.process_id, count: 2, reason: "stopping" } ], seen["release"]
     assert_equal [ [ "ready", 0 ] ], Bobbin::JobRecord.where(id: ids).distinct.pluck(:state, :attempts)
     assert_equal [ nil, nil ], seen["perform"].map { |payload| payload[:state] }, "an interrupted job has no outcome"
     ids.each { |id| assert_match(/Bobbin Performed SleepJob #{id} from default in [\d.]+ms: interrupted by the shutdown \(\S+\)$/, log) }
     assert_match(/Bobbin Released 2 jobs back to ready/, log)
+  end
+
+  # Every release was published and logged as a stopping worker's: a live worker returning the jobs a lost claim left
+  # running (or, made quiet, those it had claimed ahead) logged "Released 1 job back to ready (process 7 stopping)"
+  # and went on, and an operator looked for a restart that never was (a review).
+  test "release says why: a running worker returning a lost claim's jobs is not logged as stopping; a stopping one is" do
+    Bobbin.config.set(heartbeat_interval: 0.5, process_alive_threshold: 3)
+    gate = GatedJob.gate("release-reason")
+    held = GatedJob.enqueue(gate, "held")
+    worker = Bobbin::Worker.new(threads: 1, polling_interval: 0.1, shutdown_timeout: 0)
+    runner = lost = nil
+    log = nil
+    seen = events do
+      log = logged do
+        runner = Thread.new { worker.run }
+        wait_for("the gated job running") { GatedJob.started(gate) == 1 }
+        lost = SleepJob.enqueue(0, "lost")
+        other = Bobbin::Store.open(worker.selection)
+        assert_equal [ lost ], other.claim(worker.process_id, 10).map(&:id), "a claim whose answer the worker never hears of"
+        other.close
+        wait_for("the lost claim returned to ready", timeout: 30) { query { Bobbin::JobRecord.find(lost).state } == "ready" }
+        worker.stop
+        runner.join
+      end
+    end
+    assert_equal [ { process_id: worker.process_id, count: 1, reason: "lost" }, { process_id: worker.process_id, count: 1, reason: "stopping" } ],
+                 seen["release"].first(2), "the lost claim's job, then the gated one the stop interrupted (#{held})"
+    assert_match(/Bobbin Released 1 job back to ready \(process #{worker.process_id}: claimed but never started, a claim whose answer was lost\)$/, log)
+    assert_match(/Bobbin Released 1 job back to ready \(process #{worker.process_id} stopping\)$/, log)
+  ensure
+    GatedJob.open_gate(gate) if gate
+    runner&.join(30)
   end
 
   test "recovering a killed worker's job publishes recover: the process, why, how many went back or failed, the blamed job" do

@@ -52,13 +52,14 @@ module Bobbin
       def quarantining? = !@suspect.nil?
 
       # Returns this worker's running rows to ready, except `keep`, and announces them; returns how many. `store`:
-      # another of the worker's stores to do it through (nil: the claimer's).
-      def release_all(keep: [], store: nil)
+      # another of the worker's stores to do it through (nil: the claimer's). `reason`, for the release event: "stopping",
+      # "quiet" (jobs claimed ahead) or "lost" (jobs a claim took that the worker never heard of).
+      def release_all(keep: [], store: nil, reason: "stopping")
         store ||= @store
         store.release(@worker.process_id, keep).tap do |count|
           next unless count.positive?
 
-          Instrumentation.instrument(:release, process_id: @worker.process_id, count: count)
+          Instrumentation.instrument(:release, process_id: @worker.process_id, count: count, reason: reason)
           announce(store)
         end
       end
