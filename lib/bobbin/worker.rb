@@ -223,7 +223,7 @@ module Bobbin
     # first beat after. One statement on the partial index of running jobs (bobbin_jobs_running), which reads this
     # worker's running rows only and, with none lost, writes nothing. `store`: nil for the claimer's.
     def release_lost(store = nil)
-      return 0 unless @claimer
+      return 0 unless @claimer && !@stopping # a stop's own release hands them back, said as a stop's (a beat's, mid-stop, said "lost")
       unless @claiming.try_lock
         @lost_wanted = true
         return 0

@@ -31,7 +31,8 @@ class LostClaimsTest < Bobbin::TestCase
         end
         assert_equal "running", query { Bobbin::JobRecord.find(running).state }, "the job the worker runs stays claimed"
         assert_equal 0, query { Bobbin::JobRecord.find(lost).attempts }, "the lost claim's attempt given back"
-        assert_match(/bobbin worker #{@worker.process_id}: 1 job it claimed without taking it/, log.call)
+        # Logged once the release has committed, which the wait above may see first (a CI run read the log in between).
+        wait_for("the release logged", seen: log) { log.call.match?(/bobbin worker #{@worker.process_id}: 1 job it claimed without taking it/) }
 
         GatedJob.open_gate(gate)
         wait_for("both jobs succeeded", timeout: 30) { query { Bobbin::JobRecord.where(id: [ running, lost ], state: "succeeded").count } == 2 }
