@@ -54,6 +54,9 @@ module Bobbin
     # may poll at notified_polling_interval. (SQLite's watcher sees only inserts from other processes.)
     def listening? = @source.is_a?(Listener) && @pid == ::Process.pid && @source.healthy?
 
+    # This process reached the database again after an outage: a listener waiting to reconnect does so now.
+    def reachable! = ((source = @source).is_a?(Listener) && source.retry_now)
+
     # The shortest polling_interval of this process's workers (the configured one without workers): how long a
     # listener that went silent may go unnoticed.
     def polling_interval

@@ -353,6 +353,7 @@ module Bobbin
         @claimer = Claimer.new(self, Store.open(@selection), @executor)
         Wakeups.subscribe(self)
         @writer = Store.open(@selection)
+        @writer.on_back = method(:database_back)
         @outcomes = OutcomeBuffer.new(@writer, @process_id, on_written: method(:outcomes_written))
         @execution = Execution.new(interrupted: @executor.method(:interrupted?))
         @stall_log = StallLog.new(@process_id) if @detector
@@ -366,6 +367,13 @@ module Bobbin
           Bobbin.logger.info("bobbin worker #{@process_id}: Socket.tcp_fast_fallback = false in this process (Ruby's Happy Eyeballs " \
                              "connect does not yield to the fiber scheduler: each connect by host name would stop every fiber)")
         end
+      end
+
+      # The heartbeat or an outcome got through after an outage: the claim loop claims now, not at its next try, and the
+      # listener reconnects now, not at its own (a job enqueued as the database came back waited for either).
+      def database_back
+        @waker.wake
+        Wakeups.reachable!
       end
 
       # A crash suspect's place frees when its outcome is written (Claimer#suspect_free?): the claim loop looks again.
@@ -400,7 +408,7 @@ module Bobbin
           @full = false
           jobs = @claiming.synchronize { @claimer.next_jobs(wait: wait).each { |job| @executor.post(job) { perform(job) } } }
           release_lost_wanted if @lost_wanted
-          next if @claimer.backlog?
+          next if @claimer.backlog? || @claimer.unavailable?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
 
           idle unless drain && @executor.busy.zero?

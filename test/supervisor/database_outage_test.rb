@@ -447,4 +447,30 @@ class DatabaseOutageTest < Bobbin::TestCase
   ensure
     connection&.disconnect!
   end
+
+  # Through an outage the claim loop backed off and then slept its idle poll (polling_interval: 600 here), and the listener
+  # backed off to its own 30 s: jobs that fell due meanwhile, or were enqueued as the database came back, waited for the
+  # listener's next try (or the poll). Once the database answers, the worker claims at once and listens again.
+  test "after a PostgreSQL outage a worker that polls rarely runs the jobs due meanwhile and those enqueued as it came back" do
+    cluster = cluster!
+    log = log_file("outage-pickup")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--threads", "2", "--polling-interval", "600", "--notified-polling-interval", "600", log: log)
+      LedgerJob.enqueue("warm")
+      wait_for("the worker to run a job") { LedgerEntry.exists?(key: "warm") }
+      LedgerJob.enqueue_in(3, "due")
+      assert pg_ctlcluster(*cluster, "stop", "-m", "fast"), "PostgreSQL stopped"
+      wait_for("the listener to back off to its longest wait", timeout: 60, interval: 0.5) { File.read(log).include?("notifications lost") }
+      sleep(Bobbin::Wakeups::Listener::MAX_BACKOFF + 5) # an outage the listener's backoff outgrew: its next try is ~30 s away
+      assert pg_ctlcluster(*cluster, "start"), "PostgreSQL started again"
+      wait_for("the job that fell due during the outage", timeout: 20, seen: -> { File.read(log) }) { query { LedgerEntry.exists?(key: "due") } }
+      wait_for("the worker to claim again") { File.read(log).include?("database reachable again") }
+      query { LedgerJob.enqueue("after") }
+      wait_for("the job enqueued once the database was back", timeout: 20, seen: -> { File.read(log) }) { query { LedgerEntry.exists?(key: "after") } }
+      assert_match(/notifications back/, File.read(log))
+    end
+  ensure
+    pg_ctlcluster(*cluster, "start") if cluster
+  end
 end

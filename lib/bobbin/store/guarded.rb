@@ -35,11 +35,16 @@ module Bobbin
         @store.deadline = at
       end
 
+      # Called (on the calling thread, holding no lock of this store's) after the first call that succeeds following an
+      # outage: a worker's claim loop, backing off, claims then, rather than at its next try.
+      attr_writer :on_back
+
       # Closes the underlying connection.
       def close = @lock.synchronize { @store.close }
 
       private
         def guard(name)
+          back = @broken # read without the lock: at worst one wake more, or one less (the claim loop's backoff still ends)
           @lock.synchronize do
             reconnect if @broken || dropped_while_idle?
             yield
@@ -51,7 +56,7 @@ module Bobbin
             raise Unavailable, "database unavailable during #{name}: #{Store.reason(error)}"
           ensure
             @used_at = Bobbin.monotonic
-          end
+          end.tap { @on_back&.call if back }
         end
 
         def dropped_while_idle?

@@ -99,6 +99,7 @@ module Bobbin
       # listener tells the workers nothing more (a listener still finishing must not hand its last notifications to the
       # workers of the next one).
       def stop(within = PROBE_TIMEOUT + 1)
+        @stopped = true
         @stop << :stop
         @waker.write_nonblock(".", exception: false)
         return unless @thread.nil? || @thread.join(within)
@@ -106,6 +107,10 @@ module Bobbin
         @wake.close
         @waker.close
       end
+
+      # Reconnects at once if it waits to (the process's own sessions reach the database again): announcements reach its
+      # workers again as the database comes back, not up to MAX_BACKOFF later (a job enqueued meanwhile waited for it).
+      def retry_now = (@stop << :retry if @lost && !@stopped)
 
       private
         def run
@@ -241,6 +246,7 @@ module Bobbin
           @logger.warn("bobbin: a NOTIFY did not come back within #{PROBE_TIMEOUT}s (a pooler such as PgBouncer in transaction " \
                        "mode?); notifications are off for this process and idle workers poll every polling_interval. " \
                        "Point workers at PostgreSQL directly, or set notifications: false to skip this check")
+          @stopped = true
           @stop << :stop
         end
 
@@ -261,7 +267,7 @@ module Bobbin
           @adapter = @connection = nil
         end
 
-        def stopping? = !@stop.empty?
+        def stopping? = @stopped == true
     end
   end
 end

@@ -35,7 +35,7 @@ module Bobbin
       def next_jobs(wait:)
         gather(wait) if @backlog
         room = self.room
-        @looked = false
+        @looked = @unavailable = false
         jobs = room.positive? ? claim(room, wait) : []
         @backlog = room.positive? && jobs.size == room
         jobs
@@ -43,6 +43,10 @@ module Bobbin
 
       # True when the last claim filled every free slot (more work is probably waiting).
       def backlog? = @backlog
+
+      # True when the last claim failed for want of the database: the next one comes after the claim's own backoff, not
+      # after an idle poll (a job ready once the database was back waited a whole polling_interval, or for the listener).
+      def unavailable? = @unavailable == true
 
       # True when a freed slot may find work no claim has seen: the last claim filled every slot, or did not look (no
       # room, or the database failed it), or a crash suspect runs and its fellows were left out of claims.
@@ -118,7 +122,8 @@ module Bobbin
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: #{error.message}; retrying") unless @failures
           @failures = (@failures || 0) + 1
-          wait.call([ 0.1 * (2**@failures), 5 ].min)
+          @unavailable = true
+          wait.call([ 0.1 * (2**@failures), 5 ].min) # a wake (the database answered another session, a notice) ends it
           []
         end
 
@@ -169,6 +174,7 @@ module Bobbin
           ActiveRecord::Base.connection_handler.connection_pool_list(:all).each(&:flush!)
           announce if @store.release(@worker.process_id, @worker.held_ids + claimed.map(&:id)).positive?
           Bobbin.logger.info("bobbin worker #{@worker.process_id}: database reachable again")
+          Wakeups.reachable! # its listener, backing off, reconnects now: a job enqueued from here on wakes this worker
           nil
         end
 
