@@ -492,7 +492,7 @@ module Bobbin
           interrupting
           @executor.interrupt_all
           wait_until_idle(STOP_GRACE)
-          @executor.kill_stuck
+          @executor.kill_stuck(fibers: !@owns_process && @supervisor.nil?) # a process of its own (or an async supervisor) exits instead
         end
         @outcomes.stop
         @heartbeat.stop

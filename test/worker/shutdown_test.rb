@@ -150,6 +150,36 @@ class ShutdownTest < Bobbin::TestCase
     FileUtils.touch(gate) if gate
   end
 
+  # A fiber pool a process runs itself (Worker#run: an app's own process, bin/demo) whose job rescues every exception,
+  # its interrupt included: the loop ran that job's fiber for ever, so `run` never returned after its stop, and its
+  # row, no longer beating, left the job to be run again beside the first. Its fiber is ended as a thread pool's
+  # thread is, and the job goes back to ready.
+  test "an embedded fiber pool stops though its job rescues its interrupt: run returns and the job goes back to ready" do
+    id = StubbornJob.enqueue("stubborn")
+    log = File.join(Dir.mktmpdir, "embedded.log")
+    script = <<~RUBY
+      $stdout.sync = true
+      Bobbin.config.logger = Logger.new($stdout)
+      Bobbin.connect(ENV.fetch("DATABASE_URL"))
+      require "./test/support/jobs"
+      worker = Bobbin::Worker.new(fibers: 2, shutdown_timeout: 1, polling_interval: 0.05)
+      trap("TERM") { worker.stop }
+      worker.run
+      puts "run returned"
+    RUBY
+    pid = Process.spawn({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "-I", File.join(ROOT, "lib"), "-r", "bobbin", "-e", script,
+                        chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
+    ensure_killed(pid) do
+      wait_for("the job to start") { StartEntry.exists?(key: "stubborn") }
+      Process.kill(:TERM, pid)
+      status = wait_exit(pid, timeout: 1 + Bobbin::Worker::STOP_GRACE + 30)
+      assert status&.success?, "the process ended by itself (#{status.inspect}):\n#{File.read(log)}"
+    end
+    assert_includes File.read(log), "run returned"
+    assert_equal [ "ready", 0 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts), "handed back, its attempt given back, as a killed thread's job is"
+    assert_empty Bobbin::ProcessRecord.where(kind: "worker"), "its row removed"
+  end
+
   private
     # An embedded worker of one thread, stopped while its DeafJob `key` (open once `gate` exists) runs past its kill.
     def outlived_stop(key, gate)

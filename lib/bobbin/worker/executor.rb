@@ -67,8 +67,9 @@ module Bobbin
       # True when the executor interrupted job `id` (so its stop exception is a shutdown, not the job's own).
       def interrupted?(id) = @lock.synchronize { @interrupted.key?(id) }
 
-      # Ends jobs that ignored their interrupt, where that can be done for certain (threads); fibers cannot.
-      def kill_stuck = nil
+      # Ends jobs that ignored their interrupt, where that can be done for certain (threads; with `fibers`, the fibers of a
+      # pool that no process exit can end: see FiberExecutor#kill_stuck).
+      def kill_stuck(fibers: false) = nil
 
       private
         # A new line for each run: the last run closed its own, and a worker may run again (run_until_empty twice).

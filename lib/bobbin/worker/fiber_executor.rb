@@ -73,8 +73,29 @@ module Bobbin
         end
       end
 
+      # With `fibers`, ends the fibers of jobs that ignored their interrupt (a job that rescues every exception), as a thread
+      # pool kills their threads: `Fiber#kill` unwinds one through its `ensure` blocks only. Without it, as in a process
+      # of its own, which exits instead (a job that holds the loop and never yields cannot be reached from the loop). A
+      # worker an app runs in its own process has no such exit: the loop ran that fiber for ever, and the worker's
+      # `run` never returned after its stop. Called on the loop: a killed fiber that ends returns to the loop, not to its
+      # killer, so the caller is scheduled to go on first.
+      def kill_stuck(fibers: false)
+        return unless fibers
+
+        tasks = @lock.synchronize { @killing = true; @running.keys }
+        tasks.each do |task|
+          next unless (fiber = task.fiber)&.alive?
+
+          Fiber.scheduler.push(Fiber.current)
+          fiber.kill
+        rescue FiberError # not killable from here: it stays stuck, and is reported so
+          nil
+        end
+      end
+
       private
         def in_loop(task, &body)
+          @killing = false
           open_line
           start_fibers(task)
           @detector&.start(task)
@@ -108,12 +129,12 @@ module Bobbin
         # A job that ended its own fiber (Fiber#kill: no exception, only `ensure` blocks run; Worker#perform recorded
         # the job) ended the slot's loop with it: another fiber takes its place, starting clean, so the pool keeps its
         # size. One such job per slot left a pool of 1 claiming jobs it never ran (a review). A loop ended by an
-        # exception (the stop at shutdown) or by the closed line is not replaced.
+        # exception (the stop at shutdown), by the closed line or by kill_stuck is not replaced.
         def guarded_loop(task, storage = Fiber.current.storage)
           work_loop(storage)
           done = true
         ensure
-          return if done || $! || @queue.closed?
+          return if done || $! || @queue.closed? || @killing
 
           @slots.reject!(&:finished?)
           @slots << task.async do

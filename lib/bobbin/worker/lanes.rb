@@ -58,8 +58,11 @@ module Bobbin
       # True when either interrupted job `id`.
       def interrupted?(id) = @both.any? { |executor| executor.interrupted?(id) }
 
-      # Kills lane threads whose jobs ignored their interrupt (fibers cannot be killed for certain).
-      def kill_stuck = @lane.kill_stuck
+      # Kills lane threads whose jobs ignored their interrupt, and with `fibers` such jobs' fibers too.
+      def kill_stuck(fibers: false)
+        @lane.kill_stuck
+        @fibers.kill_stuck(fibers: fibers)
+      end
 
       # Runs `body` inside the event loop with the lane's threads started beside it.
       def run(&body) = @fibers.run { @lane.run(&body) }

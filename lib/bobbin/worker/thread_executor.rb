@@ -20,7 +20,7 @@ module Bobbin
 
       # Ends the threads of jobs that ignored their interrupt; returns once they are gone. Unlike a fiber, a
       # thread can be killed for certain, so its job has really stopped before it is released.
-      def kill_stuck
+      def kill_stuck(fibers: false)
         threads = @lock.synchronize { @killing = true; @running.keys }
         threads.each(&:kill).each { |thread| thread.join(1) }
       end
