@@ -272,10 +272,10 @@ module Bobbin
     # Called on the heartbeat thread once the loop's thread is gone: its heartbeat went on for a worker that ran
     # nothing, and the row, pruned as dead, was registered again beside its replacement (async mode, a review). The
     # outcomes it has are written and its row removed; the jobs that ended with the thread are a dead process's to
-    # recover.
+    # recover, or (a fiber pool's jobs, cancelled beside the one that ended the thread: FiberExecutor#run_one) to hand back.
     def loop_lost
       Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended (a job's Thread.exit or Thread#kill); " \
-                          "stopping, its running jobs are recovered as a dead process's")
+                          "stopping, the jobs it ran beside that one go back to ready")
       @outcomes.stop
       @outcomes.flush
       finish(stuck_loop: true)

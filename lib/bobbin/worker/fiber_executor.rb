@@ -167,6 +167,21 @@ module Bobbin
           ActiveSupport::IsolatedExecutionState.clear if ActiveSupport::IsolatedExecutionState.isolation_level == :fiber
         end
 
+        # A job's Thread.exit or Thread.current.kill ends the whole thread, not only the job's fiber: Ruby unwinds the
+        # fiber, then the loop, whose close cancels every other fiber on it. No Ruby code can keep such a kill to one fiber
+        # (a `throw` out of an `ensure` ends the unwinding, but the thread stays marked as dying: every later kill of it,
+        # and the next Thread.exit, does nothing). The jobs beside it did nothing wrong: they count as interrupted, as at a
+        # shutdown, so their Async::Cancel leaves them claimed and the worker's end hands them back to ready with their
+        # attempt (Worker#loop_lost); they were recorded failed with Async::Cancel, for good with no retries left.
+        def run_one(id, block)
+          super
+          returned = true
+        ensure
+          interrupt_beside unless returned || $! || Thread.current.status != "aborting" # a job's end, unwinding, with no exception
+        end
+
+        def interrupt_beside = @lock.synchronize { @running.each_value { |id| @interrupted[id] = true } }
+
         def current_runner = Async::Task.current
 
         # Raises Async::Cancel (Async::Stop) inside the job's fiber at its current wait, caused by a Shutdown: that
