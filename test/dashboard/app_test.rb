@@ -304,6 +304,23 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal 400, garbled.status
   end
 
+  # Every ArgumentError was taken for the request's fault: an auth hook's own (Integer() of a cookie) answered anyone a
+  # 400 showing its message (the cookie's value), and a page's failed with a 400 too; neither reached the log (a review).
+  test "an auth hook's or a page's own ArgumentError is a plain 500 in the log, its message not on the page" do
+    hook = Bobbin::Dashboard.new(environment: "production", auth: ->(request) { Integer(request.cookies["uid"], 10).positive? && "ann" })
+    response = nil
+    log = bobbin_log { response = Rack::MockRequest.new(hook).get("/queues", **LOCAL, "HTTP_COOKIE" => "uid=s3cret-session") }
+    assert_equal [ 500, "Something went wrong; the server's log has the details.\n" ], [ response.status, response.body ]
+    assert_match(/bobbin dashboard: GET \/queues failed: ArgumentError: invalid value for Integer\(\): "s3cret-session"/, log)
+
+    Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", recent_stalls: [ { id: "not-a-job", at: "2026-11-24T22:00:00Z" } ] })
+    log = bobbin_log { response = get(Bobbin::Dashboard.new(environment: "development"), "/processes") }
+    assert_equal 500, response.status
+    refute_includes response.body, "not-a-job"
+    assert_match(/GET \/processes failed: ArgumentError/, log)
+    assert_equal 400, get(Bobbin::Dashboard.new(environment: "development"), "/jobs?process_id=abc").status, "a bad filter is still the request's fault"
+  end
+
   test "the processes page shows a fiber pool's loop lag, stalls and the recent stalls, escaped" do
     stall = { id: 42, class_name: "<b>Job</b>", duration_ms: 312.4, location: "app/jobs/x.rb:7", at: "2026-11-24T22:00:00Z" }
     Bobbin::ProcessRecord.register(kind: "worker", name: "w", metadata: { mode: "fibers", capacity: 5, busy: 1, recent_stalls: [ stall ] })

@@ -13,10 +13,16 @@ module Bobbin
                      "a dead process's jobs go back by themselves within process_alive_threshold)"
       ).freeze
       ASSETS = { "app.css" => "text/css", "app.js" => "text/javascript" }.freeze
-      # A request the page refuses with a 400 saying why: the app's own ArgumentError, and a query or form Rack cannot
-      # parse (a field sent as both `q=` and `q[]=`, a bad %-escape, too many or too deeply nested fields, a broken
-      # multipart body; Rack::BadRequest marks them all from Rack 3.1).
-      BAD_REQUEST = [ ArgumentError, Rack::QueryParser::ParameterTypeError, *(Rack::BadRequest if defined?(Rack::BadRequest)) ].freeze
+      # What a request asked for that cannot be done as asked (a filter or page cursor the operator layer turns down, a
+      # NUL the database's driver refuses, an unknown operation): a 400 saying why.
+      class BadRequest < StandardError; end
+
+      # A request the page refuses with a 400 saying why: BadRequest, and a query or form Rack cannot parse (a field sent
+      # as both `q=` and `q[]=`, a bad %-escape, too many or too deeply nested fields, a broken multipart body;
+      # Rack::BadRequest marks them all from Rack 3.1). Not any ArgumentError: one from an auth hook or a page is
+      # unexpected (a plain 500, logged), and its message went to whoever asked, unauthenticated too, and not to the log.
+      BAD_REQUEST = [ BadRequest, Rack::QueryParser::ParameterTypeError, Rack::QueryParser::InvalidParameterError,
+                      *(Rack::BadRequest if defined?(Rack::BadRequest)) ].freeze
 
       # A subclass bound to `dashboard` (auth, read-only) with its own session secret. Its session is its own, under a
       # key of its own in env: under rack.session, in a Rails app, it took the app's session and wrote all of it into
@@ -92,14 +98,14 @@ module Bobbin
 
         r.on("jobs") do
           r.get(Integer) { |id| (job = Operator.job(id)) ? view(:job, locals: { job: job }) : not_found("No job #{id} (finished jobs are deleted after their retention).") }
-          r.get(true) { view(:jobs, locals: { page: Operator.jobs(filter_params, cursor: r.params["after"], limit: 50) }) }
+          r.get(true) { view(:jobs, locals: { page: asked { Operator.jobs(filter_params, cursor: r.params["after"], limit: 50) } }) }
           r.post("bulk") do
             writable!
             operation = r.params["operation"]
-            raise ArgumentError, "unknown bulk operation #{operation.inspect} (retry or discard)" unless %w[retry discard].include?(operation)
+            raise BadRequest, "unknown bulk operation #{operation.inspect} (retry or discard)" unless %w[retry discard].include?(operation)
 
-            filter = Operator::Filter.from(filter_params)
-            count = Operator.public_send(:"#{operation}_all", filter, by: operator)
+            filter = asked { Operator::Filter.from(filter_params) }
+            count = asked { Operator.public_send(:"#{operation}_all", filter, by: operator) }
             flash["notice"] = "#{DONE[operation]} #{count} jobs"
             r.redirect(path("/jobs?#{query(filter.to_h)}"))
           end
@@ -116,10 +122,10 @@ module Bobbin
         r.post("queues", %w[pause resume]) do |operation|
           writable!
           queue = r.params["queue"]
-          raise ArgumentError, "a queue's name must be valid UTF-8" unless queue.is_a?(String) && queue.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+          raise BadRequest, "a queue's name must be valid UTF-8" unless queue.is_a?(String) && queue.dup.force_encoding(Encoding::UTF_8).valid_encoding?
 
           queue = queue.dup.force_encoding(Encoding::UTF_8)
-          Operator.public_send(operation, queue)
+          asked { Operator.public_send(operation, queue) }
           flash["notice"] = "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}."
           r.redirect(path("/queues"))
         end
@@ -158,6 +164,14 @@ module Bobbin
         end
 
         def filter_params = request.params.slice(*Operator::Filter::KEYS.map(&:to_s))
+
+        # The block's ArgumentError, raised for what the request asked (the operator layer's word on a filter, a cursor or
+        # a queue's name, or the driver's on a NUL in one), as a BadRequest.
+        def asked
+          yield
+        rescue ArgumentError => error
+          raise BadRequest, error.message
+        end
 
         def operator = request.env["bobbin.operator"] || "dashboard"
 
