@@ -267,6 +267,20 @@ class DashboardCommandTest < Bobbin::TestCase
     server&.close
   end
 
+  # --port 99999 served on 34463 (Puma takes the port modulo 65536) while it said 99999, --port -1 ended in URI's
+  # backtrace and --port 0 served on a port it did not say; a --host that does not resolve, in getaddrinfo's backtrace.
+  test "a port that is not a TCP port, or a host that does not resolve, stops it with one line saying so" do
+    %w[dashboard metrics].each do |command|
+      %w[99999 -1 0].each do |port|
+        assert_config_exit(run_bobbin(command, "--port", port, env: { "RACK_ENV" => "development" }),
+                           /\Abobbin: bobbin #{command}: --port #{port} is not a TCP port \(1 to 65535\)\n\z/, exitstatus: 64)
+      end
+      port = closed_port
+      assert_config_exit(run_bobbin(command, "--host", "nosuch.invalid", "--port", port.to_s, "--auth-token", "s3cret"),
+                         /\Abobbin: bobbin #{command} cannot listen on nosuch\.invalid:#{port} \(.+\): give it another --host/)
+    end
+  end
+
   # Rails' own bundle has rackup but no server (puma comes from the app's Gemfile): rackup's LoadError ended it with a
   # backtrace, after the line saying where it served (a trial, on Rails 7.2's bundle).
   test "with rackup but no Rack server in the bundle it stops with one line saying what to add" do

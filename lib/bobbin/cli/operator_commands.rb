@@ -92,7 +92,12 @@ module Bobbin
           OptionParser.new do |o|
             o.banner = "Usage: bobbin #{command} [options]"
             @cli.database_options(o, options)
-            o.on("-p", "--port PORT", Integer, "port (default #{port})") { |v| options[:port] = v }
+            o.on("-p", "--port PORT", Integer, "port (default #{port})") do |v|
+              # 99999 served on 34463 (the port modulo 65536) while saying 99999; -1 and 0 ended in a backtrace or a port unsaid
+              raise UsageError, "bobbin #{command}: --port #{v} is not a TCP port (1 to 65535)" unless (1..65_535).cover?(v)
+
+              options[:port] = v
+            end
             o.on("--host HOST", "address to bind (default 127.0.0.1; another needs --auth-token)") { |v| options[:host] = v }
             o.on("--auth-token TOKEN", "require this token (HTTP basic auth password)") do |token|
               # `--auth-token --port 9399` or `-p9399` (its value left out) took the option for the token and dropped the port

@@ -39,9 +39,13 @@ module Bobbin
           $stdout.flush
         end
         handler.run(@app, Host: @host, Port: @port, Silent: true, **(PUMA_WITHOUT_CONFIG if handler.name.end_with?("::Puma")))
-      rescue Errno::EADDRINUSE, Errno::EADDRNOTAVAIL, Errno::EACCES => error # was the server's backtrace, after "on http://…"
-        raise ConfigurationError, "bobbin #{@name} cannot listen on #{@host}:#{@port} (#{error.message.sub(/ - bind\(2\).*/, '')}): " \
-                                  "give it another --port#{' or --host' unless error.is_a?(Errno::EADDRINUSE)}"
+      rescue Errno::EADDRINUSE, Errno::EADDRNOTAVAIL, Errno::EACCES, SocketError => error # was the server's backtrace, after "on http://…"
+        instead = case error
+        when Errno::EADDRINUSE then "--port"
+        when SocketError then "--host (a name this machine resolves, or an address)" # a --host that does not resolve
+        else "--port or --host"
+        end
+        raise ConfigurationError, "bobbin #{@name} cannot listen on #{@host}:#{@port} (#{error.message.sub(/ - bind\(2\).*/, '')}): give it another #{instead}"
       end
 
       # Puma reads config/puma.rb from the directory it runs in; an app's (`plugin :bobbin` with BOBBIN_IN_PUMA set, as
