@@ -44,6 +44,7 @@ module Bobbin
     def self.start(argv) = new.start(argv)
 
     def start(argv)
+      argv = utf8(argv)
       command = argv.shift
       case command
       when "work" then work(argv)
@@ -86,6 +87,16 @@ module Bobbin
     end
 
     private
+      # The command line as UTF-8 text. Without a UTF-8 locale (LANG unset: a slim container, cron, `docker exec`) Ruby
+      # hands it over as binary bytes: `bobbin pause café` paused, then failed in JSON's backtrace, and on SQLite every
+      # filter with a letter beyond ASCII (`bobbin retry --failed --queue café`) failed in the driver's.
+      def utf8(argv)
+        argv.map do |argument|
+          text = argument.dup.force_encoding(Encoding::UTF_8)
+          text.valid_encoding? ? text : raise(UsageError, "the argument #{argument.b.dump} is not UTF-8 text")
+        end
+      end
+
       # Asked for (help, -h, --help, nothing), the usage goes to stdout; after an unknown command, to stderr with exit 64.
       def usage(command)
         return puts(USAGE).then { 0 } if command.nil? || %w[-h --help help].include?(command)

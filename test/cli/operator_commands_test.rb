@@ -107,6 +107,22 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/^q\\e\]0;title\\a /, out.lines[1])
   end
 
+  # Without a UTF-8 locale (LANG unset: a slim container, cron, `docker exec`) Ruby gives the command line as binary bytes:
+  # `bobbin pause café` paused, then ended in JSON's backtrace, and on SQLite `bobbin jobs --queue café` or
+  # `retry --failed --queue café` in the driver's.
+  test "without a UTF-8 locale, names beyond ASCII on the command line are read as the text they are" do
+    id = insert_jobs(1, queue: "café", **failed_attributes, last_error_message: "für José").first
+    no_locale = { "LANG" => nil, "LC_ALL" => nil, "LC_CTYPE" => nil }
+    status, out, err = run_bobbin("jobs", "--queue", "café", "--search", "für", env: no_locale)
+    assert_equal [ 0, "" ], [ status.exitstatus, err ]
+    assert_match(/\A#{id}\s+failed\s+café\s/, out.lines[1])
+    assert_equal [ 0, "paused café\n", "" ], run_bobbin("pause", "café", env: no_locale).then { |s, o, e| [ s.exitstatus, o, e ] }
+    assert_equal [ "café" ], Bobbin::QueuePause.pluck(:queue)
+    assert_equal [ 0, "retried 1 job\n", "" ], run_bobbin("retry", "--failed", "--queue", "café", "--by", "José", env: no_locale).then { |s, o, e| [ s.exitstatus, o, e ] }
+    assert_equal [ "ready", "José" ], Bobbin::JobRecord.where(id: id).pick(:state, :operated_by)
+    assert_config_exit(run_bobbin("pause", "caf\xE9".b, env: no_locale), /\Abobbin: the argument "caf\\xE9" is not UTF-8 text\n\z/, exitstatus: 64)
+  end
+
   test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
     failed = insert_jobs(1, **failed_attributes).first
     running = insert_jobs(1, state: "running", claimed_by: 1).first
