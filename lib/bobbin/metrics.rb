@@ -41,6 +41,12 @@ module Bobbin
       rescue *Store::CONNECTION_ERRORS => error # a failed scrape, as the dashboard's pages: no hosts or paths in the body
         Bobbin.logger.warn("bobbin metrics: database unavailable (#{Store.reason(error)})")
         [ 503, { "content-type" => "text/plain", "retry-after" => "5" }, [ "The database is unavailable (#{error.class}).\n" ] ]
+      rescue StandardError => error # anything else (a statement timeout, a table gone): as the dashboard's pages, a plain 500 and the
+        # details in the log. The server's own answer was its page with the backtrace and SQL, or in production an empty 500
+        # with nothing in any log.
+        Bobbin.logger.error("bobbin metrics: #{env['REQUEST_METHOD']} #{Printable.printable(env['PATH_INFO'])} failed: " \
+                            "#{error.class}: #{Printable.printable(error.message)}\n#{Array(error.backtrace).join("\n")}")
+        [ 500, { "content-type" => "text/plain; charset=utf-8" }, [ "Something went wrong; the server's log has the details.\n" ] ]
       end
     end
 

@@ -117,6 +117,30 @@ class MetricsTest < Bobbin::TestCase
     FileUtils.rm_f([ quiet, output ].compact)
   end
 
+  # A failed read other than a lost connection (a statement timeout, a table gone) was left to Puma: its page with the
+  # backtrace and the SQL to whoever scraped, or in production an empty 500, and in neither case a line in any log.
+  test "bobbin metrics answers an unexpected error with a plain 500 and logs it with its backtrace" do
+    port = closed_port
+    output = "tmp/metrics-error-#{Process.pid}.log"
+    pid = Process.spawn({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, File.join(ROOT, "exe/bobbin"), "metrics", "--port", port.to_s,
+                        chdir: ROOT, out: output, err: output, pgroup: true)
+    ensure_killed(pid) do
+      assert_equal "200", wait_for("bobbin metrics to listen", timeout: 60) { Net::HTTP.get_response("127.0.0.1", "/metrics", port) rescue nil }.code
+      Bobbin::Record.connection.execute("ALTER TABLE bobbin_pauses RENAME TO bobbin_pauses_away") # every queues read fails
+      renamed = true
+      response = Net::HTTP.get_response("127.0.0.1", "/metrics", port)
+      assert_equal [ "500", "Something went wrong; the server's log has the details.\n" ], [ response.code, response.body ]
+      log = wait_for("the error in the log", timeout: 10) { File.read(output).then { |text| text if text.include?(" failed: ") } }
+      assert_match(/bobbin metrics: GET \/metrics failed: ActiveRecord::StatementInvalid: .*bobbin_pauses/, log)
+      assert_match(%r{lib/bobbin/operator/stats\.rb:\d+}, log, "with its backtrace")
+    ensure
+      Bobbin::Record.connection.execute("ALTER TABLE bobbin_pauses_away RENAME TO bobbin_pauses") if renamed
+    end
+  ensure
+    Bobbin::QueuePause.reset_column_information
+    FileUtils.rm_f(output)
+  end
+
   test "bobbin metrics without a token answers only requests from this machine naming it, with no proxy in between" do
     app = Bobbin::Dashboard::Server.new(port: 9394, host: "127.0.0.1", name: "metrics") { |auth| Bobbin::Metrics.rack_app(auth: auth) }.app
     scrape = ->(host, ip = "127.0.0.1", **headers) { Rack::MockRequest.new(app).get("/metrics", "HTTP_HOST" => host, "REMOTE_ADDR" => ip, **headers) }
