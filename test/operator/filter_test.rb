@@ -65,6 +65,15 @@ class OperatorFilterTest < Bobbin::TestCase
     assert_equal @failed, ids(search: "reset", state: "failed")
   end
 
+  # The arguments are stored as JSON: a search for an argument's quote, backslash or newline looked for the text as given
+  # and found nothing, where the job's page showed the argument holding it.
+  test "search finds an argument's text with quotes, backslashes or a newline, and still a fragment of the arguments' JSON" do
+    path = insert_jobs(1, arguments: JSON.generate([ %q(C:\imports\Q3 "final".csv), "line one\nline two" ])).first
+    # As the argument holds it, and as the job's page shows the JSON (C:\\imports, \"final\")
+    [ %q(C:\imports\Q3), '"final"', "one\nline", '["C:\\\\imports', %q(\"final\") ].each { |text| assert_equal [ path ], ids(search: text), text }
+    assert_equal [], ids(search: %q(C:\imports\Q4))
+  end
+
   test "bad criteria are refused with a message naming them" do
     assert_match(/unknown state "lost"/, assert_raises(ArgumentError) { ids(state: "lost") }.message)
     assert_match(/unknown job filter colour/, assert_raises(ArgumentError) { ids(colour: "red") }.message)

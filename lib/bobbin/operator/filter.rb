@@ -94,15 +94,21 @@ module Bobbin
           end
         end
 
-        # A substring anywhere in the arguments' JSON or the last error (case-sensitive on PostgreSQL; SQLite's LIKE
-        # ignores ASCII case). A scan of the rows the other criteria leave: narrow by state or queue on big tables.
-        # The pattern is a bind parameter, so each search is not a new statement prepared on the server.
+        # A substring anywhere in the arguments or the last error (case-sensitive on PostgreSQL; SQLite's LIKE
+        # ignores ASCII case). The arguments are stored as JSON, where a quote, a backslash or a newline is escaped:
+        # they are searched for the text as given (a fragment of their JSON) and as JSON writes it, so `C:\imports` or
+        # `"Q3"` finds the job whose argument holds it (it found nothing). A scan of the rows the other criteria leave:
+        # narrow by state or queue on big tables. The patterns are bind parameters, so each search is not a new
+        # statement prepared on the server.
         def search_condition
-          pattern = "%#{JobRecord.sanitize_sql_like(search)}%"
-          table = JobRecord.arel_table
-          %i[arguments last_error_message last_error_class].map do |column|
-            table[column].matches(JobRecord.predicate_builder.build_bind_attribute(column.to_s, pattern), "\\", true)
-          end.reduce(:or)
+          in_json = (JSON.generate(search)[1...-1] rescue search) # bytes JSON cannot write: as given
+          [ contains(:arguments, search), *(contains(:arguments, in_json) unless in_json == search),
+            contains(:last_error_message, search), contains(:last_error_class, search) ].reduce(:or)
+        end
+
+        def contains(column, text)
+          pattern = "%#{JobRecord.sanitize_sql_like(text)}%"
+          JobRecord.arel_table[column].matches(JobRecord.predicate_builder.build_bind_attribute(column.to_s, pattern), "\\", true)
         end
 
         # true for true/"true"/"1"/"yes"; nil (no criterion) for false/"false"/"0"/"no".
