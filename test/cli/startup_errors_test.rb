@@ -10,6 +10,9 @@ class StartupErrorsTest < Bobbin::TestCase
 
   def sqlite_url(path) = "sqlite3:#{path}"
 
+  # Runs a command with mounts of its own (a user namespace: no root needed where the kernel allows them).
+  MOUNT_NAMESPACE = [ "unshare", "--user", "--map-root-user", "--mount" ].freeze
+
   def postgres_url(**parts)
     uri = URI(TestDatabase.url)
     parts.each { |part, value| uri.public_send("#{part}=", value) }
@@ -216,6 +219,25 @@ class StartupErrorsTest < Bobbin::TestCase
       status, = run_bobbin("migrate", env: { "DATABASE_URL" => "sqlite3://localhost#{dir}/jobs.sqlite3" })
       assert status.success?, "sqlite3://localhost/absolute/path is an absolute path"
       assert File.exist?(File.join(dir, "jobs.sqlite3"))
+    end
+  end
+
+  # The first process to open a SQLite file makes its -shm and -wal files; on a full disk SQLite says only "disk I/O
+  # error", and `bobbin work` said "database error before starting: disk I/O error: (ActiveRecord::StatementInvalid);
+  # check DATABASE_URL" (a trial: a 3 MB tmpfs filled up), where a running process's write said the disk was full.
+  test "a SQLite file on a full disk is said to be on a full disk, not a bad DATABASE_URL" do
+    once_per_run
+    skip("this machine cannot mount a filesystem of its own") unless system(*MOUNT_NAMESPACE, "true", [ :out, :err ] => File::NULL)
+    with_tmpdir do |dir|
+      made = File.join(dir, "jobs.sqlite3")
+      assert run_bobbin("migrate", env: { "DATABASE_URL" => sqlite_url(made) }).first.success?
+      full = File.join(dir, "full")
+      Dir.mkdir(full)
+      path = File.join(full, "jobs.sqlite3")
+      # A 1 MB filesystem of the command's own over `full`: the file copied in, the rest filled.
+      fill = "mount -t tmpfs -o size=1m tmpfs #{full} && cp #{made} #{path} && (cat /dev/zero > #{full}/filler 2>/dev/null; true) && exec \"$@\""
+      result = run_bobbin("work", "--threads", "1", env: { "DATABASE_URL" => sqlite_url(path) }, prefix: [ *MOUNT_NAMESPACE, "sh", "-c", fill, "sh" ])
+      assert_config_exit(result, %r{\Abobbin: the disk holding the database #{path} is full \(disk I/O error\): free space on it$})
     end
   end
 

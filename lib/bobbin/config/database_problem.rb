@@ -37,7 +37,7 @@ module Bobbin
       elsif text.match?(/too many (connections|clients)/i) then too_many(text)
       elsif sqlite_unwritable?(error) then read_only(text)
       elsif denied?(error) then denied(text)
-      elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last)}): free space on it"
+      elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last).delete_suffix(':')}): free space on it"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished) && refused_for_good?(error)
         "the database turned the connection away: #{text}; check the user name and password in #{where} (and that the role may log in)"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished)
@@ -105,8 +105,12 @@ module Bobbin
     def denied?(error) = defined?(PG::InsufficientPrivilege) && causes(error).any?(PG::InsufficientPrivilege)
 
     # Whether the disk is full: SQLite says so (behind the failed ROLLBACK that follows, at times), PostgreSQL too.
+    # SQLite's "disk I/O error" may be one too: the first connection to a file cannot make its -shm and -wal files.
     def disk_full?(error)
-      causes(error).any? { |e| (defined?(SQLite3::FullException) && e.is_a?(SQLite3::FullException)) || e.message.match?(/No space left on device|could not extend file/) }
+      causes(error).any? { |e| (defined?(SQLite3::FullException) && e.is_a?(SQLite3::FullException)) || e.message.match?(/No space left on device|could not extend file/) } ||
+        (defined?(SQLite3::IOException) && causes(error).any?(SQLite3::IOException) && Store::DatabaseFile.open&.full?) || false
+    rescue ActiveRecord::ActiveRecordError
+      false
     end
 
     def causes(error) = Store.causes(error)

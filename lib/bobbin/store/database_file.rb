@@ -35,6 +35,24 @@ module Bobbin
       # True once the path no longer names the file that was there when this was made.
       def replaced? = identity != @identity
 
+      # Bytes `full?` writes beside the file: the first -shm mapping SQLite makes (32 KB) and then some.
+      PROBE = 65_536
+
+      # True when the disk holding the file takes no more data: a file of PROBE bytes beside it cannot be written
+      # (it is removed at once). SQLite says only "disk I/O error" when the disk has no room for the -shm and -wal
+      # files the first connection to the file makes.
+      def full?
+        probe = "#{@path}-bobbin-space-#{::Process.pid}"
+        File.open(probe, File::WRONLY | File::CREAT | File::EXCL) { |file| file.write("\0" * PROBE) && file.fsync }
+        false
+      rescue Errno::ENOSPC, Errno::EDQUOT
+        true
+      rescue SystemCallError
+        false
+      ensure
+        File.unlink(probe) if probe && File.exist?(probe)
+      end
+
       private
         def identity
           stat = File.stat(@path)
