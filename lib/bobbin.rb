@@ -85,7 +85,7 @@ module Bobbin
       # with all of it, password included, for a database name.
       raise ConfigurationError.new(DatabaseProblem.unreadable_url("the database URL")), cause: nil if url.match?(MISTYPED_POSTGRES_URL)
 
-      url = with_sqlite_timeout(url)
+      url = with_absolute_sqlite_path(with_sqlite_timeout(url))
       ActiveSupport::IsolatedExecutionState.isolation_level = :fiber unless defined?(::Rails.application) && ::Rails.application
       ActiveRecord::Base.establish_connection(url)
       pool = ActiveRecord::Base.connection_pool
@@ -169,6 +169,18 @@ module Bobbin
         return url unless url.start_with?("sqlite") && !url.include?("timeout=")
 
         url + (url.include?("?") ? "&" : "?") + "timeout=5000"
+      end
+
+      # A relative SQLite path is the working directory's as Bobbin.connect is called. Active Record opens each later
+      # connection by the path as given (outside Rails, which puts Rails.root before it): a worker's outcome writer
+      # opened while a job ran in a `Dir.chdir` block made an empty file there, and outcomes failed (a trial).
+      def with_absolute_sqlite_path(url)
+        return url if defined?(::Rails.root) && ::Rails.root
+
+        scheme, path, query = url.match(%r{\A(sqlite3?:)([^/?][^?]*)(\?.*)?\z})&.captures
+        return url if path.nil? || path.start_with?(":memory:", "file:")
+
+        "#{scheme}#{URI::RFC2396_Parser.new.escape(Dir.pwd, %r{[^-_.!~*'()a-zA-Z\d/]})}/#{path}#{query}"
       end
   end
 end
