@@ -159,6 +159,35 @@ class OperatorActionsTest < Bobbin::TestCase
     other&.disconnect!
   end
 
+  # The discard event listed the batch's ids, read before the UPDATE: a job a worker claimed in between was named as
+  # discarded (to an audit subscriber) while it ran on.
+  test "the discard event names the jobs discarded, not one a worker claimed between the batch's read and its write" do
+    ready = insert_jobs(3, queue: "mail")
+    other = Bobbin::Record.connection_db_config.new_connection
+    claimed = false
+    claim = lambda do |*, payload|
+      next if claimed || !payload[:sql].match?(/\ASELECT "bobbin_jobs"."id" FROM/)
+      claimed = true # the batch has been read; a worker claims its first job before the UPDATE
+      other.execute("UPDATE bobbin_jobs SET state = 'running', claimed_by = 1 WHERE id = #{ready.first}")
+    end
+    joined = insert_jobs(2, queue: "joined") # an adapter's relation, with a join: both tables have an id
+    relation = Bobbin::JobRecord.where(queue: "joined").joins("LEFT JOIN bobbin_processes ON bobbin_processes.id = bobbin_jobs.claimed_by")
+    events = []
+    ActiveSupport::Notifications.subscribed(->(event) { events << event.payload.slice(:ids, :count, :by) }, "discard.bobbin") do
+      assert_equal 2, ActiveSupport::Notifications.subscribed(claim, "sql.active_record") { Bobbin::Operator.discard_all({ queue: "mail" }, by: "ops") }
+      assert_equal 2, Bobbin::Operator.discard_all(relation, by: "ann")
+    end
+    assert claimed, "the batch read was seen"
+    assert_equal [ { ids: ready.drop(1), count: 2, by: "ops" }, { ids: joined, count: 2, by: "ann" } ], events
+    assert_equal %w[running discarded discarded], ready.map { |id| Bobbin::JobRecord.where(id: id).pick(:state) }
+    job = Bobbin::JobRecord.find(ready.last)
+    assert_equal [ "discarded", "ops" ], [ job.operation, job.operated_by ]
+    assert_in_delta Time.now.utc, job.finished_at, 60
+    assert_in_delta Time.now.utc, job.operated_at, 60
+  ensure
+    other&.disconnect!
+  end
+
   test "delete finished jobs older than a time, only finished ones; failed ones only when asked, as retention keeps them" do
     old = Time.now.utc - 86_400
     gone = insert_jobs(3, state: "succeeded", finished_at: old) + insert_jobs(1, state: "discarded", finished_at: old)

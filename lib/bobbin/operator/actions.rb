@@ -78,13 +78,29 @@ module Bobbin
         woken(retried)
       end
 
+      # The discard event names the jobs the UPDATE discarded, not the batch asked for: a job a worker claimed (or that
+      # finished) between the batch's read and its write was listed as discarded while it ran on.
       def discard_ids(ids, by, selected = JobRecord)
-        patiently { selected.where(id: ids, state: DISCARDABLE).update_all(state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)) }.tap do |count|
-          next unless count.positive?
+        discarded = patiently { updated_ids(selected.where(id: ids, state: DISCARDABLE), state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)) }
+        return 0 if discarded.empty?
 
-          Stats.forget_throughput # a failed job discarded leaves its minute's count
-          let_through(ids) # a discarded holder's slot frees now, not at the next promotion pass
-          Instrumentation.instrument(:discard, ids: ids, count: count, by: by)
+        Stats.forget_throughput # a failed job discarded leaves its minute's count
+        let_through(discarded) # a discarded holder's slot frees now, not at the next promotion pass
+        Instrumentation.instrument(:discard, ids: discarded.sort, count: discarded.size, by: by)
+        discarded.size
+      end
+
+      # `relation.update_all(changes)` that returns the ids of the rows it changed (UPDATE … RETURNING id, on both databases).
+      def updated_ids(relation, changes)
+        relation.model.with_connection do |connection|
+          values = changes.map do |name, value|
+            type = relation.model.type_for_attribute(name.to_s)
+            [ relation.table[name], Arel.arel_node?(value) ? Arel::Nodes::Grouping.new(value) : Arel.sql(connection.quote(type.serialize(type.cast(value)))) ]
+          end
+          update = relation.arel.compile_update(values, relation.table[relation.model.primary_key])
+          sql = connection.unprepared_statement { connection.to_sql(update) }
+          returned = "#{connection.quote_table_name(relation.model.table_name)}.#{connection.quote_column_name(relation.model.primary_key)}" # a join's tables have ids too
+          connection.select_values("#{sql} RETURNING #{returned}", "#{relation.model} Update All").map(&:to_i)
         end
       end
 
