@@ -12,12 +12,16 @@ module Bobbin
   #
   # Silence. A process is judged dead by a silent heartbeat only when this process has itself reached the
   # database for longer than the threshold: after an outage every live process is silent, and is given the
-  # threshold again to beat before anyone prunes it.
+  # threshold again to beat before anyone prunes it. A process that just started counts from its start: it cannot
+  # tell whether an outage just ended, and one restarted while the database was away (it exits 69 until it is back)
+  # starts as it returns, before the live processes beat again (they try each heartbeat_interval). Pruning them then
+  # ran their running jobs a second time beside the first (a trial). Dead processes of its own host (ProcessRecord.gone)
+  # are recovered at once all the same.
   module Recovery
     # Crashes a job must have been in flight for before it runs only one at a time per process.
     SUSPECT = 2
 
-    @reachable_since = nil
+    @reachable_since = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) # Bobbin.monotonic's clock
 
     module_function
 

@@ -19,6 +19,9 @@ class MaintenanceTest < Bobbin::TestCase
     # heartbeat is a minute apart, so what happens within the test's wait happened at start, not at a later beat.
     test "bobbin #{command} recovers a dead process's jobs and sweeps every expired one as it starts" do
       id = ghost_with_a_job("rescued")
+      # Dead by its pid (a process of this host killed): a silence alone is judged once the new process has reached the
+      # database for the silent one's threshold (an outage may just have ended: see fresh_process_after_outage_test.rb).
+      Bobbin::ProcessRecord.where(id: Bobbin::JobRecord.where(id: id).select(:claimed_by)).update_all(pid: dead_pid)
       expired = expired_jobs(10 * Bobbin::Retention::BATCH + 1)
       config = start_config({ "fibers" => 2 }, heartbeat_interval: 60, process_alive_threshold: 150)
       pids = []
