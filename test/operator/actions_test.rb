@@ -73,6 +73,21 @@ class OperatorActionsTest < Bobbin::TestCase
 
   # Runs the block while another process holds SQLite's write lock for a second, past a busy timeout made short here
   # (the loaded machine's wait past the timeout, in short); returns what the block returns.
+  # Runs the block (a bulk action); once its batch has been read, and before its UPDATE, runs `sql` on another session.
+  # Returns the block's value.
+  def between_read_and_write(sql)
+    other = Bobbin::Record.connection_db_config.new_connection
+    done = false
+    interpose = lambda do |*, payload|
+      next if done || !payload[:sql].match?(/\ASELECT "bobbin_jobs"."id" FROM/)
+      done = true
+      other.execute(sql)
+    end
+    ActiveSupport::Notifications.subscribed(interpose, "sql.active_record") { yield }.tap { assert done, "the batch read was seen" }
+  ensure
+    other&.disconnect!
+  end
+
   def while_sqlite_locked
     holder = "db = SQLite3::Database.new(ARGV[0]); db.execute('BEGIN IMMEDIATE'); puts('locked'); $stdout.flush; sleep(1); db.execute('COMMIT')"
     Bobbin::JobRecord.with_connection do |connection|
@@ -144,48 +159,31 @@ class OperatorActionsTest < Bobbin::TestCase
   # and its UPDATE was discarded too, since failed jobs are discardable.
   test "a bulk action's UPDATE re-checks its filter: a waiting job that failed between the read and the write is left alone" do
     ready = insert_jobs(3, queue: "mail")
-    other = Bobbin::Record.connection_db_config.new_connection
-    flipped = false
-    flip = lambda do |*, payload|
-      next if flipped || !payload[:sql].match?(/\ASELECT "bobbin_jobs"."id" FROM/)
-      flipped = true # the batch has been read; the job fails before the UPDATE
-      other.execute("UPDATE bobbin_jobs SET state = 'failed' WHERE id = #{ready.first}")
+    discarded = between_read_and_write("UPDATE bobbin_jobs SET state = 'failed' WHERE id = #{ready.first}") do # the job fails
+      Bobbin::Operator.discard_all({ state: "ready", queue: "mail" }, by: "ops")
     end
-    discarded = ActiveSupport::Notifications.subscribed(flip, "sql.active_record") { Bobbin::Operator.discard_all({ state: "ready", queue: "mail" }, by: "ops") }
-    assert flipped, "the batch read was seen"
     assert_equal 2, discarded
     assert_equal %w[failed discarded discarded], ready.map { |id| Bobbin::JobRecord.where(id: id).pick(:state) }
-  ensure
-    other&.disconnect!
   end
 
   # The discard event listed the batch's ids, read before the UPDATE: a job a worker claimed in between was named as
   # discarded (to an audit subscriber) while it ran on.
   test "the discard event names the jobs discarded, not one a worker claimed between the batch's read and its write" do
     ready = insert_jobs(3, queue: "mail")
-    other = Bobbin::Record.connection_db_config.new_connection
-    claimed = false
-    claim = lambda do |*, payload|
-      next if claimed || !payload[:sql].match?(/\ASELECT "bobbin_jobs"."id" FROM/)
-      claimed = true # the batch has been read; a worker claims its first job before the UPDATE
-      other.execute("UPDATE bobbin_jobs SET state = 'running', claimed_by = 1 WHERE id = #{ready.first}")
-    end
     joined = insert_jobs(2, queue: "joined") # an adapter's relation, with a join: both tables have an id
     relation = Bobbin::JobRecord.where(queue: "joined").joins("LEFT JOIN bobbin_processes ON bobbin_processes.id = bobbin_jobs.claimed_by")
     events = []
     ActiveSupport::Notifications.subscribed(->(event) { events << event.payload.slice(:ids, :count, :by) }, "discard.bobbin") do
-      assert_equal 2, ActiveSupport::Notifications.subscribed(claim, "sql.active_record") { Bobbin::Operator.discard_all({ queue: "mail" }, by: "ops") }
+      claimed = "UPDATE bobbin_jobs SET state = 'running', claimed_by = 1 WHERE id = #{ready.first}" # a worker claims its first job
+      assert_equal 2, between_read_and_write(claimed) { Bobbin::Operator.discard_all({ queue: "mail" }, by: "ops") }
       assert_equal 2, Bobbin::Operator.discard_all(relation, by: "ann")
     end
-    assert claimed, "the batch read was seen"
     assert_equal [ { ids: ready.drop(1), count: 2, by: "ops" }, { ids: joined, count: 2, by: "ann" } ], events
     assert_equal %w[running discarded discarded], ready.map { |id| Bobbin::JobRecord.where(id: id).pick(:state) }
     job = Bobbin::JobRecord.find(ready.last)
     assert_equal [ "discarded", "ops" ], [ job.operation, job.operated_by ]
     assert_in_delta Time.now.utc, job.finished_at, 60
     assert_in_delta Time.now.utc, job.operated_at, 60
-  ensure
-    other&.disconnect!
   end
 
   test "delete finished jobs older than a time, only finished ones; failed ones only when asked, as retention keeps them" do

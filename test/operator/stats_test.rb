@@ -34,17 +34,10 @@ class OperatorStatsTest < Bobbin::TestCase
   # 50,000 scheduled, 10,001 too (a trial).
   test "the estimate of scheduled jobs among many finished ones is near their number, not the planner's guess for state and run_at apart" do
     skip_unless_postgres
-    connection = Bobbin::JobRecord.connection
-    insert = lambda do |count, state, run_at, finished_at|
-      connection.execute(<<~SQL)
-        INSERT INTO bobbin_jobs (queue, class_name, arguments, state, run_at, enqueued_at, finished_at)
-        SELECT 'default', 'SleepJob', '[0]', '#{state}', #{run_at}, now() AT TIME ZONE 'UTC', #{finished_at} FROM generate_series(1, #{count})
-      SQL
-    end
-    insert.(15_000, "ready", "(now() AT TIME ZONE 'UTC') + interval '1 day'", "NULL")
-    insert.(100_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
-    insert.(3, "ready", "(now() AT TIME ZONE 'UTC') - interval '1 minute'", "NULL")
-    connection.execute("ANALYZE bobbin_jobs")
+    generate_jobs(15_000, "ready", "(now() AT TIME ZONE 'UTC') + interval '1 day'", "NULL")
+    generate_jobs(100_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
+    generate_jobs(3, "ready", "(now() AT TIME ZONE 'UTC') - interval '1 minute'", "NULL")
+    Bobbin::JobRecord.connection.execute("ANALYZE bobbin_jobs")
     counts = Bobbin::Operator.counts
     assert counts.estimated?(:scheduled)
     assert_in_delta 15_000, counts[:scheduled], 3_000
@@ -56,17 +49,10 @@ class OperatorStatsTest < Bobbin::TestCase
   # the overview and in /metrics.
   test "the estimates of ready and scheduled jobs, both over the exact limit, are near their numbers" do
     skip_unless_postgres
-    connection = Bobbin::JobRecord.connection
-    insert = lambda do |count, state, run_at, finished_at|
-      connection.execute(<<~SQL)
-        INSERT INTO bobbin_jobs (queue, class_name, arguments, state, run_at, enqueued_at, finished_at)
-        SELECT 'default', 'SleepJob', '[0]', '#{state}', #{run_at}, now() AT TIME ZONE 'UTC', #{finished_at} FROM generate_series(1, #{count}) AS s(n)
-      SQL
-    end
-    insert.(15_000, "ready", "(now() AT TIME ZONE 'UTC') + n * interval '1 second'", "NULL")
-    insert.(10_500, "ready", "(now() AT TIME ZONE 'UTC') - n * interval '1 second'", "NULL")
-    insert.(100_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
-    connection.execute("ANALYZE bobbin_jobs")
+    generate_jobs(15_000, "ready", "(now() AT TIME ZONE 'UTC') + n * interval '1 second'", "NULL")
+    generate_jobs(10_500, "ready", "(now() AT TIME ZONE 'UTC') - n * interval '1 second'", "NULL")
+    generate_jobs(100_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
+    Bobbin::JobRecord.connection.execute("ANALYZE bobbin_jobs")
     counts = Bobbin::Operator.counts
     assert counts.estimated?(:scheduled) && counts.estimated?(:ready)
     assert_in_delta 15_000, counts[:scheduled], 3_000
@@ -248,5 +234,13 @@ class OperatorStatsTest < Bobbin::TestCase
     end
   ensure
     File.delete(config.path)
+  end
+
+  # Inserts `count` jobs in one statement (PostgreSQL): `run_at` and `finished_at` are SQL, `n` the row's number.
+  def generate_jobs(count, state, run_at, finished_at)
+    Bobbin::JobRecord.connection.execute(<<~SQL)
+      INSERT INTO bobbin_jobs (queue, class_name, arguments, state, run_at, enqueued_at, finished_at)
+      SELECT 'default', 'SleepJob', '[0]', '#{state}', #{run_at}, now() AT TIME ZONE 'UTC', #{finished_at} FROM generate_series(1, #{count}) AS s(n)
+    SQL
   end
 end
