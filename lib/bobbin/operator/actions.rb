@@ -100,7 +100,9 @@ module Bobbin
           update = relation.arel.compile_update(values, relation.table[relation.model.primary_key])
           sql = connection.unprepared_statement { connection.to_sql(update) }
           returned = "#{connection.quote_table_name(relation.model.table_name)}.#{connection.quote_column_name(relation.model.primary_key)}" # a join's tables have ids too
-          connection.select_values("#{sql} RETURNING #{returned}", "#{relation.model} Update All").map(&:to_i)
+          # exec_query, not select_values: a write clears the query cache (a Rails request's, a runner's), and a read after
+          # this one was answered from it, the jobs still shown as before.
+          connection.exec_query("#{sql} RETURNING #{returned}", "#{relation.model} Update All").rows.map { |row| row.first.to_i }
         end
       end
 
