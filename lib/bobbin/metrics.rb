@@ -54,10 +54,10 @@ module Bobbin
     # dashboard's hook is judged by it too.
     def refused?(verdict) = !verdict || (verdict.is_a?(String) && verdict.strip.empty?)
 
-    # The states whose jobs `queues` counts exactly, each queue's; their totals are those counts summed. Estimated as
-    # the other states are, a state's total disagreed with its queues' sum in the same scrape (99,506 failed jobs
-    # beside queues holding 100,000; a review), and cost a second read of the same index entries.
-    BY_QUEUE = %w[ready scheduled blocked running failed].freeze
+    # The states whose jobs `queues` counts exactly, each queue's (Operator::Stats::QUEUE_COUNTS); their totals are those
+    # counts summed. Estimated as the other states are, a state's total disagreed with its queues' sum in the same
+    # scrape (99,506 failed jobs beside queues holding 100,000; a review), and cost a second read of the same index entries.
+    BY_QUEUE = Operator::Stats::QUEUE_COUNTS.map(&:to_s).freeze
 
     def jobs(registry, now, queues)
       gauge = registry.gauge(:bobbin_jobs, docstring: "Jobs by state; a count of succeeded or discarded jobs above 10,000 is an estimate on " \
@@ -74,7 +74,7 @@ module Bobbin
       paused = registry.gauge(:bobbin_queue_paused, docstring: "1 when the queue is paused", labels: [ :queue ])
       queues.each do |queue|
         labels = { queue: Printable.utf8(queue.name) } # one queue's bad bytes failed the whole scrape
-        %i[ready scheduled blocked running failed].each { |state| size.set(queue.public_send(state), labels: labels.merge(state: state)) }
+        Operator::Stats::QUEUE_COUNTS.each { |state| size.set(queue.public_send(state), labels: labels.merge(state: state)) }
         latency.set(queue.latency, labels: labels)
         paused.set(queue.paused ? 1 : 0, labels: labels)
       end

@@ -47,7 +47,7 @@ module Bobbin
         @paused = [].freeze # no longer kept up to date
         @source.tap { @source = nil }
       end
-      within ? source&.stop(within) : source&.stop
+      source&.stop(within)
     end
 
     # True while every announcement reaches this process (PostgreSQL's listener is connected), so idle workers

@@ -129,7 +129,7 @@ module Bobbin
       # and exited 3, cutting jobs' unwinding short and charging them a crash (a review).
       @wait_ends = [ @wait_ends || Float::INFINITY, Bobbin.monotonic + @shutdown_timeout ].min
       # Its database calls end by then too, answered or not (a frozen server held a TERM ~60 s: a review).
-      [ @claimer&.store, @writer ].each { |store| store&.deadline = @wait_ends + STOP_GRACE }
+      [ @claimer&.store, @writer ].each { |store| store&.deadline = stop_due_at }
       @stopping = true
       # Only while it runs: a worker stopped before its run, or after it ended, was listed as stopping for good, and every
       # continuable job of the process stopped at its first checkpoint from then on (a review). `work` lists one asked before.
@@ -281,8 +281,12 @@ module Bobbin
       finish(stuck_loop: true)
     end
 
+    # When a stop is done with: its wait for running jobs, then STOP_GRACE for the interrupted ones to unwind (monotonic;
+    # nil before a stop). Its database calls end by then, answered or not.
+    def stop_due_at = @wait_ends && @wait_ends + STOP_GRACE
+
     def exit_if_stop_overdue
-      return unless @owns_process && @wait_ends && Bobbin.monotonic - @wait_ends > STOP_GRACE + STOP_OVERDUE
+      return unless @owns_process && stop_due_at && Bobbin.monotonic - stop_due_at > STOP_OVERDUE
 
       abandon(@executor.held_ids)
     end
@@ -498,7 +502,7 @@ module Bobbin
         @heartbeat.stop
         # A service still waiting on the database once the stop is due is left behind: a lone worker's heartbeat keeps
         # house on Active Record's session, which a frozen server never answers (the stop waited for it for ever).
-        services.each { |service| service.join(@wait_ends && [ @wait_ends + STOP_GRACE - Bobbin.monotonic, 1 ].max) || service.kill }
+        services.each { |service| service.join(stop_due_at && [ stop_due_at - Bobbin.monotonic, 1 ].max) || service.kill }
         @detector&.stop # its last look reports a job that held the loop until just now: counted on its row below, not lost
         @stall_log&.flush(@writer)
         @stuck = @executor.held_ids
@@ -592,7 +596,7 @@ module Bobbin
         Worker.mark_stopping(self, false)
         # Past the stop's deadline the listener is not waited for: stuck on a server that does not answer, its wait added
         # 3 s to a worker's exit (a review).
-        Wakeups.unsubscribe(self, within: (0 if @wait_ends && Bobbin.monotonic > @wait_ends + STOP_GRACE))
+        Wakeups.unsubscribe(self, within: (0 if stop_due_at && Bobbin.monotonic > stop_due_at))
         @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
         return outlive_stuck if @stuck.any? && !@owns_process && @supervisor.nil? && !stuck_loop
 

@@ -16,6 +16,8 @@ module Bobbin
         def size = ready + scheduled + blocked
         def capped?(field) = capped.include?(field.to_sym)
       end
+      # A Queue's counts, each a job state's (scheduled: waiting jobs whose run_at is ahead).
+      QUEUE_COUNTS = %i[ready scheduled blocked running failed].freeze
       # The states `queues` reports: jobs waiting, running, or failed (kept until retried or discarded).
       QUEUED = %w[ready blocked running failed].freeze
       # Job counts by state; `estimated` lists the states whose count is the planner's estimate.
@@ -67,7 +69,7 @@ module Bobbin
 
       # `queue` with each count over `cap` shown as `cap`, and named in `capped`.
       def capped(queue, cap)
-        over = %i[ready scheduled blocked running failed].select { |field| queue.public_send(field) > cap }
+        over = QUEUE_COUNTS.select { |field| queue.public_send(field) > cap }
         queue.with(**over.to_h { |field| [ field, cap ] }, capped: over)
       end
 

@@ -95,14 +95,14 @@ module Bobbin
       # True while the connection listens.
       def healthy? = @healthy
 
-      # Stops listening and closes the connection, waiting for the thread at most `within` seconds. Once called, the
-      # listener tells the workers nothing more (a listener still finishing must not hand its last notifications to the
-      # workers of the next one).
-      def stop(within = PROBE_TIMEOUT + 1)
+      # Stops listening and closes the connection, waiting for the thread at most `within` seconds (nil: PROBE_TIMEOUT
+      # and one more). Once called, the listener tells the workers nothing more (a listener still finishing must not hand
+      # its last notifications to the workers of the next one).
+      def stop(within = nil)
         @stopped = true
         @stop << :stop
         @waker.write_nonblock(".", exception: false)
-        return unless @thread.nil? || @thread.join(within)
+        return unless @thread.nil? || @thread.join(within || PROBE_TIMEOUT + 1)
 
         @wake.close
         @waker.close

@@ -40,10 +40,10 @@ module Bobbin
       # True while the watcher reads the database.
       def healthy? = @healthy
 
-      # Stops watching and closes the connection, waiting for the thread at most `within` seconds.
-      def stop(within = 1)
+      # Stops watching and closes the connection, waiting for the thread at most `within` seconds (nil: one).
+      def stop(within = nil)
         @stop << :stop
-        @thread&.join(within)
+        @thread&.join(within || 1)
       end
 
       private

@@ -35,7 +35,7 @@ module Bobbin
       def next_jobs(wait:)
         gather(wait) if @backlog
         room = self.room
-        @looked = @unavailable = false
+        @looked = false
         jobs = room.positive? ? claim(room, wait) : []
         @backlog = room.positive? && jobs.size == room
         jobs
@@ -44,9 +44,10 @@ module Bobbin
       # True when the last claim filled every free slot (more work is probably waiting).
       def backlog? = @backlog
 
-      # True when the last claim failed for want of the database: the next one comes after the claim's own backoff, not
-      # after an idle poll (a job ready once the database was back waited a whole polling_interval, or for the listener).
-      def unavailable? = @unavailable == true
+      # True while claims fail for want of the database (until one gets through and reconciles): the next one comes after
+      # the claim's own backoff, not after an idle poll (a job ready once the database was back waited a whole
+      # polling_interval, or for the listener).
+      def unavailable? = !@failures.nil?
 
       # True when a freed slot may find work no claim has seen: the last claim filled every slot, or did not look (no
       # room, or the database failed it), or a crash suspect runs and its fellows were left out of claims.
@@ -122,7 +123,6 @@ module Bobbin
         rescue Store::Unavailable => error
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: #{error.message}; retrying") unless @failures
           @failures = (@failures || 0) + 1
-          @unavailable = true
           wait.call([ 0.1 * (2**@failures), 5 ].min) # a wake (the database answered another session, a notice) ends it
           []
         end
