@@ -161,6 +161,35 @@ class DashboardAppTest < Bobbin::TestCase
     refute_match(/class="notice"/, again.body, "once")
   end
 
+  # Two dashboards in one app (one for admins, one read-only; one per database) each set their session cookie, which
+  # holds the CSRF key, at path "/": a visit to one replaced the other's, whose forms were then refused with a 403 (a review).
+  test "two dashboards mounted in one app keep a session cookie each: a visit to one leaves the other's forms working" do
+    ids = insert_jobs(2, **failed_attributes)
+    dashboards = %w[ann bob eve].map { |name| Bobbin::Dashboard.new(environment: "production", auth: ->(_) { name }) }
+    app = Rack::MockRequest.new(Rack::URLMap.new("/admin/jobs" => dashboards[0], "/jobs" => dashboards[1], "/jobs/eu" => dashboards[2]))
+    jar = {} # a browser's (RFC 6265): a cookie per name and path, sent where its path matches, the longest path first
+    browse = lambda do |method, path, params = {}|
+      sent = jar.select { |(_, at), _| path == at || path.start_with?(at.chomp("/") + "/") }.sort_by { |(_, at), _| -at.size }.map(&:last)
+      response = app.request(method, path, "HTTP_COOKIE" => sent.join("; "), params: params)
+      Array(response.headers["set-cookie"]).each { |cookie| jar[[ cookie[/\A[^=]+/], cookie[/; path=([^;]*)/, 1] || "/" ]] = cookie[/\A[^;]+/] }
+      response
+    end
+    token = ->(page, action) { page.body[/<form method="post" action="#{Regexp.escape(action)}"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"/, 1] }
+
+    admin_token = token.(browse.("GET", "/admin/jobs/jobs/#{ids[0]}"), "/admin/jobs/jobs/#{ids[0]}/retry")
+    other_token = token.(browse.("GET", "/jobs/jobs/#{ids[1]}"), "/jobs/jobs/#{ids[1]}/retry")
+    eu_token = token.(browse.("GET", "/jobs/eu/queues"), "/jobs/eu/queues/pause") # mounted inside the other's path
+
+    retried = browse.("POST", "/admin/jobs/jobs/#{ids[0]}/retry", "_csrf" => admin_token)
+    assert_equal [ 302, "ready" ], [ retried.status, Bobbin::JobRecord.find(ids[0]).state ], retried.body
+    retried = browse.("POST", "/jobs/jobs/#{ids[1]}/retry", "_csrf" => other_token)
+    assert_equal [ 302, "ready" ], [ retried.status, Bobbin::JobRecord.find(ids[1]).state ], retried.body
+    paused = browse.("POST", "/jobs/eu/queues/pause", "_csrf" => eu_token, "queue" => "mailers")
+    assert_equal [ 302, [ "mailers" ] ], [ paused.status, Bobbin::QueuePause.pluck(:queue) ], paused.body
+    assert_equal [ [ "bobbin.dashboard", "/admin/jobs" ], [ "bobbin.dashboard", "/jobs" ], [ "bobbin.dashboard", "/jobs/eu" ] ], jar.keys.sort
+    assert_match %r{\Abobbin\.dashboard=[^;]+; path=/;}, get(Bobbin::Dashboard.new(environment: "development"), "/queues").headers["set-cookie"], "not mounted: the whole site"
+  end
+
   test "read-only mode shows no action and refuses every POST" do
     id = insert_jobs(1, **failed_attributes).first
     Bobbin::Operator.pause("mail")

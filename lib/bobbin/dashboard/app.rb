@@ -24,6 +24,25 @@ module Bobbin
       BAD_REQUEST = [ BadRequest, Rack::QueryParser::ParameterTypeError, Rack::QueryParser::InvalidParameterError,
                       *(Rack::BadRequest if defined?(Rack::BadRequest)) ].freeze
 
+      # The session cookie's path is the mount's (SCRIPT_NAME), not "/": two dashboards in one app (one for admins and
+      # one read-only, one per database) replaced each other's cookie, and with it the CSRF key, so the forms of the one
+      # visited first were refused (a review). Roda's cookie options are the app's, fixed: the path is set per request.
+      module CookiePath
+        # What a cookie's path may hold (RFC 6265: no CTL, no ";"); a mount's path with anything else keeps "/".
+        PATH = %r{\A/[!-:<-~]*\z}
+
+        module RequestMethods
+          def persist_session(headers, session)
+            super
+            path = script_name
+            return unless PATH.match?(path) && (cookies = headers[Roda::RodaResponseHeaders::SET_COOKIE])
+
+            ours = /^(#{Regexp.escape(roda_class.sessions_opts[:key])}=[^;\n]*); path=\/(?=;|$)/
+            headers[Roda::RodaResponseHeaders::SET_COOKIE] = cookies.is_a?(Array) ? cookies.map { |cookie| cookie.sub(ours) { "#{$1}; path=#{path}" } } : cookies.gsub(ours) { "#{$1}; path=#{path}" }
+          end
+        end
+      end
+
       # A subclass bound to `dashboard` (auth, read-only) with its own session secret. Its session is its own, under a
       # key of its own in env: under rack.session, in a Rails app, it took the app's session and wrote all of it into
       # the dashboard's cookie (readable for 30 days with Bobbin's secret; past 4 KB every page failed).
@@ -31,6 +50,7 @@ module Bobbin
         Class.new(self) do
           opts[:dashboard] = dashboard
           plugin :sessions, secret: secret, key: "bobbin.dashboard", env_key: "bobbin.dashboard.session", cookie_options: { same_site: :strict, httponly: true }
+          plugin CookiePath
           plugin :flash # what an action did, shown once on the page it redirects to (from a URL, anyone could plant text)
           plugin :route_csrf, require_request_specific_tokens: true do |_request|
             response.status = 403
