@@ -146,6 +146,24 @@ class RecurringSchedulerTest < Bobbin::TestCase
     Object.send(:remove_const, :UnloadableTickJob) if Object.const_defined?(:UnloadableTickJob, false)
   end
 
+  # A task's args are stored as JSON with the task (bobbin_recurring_tasks): args JSON cannot write (NaN from Ruby, or
+  # `.nan` in recurring.yml) failed that sync, of every task, at every pass, so no task ticked (a review).
+  test "a task whose args JSON cannot write is refused, logged with its key; the other tasks are stored and still tick" do
+    now = Time.now.floor
+    nan = Bobbin::Recurring::Task.parse("nan_args", { schedule: "every second", class: "TickJob", args: [ Float::NAN ] }, "t")
+    infinite = Bobbin::Recurring::Task.parse("infinite_args", { schedule: "every second", class: "KeywordActiveJob", args: [ 1, { "status" => Float::INFINITY } ] }, "t")
+    log = bobbin_log do
+      scheduler = Bobbin::Recurring::Scheduler.new([ nan, infinite, every_second ])
+      scheduler.pass(now) && scheduler.pass(now + 3)
+    end
+    assert_equal [ now + 1, now + 2, now + 3 ], ticks.map(&:first)
+    assert_equal [ "every_second" ], Bobbin::RecurringTask.pluck(:key)
+    assert_match(/bobbin recurring: recurring task nan_args: args cannot be written as JSON \(NaN not allowed in JSON\); it is not scheduled/, log)
+    assert_match(/bobbin recurring: recurring task infinite_args: args cannot be written as JSON \(Infinity not allowed in JSON\); it is not scheduled/, log)
+    assert_equal 1, log.scan("nan_args").size, "said once, not at every pass"
+    assert_equal 0, Bobbin::RecurringRun.where(task_key: %w[nan_args infinite_args]).count
+  end
+
   # The clock that runs the recurring tasks also lets blocked jobs through once their key has room (here a holder
   # that ended without its outcome promoting the next, as when its duration runs out). The pass fails here on every
   # tick: its tasks' table is missing (a schema that does not match).

@@ -60,9 +60,20 @@ module Bobbin
       end
 
       private
+        # A task that cannot be stored is refused, said once, and the others are stored: its args (NaN) failed the sync
+        # of every task, at every pass, so none ticked (its job could not be written either).
         def sync
+          @tasks = @tasks.select { |task| storable?(task) }
           RecurringTask.sync(@tasks)
           @synced = true
+        end
+
+        def storable?(task)
+          task.attributes
+          true
+        rescue ConfigurationError => error
+          @logger.error("bobbin recurring: #{error.message}; it is not scheduled")
+          false
         end
 
         # The task's due ticks, with their job rows and when the ticks it skips began; nil when its job cannot be built.

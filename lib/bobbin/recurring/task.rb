@@ -124,9 +124,10 @@ module Bobbin
         tick
       end
 
-      # The columns of this task's row in bobbin_recurring_tasks.
+      # The columns of this task's row in bobbin_recurring_tasks; raises ConfigurationError naming the task when JSON
+      # cannot write its args (NaN or Infinity, from Ruby or recurring.yml's `.nan`; a string in no encoding it converts).
       def attributes
-        { key: key, schedule: schedule, class_name: class_name, command: command, arguments: JSON.generate(arguments),
+        { key: key, schedule: schedule, class_name: class_name, command: command, arguments: stored_arguments,
           queue: queue, priority: priority, description: description }
       end
 
@@ -142,6 +143,12 @@ module Bobbin
       end
 
       private
+        def stored_arguments
+          JSON.generate(arguments)
+        rescue JSON::GeneratorError, EncodingError => error
+          raise ConfigurationError, "recurring task #{key}: args cannot be written as JSON (#{error.message[0, 120]})"
+        end
+
         # Only the lookup: a NoMethodError (a NameError too) from building the job is not an unknown class.
         def job_class
           Object.const_get(class_name)
