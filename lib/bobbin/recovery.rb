@@ -72,23 +72,23 @@ module Bobbin
       # The database's time, as claims compare run_at with: this host's clock 30 s ahead kept a dead host's jobs
       # waiting 30 s more (a trial).
       now = ProcessRecord.now
-      failed, ready = blamed.empty? ? [ 0, 0 ] : charge(running.where(id: blamed), error, now)
+      failed, ready = blamed.empty? ? [ [], [] ] : charge(running.where(id: blamed), error, now)
+      charged = (failed + ready).sort # not `blamed`: a job its worker finished, or another process recovered, since that read is not
       spared = spare(running.where.not(id: blamed), error, now, suspects: blamed.empty?)
-      log(reason, ready + spared, failed, blamed)
-      Wakeups.announce(nil) if ready + spared > 0
-      if ready + failed + spared > 0
-        Instrumentation.instrument(:recover, process_id: process_id, reason: reason, ready: ready + spared, failed: failed, blamed: blamed)
+      log(reason, ready.size + spared, failed.size, charged)
+      Wakeups.announce(nil) if ready.size + spared > 0
+      if charged.size + spared > 0
+        Instrumentation.instrument(:recover, process_id: process_id, reason: reason, ready: ready.size + spared, failed: failed.size, blamed: charged)
       end
-      ready + failed + spared
+      charged.size + spared
     end
 
-    # The crash counts against these jobs: those out of crash retries fail, the others go back to ready. Returns
-    # [failed, ready]. Compared as `attempts - crash_retries`: PostgreSQL's `max_attempts + crash_retries` overflowed
-    # its integer for a job of max_attempts near INT32.max (what enqueue allows), and every prune raised.
+    # The crash counts against these jobs: those out of crash retries fail, the others go back to ready. Returns the
+    # ids [failed, ready] the UPDATEs changed. Compared as `attempts - crash_retries`: PostgreSQL's `max_attempts +
+    # crash_retries` overflowed its integer for a job of max_attempts near INT32.max (what enqueue allows), and every prune raised.
     def charge(blamed, error, now)
-      failed = blamed.where("attempts - ? >= max_attempts", Bobbin.config.crash_retries)
-                     .update_all(error.merge(state: "failed", finished_at: now))
-      [ failed, blamed.update_all(error.merge(state: Arel.sql(Store::WAITING), run_at: now, started_at: nil)) ]
+      failed = Store.updated_ids(blamed.where("attempts - ? >= max_attempts", Bobbin.config.crash_retries), error.merge(state: "failed", finished_at: now))
+      [ failed, Store.updated_ids(blamed, error.merge(state: Arel.sql(Store::WAITING), run_at: now, started_at: nil)) ]
     end
 
     # The jobs a crash counts against: the only one in flight, else the suspect in flight.

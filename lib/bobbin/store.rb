@@ -34,6 +34,22 @@ module Bobbin
       text.length > limit ? text[0, limit] : text
     end
 
+    # `relation.update_all(changes)` that returns the ids of the rows it changed (UPDATE … RETURNING id, on both databases).
+    def self.updated_ids(relation, changes)
+      relation.model.with_connection do |connection|
+        values = changes.map do |name, value|
+          type = relation.model.type_for_attribute(name.to_s)
+          [ relation.table[name], Arel.arel_node?(value) ? Arel::Nodes::Grouping.new(value) : Arel.sql(connection.quote(type.serialize(type.cast(value)))) ]
+        end
+        update = relation.arel.compile_update(values, relation.table[relation.model.primary_key])
+        sql = connection.unprepared_statement { connection.to_sql(update) }
+        returned = "#{connection.quote_table_name(relation.model.table_name)}.#{connection.quote_column_name(relation.model.primary_key)}" # a join's tables have ids too
+        # exec_query, not select_values: a write clears the query cache (a Rails request's, a runner's), and a read after
+        # this one was answered from it, the jobs still shown as before.
+        connection.exec_query("#{sql} RETURNING #{returned}", "#{relation.model} Update All").rows.map { |row| row.first.to_i }
+      end
+    end
+
     # Active Record's errors for a connection that could not be made or was lost. NoDatabaseError is a connection
     # refused too: Active Record raises it when PostgreSQL's refusal names the database (dropped, not accepting
     # connections, CONNECT revoked) or SQLite's directory cannot be made, a state to wait out like a server down.

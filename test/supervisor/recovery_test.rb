@@ -56,6 +56,32 @@ class RecoveryTest < Bobbin::TestCase
     assert_equal [ [ "failed", 3, 3 ], [ "ready", 2, 0 ], [ "ready", 2, 0 ] ], jobs(ids).pluck(:state, :attempts, :crashes)
   end
 
+  # The recover event and the log named the jobs blamed as read before the UPDATE: a suspect its only silent worker
+  # finished in between was named as charged with the crash, though its row was left as it finished (a review).
+  test "the recover event and log name as blamed only the jobs the crash was charged to, not one finished in between" do
+    process, ids = dead_process_with_jobs(attempts: 1)
+    Bobbin::JobRecord.where(id: ids.first).update_all(crashes: Bobbin::Recovery::SUSPECT)
+    other = Bobbin::Record.connection_db_config.new_connection
+    finished = false
+    finish = lambda do |*, payload| # the suspect's worker, only silent, records its outcome after the blame was read
+      next if finished || !payload[:sql].match?(/\ASELECT "bobbin_jobs"."id", "bobbin_jobs"."crashes" FROM/)
+      finished = true
+      other.execute("UPDATE bobbin_jobs SET state = 'succeeded', finished_at = CURRENT_TIMESTAMP WHERE id = #{ids.first}")
+    end
+    events = []
+    log = bobbin_log do
+      ActiveSupport::Notifications.subscribed(->(event) { events << event.payload.slice(:ready, :failed, :blamed) }, "recover.bobbin") do
+        ActiveSupport::Notifications.subscribed(finish, "sql.active_record") { assert_equal 2, Bobbin::Recovery.prune(threshold: 60) }
+      end
+    end
+    assert finished, "the blame was read"
+    assert_equal [ { ready: 2, failed: 0, blamed: [] } ], events
+    assert_match(/process #{process.pid} on .* stopped heartbeating; 2 jobs returned to ready, 0 failed\n/, log)
+    assert_equal %w[succeeded ready ready], jobs(ids).pluck(:state)
+  ensure
+    other&.disconnect!
+  end
+
   test "right after this process could not reach the database, silent processes are not pruned" do
     process, ids = dead_process_with_jobs(attempts: 1)
     Bobbin::Recovery.unreachable!

@@ -81,29 +81,13 @@ module Bobbin
       # The discard event names the jobs the UPDATE discarded, not the batch asked for: a job a worker claimed (or that
       # finished) between the batch's read and its write was listed as discarded while it ran on.
       def discard_ids(ids, by, selected = JobRecord)
-        discarded = patiently { updated_ids(selected.where(id: ids, state: DISCARDABLE), state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)) }
+        discarded = patiently { Store.updated_ids(selected.where(id: ids, state: DISCARDABLE), state: "discarded", finished_at: Time.now.utc, **stamp("discarded", by)) }
         return 0 if discarded.empty?
 
         Stats.forget_throughput # a failed job discarded leaves its minute's count
         let_through(discarded) # a discarded holder's slot frees now, not at the next promotion pass
         Instrumentation.instrument(:discard, ids: discarded.sort, count: discarded.size, by: by)
         discarded.size
-      end
-
-      # `relation.update_all(changes)` that returns the ids of the rows it changed (UPDATE … RETURNING id, on both databases).
-      def updated_ids(relation, changes)
-        relation.model.with_connection do |connection|
-          values = changes.map do |name, value|
-            type = relation.model.type_for_attribute(name.to_s)
-            [ relation.table[name], Arel.arel_node?(value) ? Arel::Nodes::Grouping.new(value) : Arel.sql(connection.quote(type.serialize(type.cast(value)))) ]
-          end
-          update = relation.arel.compile_update(values, relation.table[relation.model.primary_key])
-          sql = connection.unprepared_statement { connection.to_sql(update) }
-          returned = "#{connection.quote_table_name(relation.model.table_name)}.#{connection.quote_column_name(relation.model.primary_key)}" # a join's tables have ids too
-          # exec_query, not select_values: a write clears the query cache (a Rails request's, a runner's), and a read after
-          # this one was answered from it, the jobs still shown as before.
-          connection.exec_query("#{sql} RETURNING #{returned}", "#{relation.model} Update All").rows.map { |row| row.first.to_i }
-        end
       end
 
       # Lets the blocked jobs of these jobs' concurrency keys through to their free slots (announced), after the commit
