@@ -145,6 +145,23 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal 6, Bobbin::JobRecord.count
   end
 
+  # The key's model was fixed; a group lambda's was still written as "#<LedgerEntry:0x…>", a group for each job, and the
+  # limit held none of them back (a review).
+  test "an Active Record model a group lambda returns counts as Class/id: the jobs of its group share their slots" do
+    require_relative "../support/active_jobs"
+    entry = LedgerEntry.create!(key: "account")
+    grouped = Class.new(LedgerJob) { bobbin_options concurrency: { to: 1, key: "sync", group: ->(id) { LedgerEntry.find(id) } } }
+    listed = Class.new(LedgerJob) { bobbin_options concurrency: { to: 1, key: "sync", group: ->(id) { [ LedgerEntry.find(id), "eu" ] } } }
+    active = Class.new(ActiveJob::Base) { limits_concurrency key: ->(id) { id }, group: ->(id) { LedgerEntry.find(id) } }
+    stub_const_name(grouped, "GroupedSyncJob") { 2.times { grouped.enqueue(entry.id) } }
+    stub_const_name(listed, "ListedSyncJob") { 2.times { listed.enqueue(entry.id) } }
+    stub_const_name(active, "ActiveGroupedSyncJob") { 2.times { active.perform_later(entry.id) } }
+    assert_equal %w[ready blocked], states("LedgerEntry/#{entry.id}/sync")
+    assert_equal %w[ready blocked], states("LedgerEntry/#{entry.id}/eu/sync")
+    assert_equal %w[ready blocked], states("LedgerEntry/#{entry.id}/#{entry.id}")
+    assert_equal 6, Bobbin::JobRecord.count
+  end
+
   # A key of bytes no text column takes failed every enqueue of it with the driver's error: PostgreSQL's "string contains
   # null byte", SQLite's "source sequence is illegal/malformed utf-8" (a key lambda's Digest#digest).
   test "a key with a NUL or bytes that are not UTF-8 is stored hashed, and its jobs share its slots" do

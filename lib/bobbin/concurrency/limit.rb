@@ -9,7 +9,8 @@ module Bobbin
     # retried later, or has run for `duration` seconds (so a holder whose process hangs or vanished cannot keep
     # its slot forever). The key is `group/value`: group defaults to the job's own class name (a subclass of the
     # declaring class has slots of its own, as in Solid Queue), value is what `key` returns for the job's arguments
-    # (a String, Symbol or number; an Active Record model counts as "Class/id"); a `group` lambda is called as `key` is.
+    # (a String, Symbol or number; an Active Record model counts as "Class/id"); a `group` lambda is called as `key` is,
+    # and its value is named the same way.
     class Limit
       # Seconds a running job holds its slot at most (Solid Queue's default, so limits_concurrency ports as is).
       DEFAULT_DURATION = 180
@@ -53,7 +54,8 @@ module Bobbin
       # The key for a job of class `job_name` with these arguments; `context` is the Active Job instance the
       # lambdas run on (nil for Bobbin::Job, whose lambdas take the arguments).
       def key_for(arguments, job_name, context = nil)
-        self.class.key(evaluate(@group, arguments, context)&.to_s || job_name, evaluate(@key, arguments, context))
+        group = evaluate(@group, arguments, context)
+        self.class.key(group.nil? ? job_name : self.class.group(group), evaluate(@key, arguments, context))
       end
 
       # The job row's concurrency columns for a job whose key is `key`.
@@ -94,6 +96,10 @@ module Bobbin
         # with the driver's error (PostgreSQL: "string contains null byte"; SQLite: "source sequence is illegal/malformed utf-8").
         "#{Store.text(group.to_s, 100)}/sha256-#{Digest::SHA256.hexdigest(key)}"
       end
+
+      # A group lambda's value as text, its Active Record models as "Class/id" as in a key: a model written as itself was
+      # "#<Account:0x…>", a group for each job, and the limit held none of them back.
+      def self.group(value) = [ named(value) ].join("/")
 
       # `value` with its Active Record models as [Class, id], at any depth of its Arrays (a Hash's pairs are Arrays).
       def self.named(value)
