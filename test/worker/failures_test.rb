@@ -136,6 +136,27 @@ class FailuresTest < Bobbin::TestCase
     assert_operator row.(late).run_at - now, :>, 200
   end
 
+  # A rolling deploy: a job of a class only the new workers know, claimed by old workers meanwhile, came to the new code
+  # with its retries used up by those tries: its first real failure failed it for good (a review).
+  test "the tries an unknown class took leave the job its own retries once its class is there" do
+    id = Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "ArrivingJob", arguments: "[\"k\", 1]", queue: "default",
+                                                                         priority: 0, run_at: nil, max_attempts: 3) ]).first
+    4.times do
+      drain(threads: 1)
+      Bobbin::JobRecord.where(id: id).update_all(run_at: Time.now.utc)
+    end
+    assert_equal [ "ready", 4, "Bobbin::UnknownJobClass" ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :last_error_class)
+
+    Object.const_set(:ArrivingJob, Class.new(FlakyJob)) # fails once, then succeeds
+    drain(threads: 1)
+    Bobbin::JobRecord.where(id: id).update_all(run_at: Time.now.utc)
+    drain(threads: 1)
+    assert_equal [ "succeeded", "ArgumentError" ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class),
+                 "its real failure is retried, as its 2 retries say"
+  ensure
+    Object.send(:remove_const, :ArrivingJob) if Object.const_defined?(:ArrivingJob, false)
+  end
+
   # A check that a row's class is a class name at all (one written from outside fails at once) refused ÜberJob (a trial).
   test "a job class whose name is not ASCII runs" do
     Object.const_set(:ÜberJob, Class.new(LedgerJob))

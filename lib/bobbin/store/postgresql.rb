@@ -26,9 +26,9 @@ module Bobbin
           claimed_at = COALESCE(j.claimed_at, now() AT TIME ZONE 'UTC'),
           attempts = COALESCE(o.attempts, j.attempts), last_error_class = COALESCE(o.error_class, j.last_error_class),
           last_error_message = COALESCE(o.error_message, j.last_error_message),
-          last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace)
-        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[], $9::int[])
-          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace, attempts)
+          last_error_backtrace = COALESCE(o.backtrace, j.last_error_backtrace), max_attempts = COALESCE(o.max_attempts, j.max_attempts)
+        FROM unnest($2::bigint[], $3::text[], $4::timestamp[], $5::timestamp[], $6::text[], $7::text[], $8::text[], $9::int[], $10::int[])
+          AS o(id, state, finished_at, run_at, error_class, error_message, backtrace, attempts, max_attempts)
         WHERE j.id = o.id AND j.claimed_by = $1 AND (j.state = 'running' OR (j.state IN ('ready', 'blocked', 'failed') AND j.claimed_at IS NULL))
       SQL
 

@@ -14,7 +14,8 @@ module Bobbin
       FINISH = <<~SQL
         UPDATE bobbin_jobs SET state = ?, finished_at = ?, run_at = COALESCE(?, run_at), attempts = COALESCE(?, attempts),
           last_error_class = COALESCE(?, last_error_class), last_error_message = COALESCE(?, last_error_message),
-          last_error_backtrace = COALESCE(?, last_error_backtrace), claimed_at = COALESCE(claimed_at, ?)
+          last_error_backtrace = COALESCE(?, last_error_backtrace), max_attempts = COALESCE(?, max_attempts),
+          claimed_at = COALESCE(claimed_at, ?)
         WHERE id = ? AND claimed_by = ? AND (state = 'running' OR (state IN ('ready', 'blocked', 'failed') AND claimed_at IS NULL))
       SQL
 
@@ -151,7 +152,7 @@ module Bobbin
         transaction do
           statement = db.prepare(FINISH)
           outcomes.sum do |o|
-            statement.execute(o.state, o.finished_at, o.run_at, o.attempts, o.error_class, o.error_message, o.backtrace, now, o.id, process_id)
+            statement.execute(o.state, o.finished_at, o.run_at, o.attempts, o.error_class, o.error_message, o.backtrace, o.max_attempts, now, o.id, process_id)
             db.changes
           end
         ensure

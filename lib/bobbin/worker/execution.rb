@@ -115,7 +115,7 @@ module Bobbin
           failed(job, error)
         rescue UnknownJobClass => error
           attempts = [ job.max_attempts, UNKNOWN_CLASS_ATTEMPTS ].max
-          job.attempts < attempts ? retried(job, nil, error, of: attempts, at_most: UNKNOWN_CLASS_BACKOFF) : failed(job, error)
+          job.attempts < attempts ? retried(job, nil, error, of: attempts, at_most: UNKNOWN_CLASS_BACKOFF, max_attempts: given_back(job)) : failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
           interrupted!(error) if @interrupted.call(job.id)
           retries_left?(job) ? retried(job, job_class || known_class(job), error) : failed(job, error)
@@ -238,7 +238,14 @@ module Bobbin
           raise error
         end
 
-        def retried(job, job_class, error, of: job.max_attempts, at_most: MAX_BACKOFF)
+        # The job's max_attempts with the try its unknown class took given back (nil: as it is), for its first
+        # UNKNOWN_CLASS_ATTEMPTS tries: those of old workers during a rolling deploy used up its own retries, and its
+        # first real failure on the new code failed it for good (a review). Its later tries use its own retries.
+        def given_back(job)
+          job.max_attempts + 1 if job.attempts < UNKNOWN_CLASS_ATTEMPTS && job.max_attempts < Client::Fields::INT32.max
+        end
+
+        def retried(job, job_class, error, of: job.max_attempts, at_most: MAX_BACKOFF, max_attempts: nil)
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
           # ±25 %, then the cap: at most is at most. A backoff of 0.0 stays 0: 0.0 × 2**1024 (Infinity) is NaN, and a
           # job of many retries failed for good at its 1,025th attempt (a review).
@@ -246,7 +253,7 @@ module Bobbin
           @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{of} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
-          error_outcome(job, waiting_state(job), error, run_at: Store.timestamp(Time.now + delay))
+          error_outcome(job, waiting_state(job), error, run_at: Store.timestamp(Time.now + delay), max_attempts: max_attempts)
         end
 
         def failed(job, error)
@@ -266,11 +273,11 @@ module Bobbin
 
         # The error as the job's row keeps it: whatever its message holds (NULs, bytes that are not UTF-8, a
         # message method that raises), the outcome is written and the worker goes on.
-        def error_outcome(job, state, error, finished_at: nil, run_at: nil)
+        def error_outcome(job, state, error, finished_at: nil, run_at: nil, max_attempts: nil)
           explain_connection_wait(error)
           backtrace = kept_backtrace(Array(error.backtrace)).join("\n")
           Store::Outcome.new(job.id, state, finished_at, run_at, error_class(error), message(error),
-                             Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue, job.attempts)
+                             Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue, job.attempts, max_attempts)
         end
 
         # The frames a row keeps: the first BACKTRACE_LINES, then, of a deeper backtrace, up to as many again that are
