@@ -249,12 +249,12 @@ module Bobbin
 
       # Jobs waiting in a queue that neither these pools nor any running worker select wait for ever, and nothing else
       # says so (a trial: a job class's queue_as renamed in a deploy, the pools not). A warning: a worker elsewhere,
-      # down just now, may select it.
+      # down just now, may select it. A quiet worker (TSTP, as a deploy starts) claims nothing: it selects no queue.
       def report_unselected_queues
         waiting = JobRecord.where(state: %w[ready blocked]).group(:queue).count
         return if waiting.empty?
 
-        running = ProcessRecord.live.where(kind: "worker").filter_map { |process| process.own_metadata["queues"] }
+        running = ProcessRecord.live.where(kind: "worker").filter_map { |process| process.own_metadata.then { |meta| meta["queues"] unless meta["quiet"] } }
         selections = (@pools.map(&:queues) + running).map { |queues| Store::QueueSelection.new(queues) }
         unselected = waiting.reject { |queue, _| selections.any? { |selection| selection.match?(queue) } }
         return if unselected.empty?

@@ -140,6 +140,26 @@ class DoctorTest < Bobbin::TestCase
     assert_empty warnings(report).grep(/jobs wait in/)
   end
 
+  # A deploy quiets the old workers (TSTP) before it starts the new ones: a queue only a quiet worker selects has no
+  # worker to run its jobs, and doctor said "OK" (a review).
+  test "a quiet worker does not count as selecting its queues" do
+    SleepJob.enqueue_in(3600, 0, "legacy") # waiting, and not claimed meanwhile
+    Bobbin::JobRecord.update_all(queue: "legacy")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--queues", "legacy", "--threads", "1", "--polling-interval", "60")
+      wait_for("the worker registered") { Bobbin::ProcessRecord.where(kind: "worker").exists? }
+      _, report = doctor([ { "queues" => [ "new" ], "threads" => 2 } ])
+      assert_empty warnings(report).grep(/jobs wait in/), "a worker that claims selects legacy"
+
+      Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
+      wait_for("its row says quiet") { Bobbin::Operator.processes.select { |p| p.kind == "worker" }.all?(&:quiet?) }
+      _, report = doctor([ { "queues" => [ "new" ], "threads" => 2 } ])
+      assert_includes warnings(report), "  ! jobs wait in 1 queue(s) that neither these pools nor a running worker select: legacy (1); " \
+                                        "add them to a pool's queues, or they never run\n"
+    end
+  end
+
   test "a thread pool larger than the Active Record pool fails the check" do
     status, report = doctor([ { "threads" => 40 } ])
     assert_equal 1, status
