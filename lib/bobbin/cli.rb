@@ -149,7 +149,11 @@ module Bobbin
         raise UsageError, "#{command}: QUEUE must be a queue's name, got #{queue.inspect}" if queue.strip.empty?
 
         boot(options)
-        changed = Bobbin.public_send(command, queue).positive?
+        changed = begin
+          Bobbin.public_send(command, queue).positive?
+        rescue ArgumentError => error # a pattern, a name longer than any queue's: one line, not a backtrace
+          raise UsageError, "#{command}: #{error.message}"
+        end
         shown = Printable.printable(queue) # `bobbin pause $'\e[2J'` cleared the screen as it confirmed
         if command == "pause"
           puts(changed ? "paused #{shown}" : "paused #{shown} (it already was)")

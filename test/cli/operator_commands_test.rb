@@ -123,6 +123,19 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_config_exit(run_bobbin("pause", "caf\xE9".b, env: no_locale), /\Abobbin: the argument "caf\\xE9" is not UTF-8 text\n\z/, exitstatus: 64)
   end
 
+  # A worker's queue list reads `reports_*` as a prefix; `bobbin pause 'reports_*'` said "paused reports_*" and paused a
+  # queue of that literal name, while every reports_ queue went on being claimed (a review). A name longer than any
+  # queue's ended in a backtrace.
+  test "pause refuses a pattern and a name no queue can have, in one line with exit 64, and pauses nothing" do
+    assert_config_exit(run_bobbin("pause", "reports_*"), /\Abobbin: pause: a pause names one queue; "reports_\*" is a pattern .*`bobbin queues` lists them\)\n\z/, exitstatus: 64)
+    assert_config_exit(run_bobbin("pause", "*"), /is a pattern/, exitstatus: 64)
+    assert_config_exit(run_bobbin("pause", "q" * 300), /\Abobbin: pause: a queue's name is at most 255 bytes, got 300/, exitstatus: 64)
+    assert_empty Bobbin::QueuePause.pluck(:queue)
+    assert_raises(ArgumentError, match: /is a pattern/) { Bobbin::Operator.pause("llm_*") }
+    assert_equal [ 0, "paused reports_eu\n" ], run_bobbin("pause", "reports_eu").then { |s, o, _| [ s.exitstatus, o ] }
+    assert_equal [ "reports_eu" ], Bobbin::QueuePause.pluck(:queue)
+  end
+
   test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
     failed = insert_jobs(1, **failed_attributes).first
     running = insert_jobs(1, state: "running", claimed_by: 1).first

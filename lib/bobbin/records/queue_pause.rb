@@ -10,6 +10,12 @@ module Bobbin
     # 1, or 0 when it was paused already.
     def self.pause(queue)
       queue = checked(queue)
+      # A worker's queue list reads `reports_*` as every queue starting with `reports_`; a pause names one queue, and
+      # `bobbin pause 'reports_*'` said "paused reports_*" while every reports_ queue went on being claimed (a review).
+      if queue.end_with?("*")
+        raise ArgumentError, "a pause names one queue; #{Printable.printable(queue[0, 80].inspect)} is a pattern (as a worker's " \
+                             "queues read it): pause each queue it matches (`bobbin queues` lists them)"
+      end
       insert_all([ { queue: queue, created_at: Time.now.utc } ], unique_by: :bobbin_pauses_queue)
         .length.tap { Wakeups.announce([ queue ], paused: true) }
     end
