@@ -73,16 +73,16 @@ module Bobbin
           @changed_at = Bobbin.monotonic
           return if Wakeups.inserting? # this process's own insert may be in the change: look again once its ids are noted
 
-          @version = current
           read_paused
           rows = @db.execute(NEW_JOBS, [ @last_id ]).map { |row| row.is_a?(Hash) ? row.values : row } # Active Record sets results_as_hash
+          @version = current # only now: a look whose reads failed is made again at the next, not forgotten until another commit
           return if rows.empty?
 
           @last_id = rows.last.first
           announce(rows.reject { |id, _queue, _at| Wakeups.inserted_here?(id) })
           Wakeups.forget_inserted(@last_id)
         rescue SQLite3::BusyException
-          nil # a writer holds the file for a moment; the next look sees the same change
+          nil # a writer holds the file (past the busy timeout): the next look sees the same change and reads again
         end
 
         # Jobs inserted by other processes: their queues, now or (none due yet) at the first one's run_at.
