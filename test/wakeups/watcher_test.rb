@@ -34,7 +34,7 @@ class WatcherLookTest < Bobbin::TestCase
     def heard?(queue) = @lock.synchronize { @queues.include?(queue) }
   end
 
-  HELPER = <<~RUBY
+  HELPER = <<~'RUBY'
     Bobbin::Record.establish_connection(adapter: "sqlite3", database: ARGV.first, timeout: 20_000, pragmas: { journal_mode: "delete" })
     require "./test/support/jobs"
     lock = SQLite3::Database.new(ARGV.first)
@@ -44,7 +44,7 @@ class WatcherLookTest < Bobbin::TestCase
       case line.chomp
       when "resume and enqueue" then Bobbin::Record.transaction { Bobbin.resume("hook"); Bobbin.enqueue_all([ [ SleepJob, [ 0 ], { queue: "work" } ] ]) }
       when "resume" then Bobbin.resume("hook")
-      when "enqueue" then Bobbin.enqueue_all([ [ SleepJob, [ 0 ], { queue: "work" } ] ])
+      when /\Aenqueue (\w+)/ then Bobbin.enqueue_all([ [ SleepJob, [ 0 ], { queue: $1 } ] ])
       when "lock" then lock.execute("BEGIN EXCLUSIVE")
       when "unlock" then lock.execute("ROLLBACK")
       end
@@ -89,11 +89,28 @@ class WatcherLookTest < Bobbin::TestCase
     end
   end
 
+  # The watcher could not start (its first reads failed behind another process's lock, past its busy timeout) and
+  # stopped for good: a job enqueued by another process later waited for a poll, in every later enqueue too.
+  test "SQLite: a watcher that could not read the database tries again, and announces what other processes enqueue" do
+    with_other_process do |other|
+      bobbin_log do |log|
+        other.call("lock")
+        Bobbin::Wakeups.subscribe(@probe = Probe.new)
+        wait_for("the watcher to fail behind the lock") { log.call.include?("cannot watch the SQLite database") }
+        other.call("unlock")
+      end
+      other.call("enqueue work")
+      assert wait_for("the workers to be woken for it (a job of queue work, or any queue)", timeout: 20) { @probe.heard?("work") || @probe.heard?("*") }
+      other.call("enqueue later")
+      assert wait_for("the next job, of queue later, to be announced", timeout: 20) { @probe.heard?("later") }
+    end
+  end
+
   # A commit that lands after the watcher read data_version and before it read the new jobs is in what it reads then
   # (and one that lands after that read changes the version from the one the look keeps, so the next look reads it).
   test "SQLite: a job committed between the watcher's read of the version and its read of the new jobs is announced" do
     with_other_process do |other|
-      watch(Probe.new { other.call("enqueue") })
+      watch(Probe.new { other.call("enqueue work") })
       other.call("resume") # heard in the watcher's look, which reads the new jobs after the probe's enqueue committed
       wait_for("the watcher to hear the resume") { @probe.heard?("hook") }
       assert wait_for("a job of queue work to be announced", timeout: 20) { @probe.heard?("work") }

@@ -19,6 +19,8 @@ module Bobbin
       INTERVAL = 0.005
       QUIET_INTERVAL = 0.05
       QUIET = 1.0
+      # The longest wait before the watcher starts again after an error, in seconds.
+      MAX_BACKOFF = 30
 
       NEW_JOBS = "SELECT id, queue, (julianday(run_at) - 2440587.5) * 86400.0 FROM bobbin_jobs WHERE id > ? ORDER BY id"
 
@@ -47,20 +49,41 @@ module Bobbin
       end
 
       private
+        # Watches until stopped. An error (the file locked past the busy timeout as the watcher starts, a disk I/O
+        # error) is logged and the watcher starts again with backoff, waking every worker once then (jobs committed
+        # meanwhile were not watched for). Stopped for good instead, it left the process's idle workers waiting for a
+        # poll for every job another process enqueued from then on.
         def run
+          failures = 0
+          begin
+            watch(woken: failures.positive?) { failures = 0 }
+          rescue StandardError => error
+            failures += 1
+            @healthy = false
+            @adapter&.disconnect!
+            backoff = [ 2**(failures - 1), MAX_BACKOFF ].min
+            @logger.warn("bobbin: cannot watch the SQLite database for new jobs (#{error.class}: #{error.message}); idle workers poll, " \
+                         "and it tries again in #{backoff}s")
+            retry unless @stop.pop(timeout: backoff) == :stop
+          ensure
+            @healthy = false
+            @adapter&.disconnect!
+          end
+        end
+
+        # Connects, reads where the jobs and the paused queues stand, yields once it does (`woken`: then wakes every
+        # worker), and looks until stopped.
+        def watch(woken:)
           @adapter = Store::OwnConnections.open(@db_config)
           @db = @adapter.raw_connection
           @version = version
           @last_id = @db.get_first_value("SELECT COALESCE(MAX(id), 0) FROM bobbin_jobs").to_i
           read_paused
           @healthy = true
+          yield
+          Wakeups.deliver(nil) if woken
           @changed_at = Bobbin.monotonic
           look until @stop.pop(timeout: wait(Bobbin.monotonic - @changed_at)) == :stop
-        rescue StandardError => error
-          @logger.warn("bobbin: cannot watch the SQLite database for new jobs (#{error.class}: #{error.message}); idle workers poll")
-        ensure
-          @healthy = false
-          @adapter&.disconnect!
         end
 
         # Seconds until the next look, `quiet` seconds after the last change: `interval`, growing to QUIET_INTERVAL.
