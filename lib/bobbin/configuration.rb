@@ -23,8 +23,9 @@ module Bobbin
     # Seconds (≥ 0.01) between an idle worker's safety-net polls while notifications reach it (PostgreSQL's
     # listener is connected); polling_interval when that is longer.
     attr_reader :notified_polling_interval
-    # Whether enqueues and other changes wake idle workers at once (LISTEN/NOTIFY on PostgreSQL, an in-process
-    # signal and a file watch on SQLite); false leaves workers to polling (e.g. behind PgBouncer in transaction mode).
+    # Whether this process's idle workers are woken at once (a LISTEN on PostgreSQL, a file watch on SQLite); false
+    # leaves them to polling (e.g. behind PgBouncer in transaction mode). Its enqueues announce themselves either way
+    # (a NOTIFY works through any pooler): other processes may be listening.
     attr_reader :notifications
     # Database connections a fiber pool's jobs share (Active Record >= 7.2 releases between queries).
     attr_reader :fiber_db_concurrency

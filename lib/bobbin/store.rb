@@ -198,7 +198,7 @@ module Bobbin
     def self.write(connection, rows)
       sql = for_adapter(connection.adapter_name)
       notices = notices(rows)
-      if notices.one? && sql == PostgreSQL && Bobbin.config.notifications && sql.pipelined?(connection) && rows.none? { |row| row[:concurrency_key] }
+      if notices.one? && sql == PostgreSQL && sql.pipelined?(connection) && rows.none? { |row| row[:concurrency_key] }
         return write_announcing(connection, sql, rows, notices.first)
       end
 

@@ -134,9 +134,9 @@ module Bobbin
     # transaction open on `connection` (Active Record's; default Bobbin's) commits — at once without one, never on
     # rollback: to this process's workers on SQLite, to every process through a NOTIFY on PostgreSQL.
     # `paused:` announces a pause (true) or resume (false) of `queues` instead.
+    # Sent with `notifications` off too: that says this process does not listen, not that nobody does (a web app set so
+    # left every listening worker to find its jobs at the safety-net poll).
     def announce(queues, at: nil, paused: nil, connection: nil)
-      return unless Bobbin.config.notifications
-
       notice = Notice.new(queues&.uniq, at, paused)
       return after_commit(connection, notice) if connection
 

@@ -22,6 +22,23 @@ class OtherProcessTest < Bobbin::TestCase
     end
   end
 
+  # `notifications: false` is a process's own choice not to listen (its workers behind a transaction pooler, say); it
+  # also kept its enqueues from announcing themselves, so a web app set so made every listening worker elsewhere find
+  # its jobs only at the safety-net poll (10 s by default; a review).
+  test "a process that does not listen still announces what it enqueues: an idle worker in another process starts it without a poll" do
+    pid = spawn_bobbin("work", "--fibers", "5", "--polling-interval", "60", "--notified-polling-interval", "60", log: ENV["BOBBIN_TEST_WORKER_LOG"] || File::NULL)
+    ensure_killed(pid) do
+      wait_for("the worker to register", timeout: 60) { Bobbin::ProcessRecord.where(kind: "worker").exists? }
+      SleepJob.enqueue(0, "warm-up")
+      wait_for("its first job", timeout: 30) { LedgerEntry.exists?(key: "warm-up") }
+      sleep(0.5) # it has claimed again, found nothing, and sleeps its 60 s
+      Bobbin.config.set(notifications: false)
+      SleepJob.enqueue(0, "one")
+      Bobbin.enqueue_all([ [ SleepJob, [ 0, "two" ] ] ])
+      assert wait_for("both jobs to run in the other process", timeout: 20) { LedgerEntry.where(key: %w[one two]).count == 2 }
+    end
+  end
+
   # SQLite gives the ids of rolled-back rows to the next insert, whichever process makes it. This process's watcher
   # passed over another process's job that took the id of an enqueue rolled back here, as if this process had made it.
   test "SQLite: a job another process enqueues after an enqueue rolled back here wakes this process's idle worker" do
