@@ -38,4 +38,35 @@ class UnansweredStatementsTest < Bobbin::TestCase
     claimed = Bobbin::JobRecord.find(id).state == "running" ? [] : [ id ]
     assert_equal claimed, @store.claim(@process_id, 10).map(&:id)
   end
+
+  # Active Record's own statements on connect (SET client_min_messages, …) had no bound: a reconnect under way as a
+  # TERM came, on a session the server accepted and then never answered, held the claim loop and the heartbeat for as
+  # long as the server stayed silent, and a lone worker never exited (README: shutdown_timeout + 12 s).
+  test "PostgreSQL: a worker whose reconnects are never answered still exits on TERM, its jobs left to recovery" do
+    log = "tmp/unanswered-reconnect-#{Process.pid}.log"
+    config = start_config({ "threads" => 2 }, heartbeat_interval: 1, process_alive_threshold: 600)
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "-c", config.path, "--shutdown-timeout", "1", log: log,
+                                                                               env: { "DATABASE_URL" => "#{@proxy.url("bobbin-unanswered-reconnect")}&pool=5" })
+      # The claimer's session (its claims, or an idle worker's next due time), then the writer's (heartbeats, lost
+      # claims' release): each is ended, and the session opened in its place goes silent as Active Record readies it.
+      [ "WITH claimed AS%' OR query LIKE 'SELECT EXTRACT(EPOCH FROM run_at)%",
+        "UPDATE bobbin_processes SET last_heartbeat_at%' OR query LIKE 'UPDATE bobbin_jobs SET state = CASE%" ].each do |statement|
+        backend = wait_for("the worker's session running #{statement}", timeout: 60) do
+          Bobbin::Record.connection.select_value("SELECT pid FROM pg_stat_activity WHERE application_name = 'bobbin-unanswered-reconnect' " \
+                                                 "AND (query LIKE '#{statement}')")
+        end
+        @proxy.cut_next("client_min_messages")
+        Bobbin::Record.connection.select_value("SELECT pg_terminate_backend(#{backend})")
+        wait_for("its new session to go silent", timeout: 30) { !@proxy.cutting? }
+      end
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 60)&.success?, "it exited while its new sessions went unanswered:\n#{File.read(log)}"
+    end
+    assert_match(/stopped with the database unavailable \(.*the worker's stop is due.*\)/, File.read(log))
+  ensure
+    FileUtils.rm_f(log) if log
+    FileUtils.rm_f(config.path) if config
+  end
 end
