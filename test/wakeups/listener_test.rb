@@ -119,6 +119,24 @@ class ListenerTest < Bobbin::TestCase
     proxy&.close
   end
 
+  # Active Record readies a new session (SET client_min_messages, the type map's queries) before the listener's own
+  # bounded statements: a reconnect whose session went silent there waited for ever, deaf even once the server was back.
+  test "a reconnect whose session goes silent as Active Record readies it is a lost connection: notifications resume" do
+    proxy = through_proxy
+    with_idle_worker(poll: 60, fallback: 0.5) do
+      old = listeners
+      assert_equal 1, old.size
+      proxy.cut_next("client_min_messages") # the next session goes silent as Active Record readies it
+      Bobbin::Record.connection.select_value("SELECT pg_terminate_backend(#{old.first})")
+      wait_for("the reconnecting listener's session to go silent", timeout: 30) { !proxy.cutting? }
+      assert_notifications_resume("after")
+      assert_not_equal old, listeners, "a new listening session"
+    end
+  ensure
+    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+    proxy&.close
+  end
+
   test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume" do
     cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
     with_idle_worker(poll: 60, fallback: 0.5) do

@@ -31,12 +31,15 @@ module Bobbin
       # connects now: left to its first statement, the writer's session connected as the first jobs finished, and a job
       # forking meanwhile had a child that knew the connection before its adapter did, did not forget it, and closed it
       # as it exited (the fork test's flake, now and then in CI: the worker's outcome session lost).
-      def self.open(db_config)
+      #
+      # With `within` (seconds), the connect waits at most that long, Active Record's own statements on it included (SET
+      # client_min_messages, the type map's queries), and its failures are raised: PG::ConnectionBad past `within`.
+      def self.open(db_config, within: nil)
         postgresql = Store.postgresql?(db_config)
         db_config = for_bobbin(db_config) if postgresql
         db_config.new_connection.tap do |adapter|
           @adapters[adapter] = true
-          connect(adapter) if postgresql
+          within ? connect_within(adapter, within) : connect(adapter) if postgresql
         end
       end
 
@@ -46,6 +49,19 @@ module Bobbin
         adapter.connect!
       rescue ActiveRecord::ActiveRecordError
         nil
+      end
+
+      # A session a frozen server, pooler or proxy accepted and never answers is closed after `within` seconds.
+      def self.connect_within(adapter, within)
+        Timeout.timeout(within) { adapter.connect! }
+      rescue Timeout::Error
+        begin
+          adapter.disconnect!
+        rescue StandardError
+          nil
+        end
+        raise PG::ConnectionBad, "PostgreSQL did not ready a new session within #{format('%g', within)}s (a server, pooler or " \
+                                 "proxy that accepted the connection and stopped answering?)"
       end
 
       # Each is one session, not a pool: the pool's size goes. Active Record checks a database URL's config before it

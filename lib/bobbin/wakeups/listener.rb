@@ -132,7 +132,7 @@ module Bobbin
         end
 
         def listen
-          @adapter = Store::OwnConnections.open(@db_config)
+          @adapter = Store::OwnConnections.open(@db_config, within: connect_wait)
           @connection = @adapter.raw_connection
           @waits_on = [ @connection.socket_io, @wake ].freeze
           # A listening session waits for the server, not for a client: it is exempt from idle_session_timeout
@@ -153,6 +153,14 @@ module Bobbin
           @healthy = true
           @heard_at = Bobbin.monotonic
           @lost = false
+        end
+
+        # How long a new session may take to open and be readied: Active Record's two connects (connect_timeout each)
+        # and its statements on connect, which a session accepted by a frozen server, pooler or proxy never answers: a
+        # reconnecting listener waited on them for ever, deaf even once the server was back.
+        def connect_wait
+          timeout = @db_config.configuration_hash[:connect_timeout].to_f # 0: none, as libpq reads it
+          2 * (timeout.positive? ? timeout : Store::OwnConnections::KEEPALIVE[:connect_timeout]) + PING_TIMEOUT
         end
 
         def receive
