@@ -199,14 +199,23 @@ class ExitJob
   end
 end
 
-# Writes a ledger row inside a transaction it opens and never closes (`how` "leave"), or in the usual way.
+# Writes a ledger row inside a transaction it opens and never closes (`how` "leave"), or in the usual way. "within"
+# opens it inside `with_connection`, which checks the connection back in as its block ends ("within-raise": then raises).
 class TransactionLeavingJob
   include Bobbin::Job
   bobbin_options retries: 0
 
   def perform(how, key)
+    return LedgerEntry.with_connection { |connection| within(connection, how, key) } if how.start_with?("within")
+
     LedgerEntry.connection.begin_transaction if how == "leave"
     LedgerEntry.create!(key: key, pid: Process.pid)
+  end
+
+  def within(connection, how, key)
+    connection.begin_transaction
+    LedgerEntry.create!(key: key, pid: Process.pid)
+    raise "gave up" if how == "within-raise"
   end
 end
 

@@ -21,6 +21,26 @@ class OpenTransactionsTest < Bobbin::TestCase
     end
   end
 
+  # with_connection (what Active Record >= 7.2's models use) hands its connection back as its block ends: a transaction
+  # begun inside it went back to the pool open, the job succeeded, and the jobs after it on that connection wrote into
+  # it and lost their rows (on SQLite its write lock held up the worker's own writes instead).
+  %w[fibers threads].product(%w[within within-raise]).each do |mode, how|
+    test "a #{mode} job that begins a transaction inside with_connection (#{how}) has it rolled back; the jobs after it keep their rows" do
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(1, name: TestDatabase.application_name)) # the next jobs get that connection
+      leaving = TransactionLeavingJob.enqueue(how, "left")
+      after = Array.new(3) { |i| TransactionLeavingJob.enqueue("plain", "after-#{i}") }
+      drain_within(mode.to_sym => 1)
+
+      expected = how == "within" ? [ "failed", "Bobbin::TransactionLeftOpen" ] : [ "failed", "RuntimeError" ]
+      assert_equal expected, job(leaving).then { |row| [ row.state, row.last_error_class ] }
+      assert_equal [ "succeeded" ], Bobbin::JobRecord.where(id: after).distinct.pluck(:state)
+      ActiveRecord::Base.connection_handler.clear_all_connections!(:all) # a transaction still open would end here, rolled back
+      assert_equal %w[after-0 after-1 after-2], LedgerEntry.order(:key).pluck(:key), "the left transaction's row is gone; the others committed"
+    ensure
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+    end
+  end
+
   test "a transaction open before the job began (transactional fixtures) is left open; only the job's own is rolled back" do
     execution = Bobbin::Worker::Execution.new
     claimed = [ "plain", "leave" ].map do |how|

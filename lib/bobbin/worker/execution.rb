@@ -18,6 +18,28 @@ module Bobbin
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
+      # Fiber storage (inherited by the job's own fibers and tasks): the connections a job checked in with a transaction open.
+      LEFT_OPEN = :bobbin_left_open
+
+      # `with_connection` (Active Record >= 7.2's models use it for every query) checks its connection in as its block
+      # ends, raised or not: a transaction a job began inside it (`connection.begin_transaction`) went back to the pool
+      # open, the job succeeded, and the next jobs to check that connection out wrote into it and lost their rows (on
+      # SQLite its write lock held up the worker's own writes). Inside a job, such a connection is rolled back as it is
+      # checked in (thrown away if that fails) and the job fails with TransactionLeftOpen, as one left on its lease.
+      module CheckinGuard
+        def checkin(connection)
+          left = Fiber[LEFT_OPEN]
+          return super unless left && !@pinned_connection.equal?(connection) && connection.transaction_open?
+
+          left << connection
+          begin
+            connection.rollback_transaction while connection.transaction_open?
+          rescue StandardError
+            return connection.throw_away!
+          end
+          super
+        end
+      end
 
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
       # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
@@ -30,6 +52,8 @@ module Bobbin
         @classes = {}
         @thread_jobs = {}
         @pid = ::Process.pid
+        pool = ActiveRecord::ConnectionAdapters::ConnectionPool
+        pool.prepend(CheckinGuard) unless pool <= CheckinGuard
       end
 
       # True when `job`'s class asks to run on a thread (RunsOn), so a fiber pool hands it to its thread lane. A class
@@ -98,6 +122,7 @@ module Bobbin
         def outcome(job)
           job_class = nil
           left_open = false
+          Fiber[LEFT_OPEN] = checked_in_open = []
           begin
             AppExecutor.between_reloads do
               if job.active_job_id
@@ -107,7 +132,8 @@ module Bobbin
               end
             end
           ensure
-            left_open = roll_back_left_open(job)
+            Fiber[LEFT_OPEN] = nil
+            left_open = roll_back_left_open(job) | checked_in_open.any?
           end
           raise TransactionLeftOpen, "#{job.class_name} #{job.id} returned with a transaction still open; it was rolled back" if left_open
           Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key, job.queue, job.attempts)
