@@ -219,6 +219,19 @@ class TransactionLeavingJob
   end
 end
 
+# Checks out a connection of its own (`connection_pool.checkout`) and never checks it in; "transaction": writes its row
+# in a transaction it leaves open on it, else writes it there in the usual way.
+class CheckoutKeepingJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(how, key)
+    connection = LedgerEntry.connection_pool.checkout
+    connection.begin_transaction if how == "transaction"
+    connection.insert("INSERT INTO bobbin_test_ledger (#{connection.quote_column_name('key')}) VALUES (#{connection.quote(key)})")
+  end
+end
+
 # ExitJob on a fiber pool's thread lane.
 class LaneExitJob < ExitJob
   bobbin_options runs_on: :thread

@@ -41,6 +41,28 @@ class OpenTransactionsTest < Bobbin::TestCase
     end
   end
 
+  # A connection a job checks out itself belongs to its fiber or thread, which outlives the job: Active Record's reaper
+  # takes back only a dead owner's. Each such job kept one for good, and once pool-size of them had run every later job
+  # waited checkout_timeout and failed.
+  %w[fibers threads].each do |mode|
+    test "connections #{mode} jobs check out and never check in go back to the pool as each ends; a transaction left on one fails its job" do
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(2, name: TestDatabase.application_name) + "&checkout_timeout=0.5")
+      keeping = Array.new(4) { |i| CheckoutKeepingJob.enqueue("keep", "kept-#{i}") }
+      leaving = CheckoutKeepingJob.enqueue("transaction", "left")
+      after = Array.new(3) { |i| TransactionLeavingJob.enqueue("plain", "after-#{i}") }
+      log = bobbin_log { drain_within(mode.to_sym => 1) }
+
+      assert_equal [ [ "succeeded", nil ] ], Bobbin::JobRecord.where(id: keeping + after).distinct.pluck(:state, :last_error_class)
+      assert_equal [ "failed", "Bobbin::TransactionLeftOpen" ], job(leaving).then { |row| [ row.state, row.last_error_class ] }
+      assert_equal 5, log.scan(/CheckoutKeepingJob \d+ kept a database connection it checked out/).size, log
+      assert_equal 0, ActiveRecord::Base.connection_pool.stat[:busy]
+      ActiveRecord::Base.connection_handler.clear_all_connections!(:all)
+      assert_equal %w[after-0 after-1 after-2 kept-0 kept-1 kept-2 kept-3], LedgerEntry.order(:key).pluck(:key)
+    ensure
+      ActiveRecord::Base.establish_connection(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+    end
+  end
+
   test "a transaction open before the job began (transactional fixtures) is left open; only the job's own is rolled back" do
     execution = Bobbin::Worker::Execution.new
     claimed = [ "plain", "leave" ].map do |how|

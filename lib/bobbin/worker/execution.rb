@@ -133,7 +133,7 @@ module Bobbin
             end
           ensure
             Fiber[LEFT_OPEN] = nil
-            left_open = roll_back_left_open(job) | checked_in_open.any?
+            left_open = roll_back_left_open(job) | checked_in_open.any? | check_in_kept(job)
           end
           raise TransactionLeftOpen, "#{job.class_name} #{job.id} returned with a transaction still open; it was rolled back" if left_open
           Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key, job.queue, job.attempts)
@@ -179,6 +179,35 @@ module Bobbin
               connection.rollback_transaction while connection.open_transactions > keep
             rescue StandardError
               connection.throw_away!
+            end
+          end
+          left
+        end
+
+        # Connections the job checked out itself (`connection_pool.checkout`) and did not check in: its fiber or thread
+        # outlives it, so Active Record's reaper, which takes back a dead owner's, never would, and once pool-size such jobs
+        # had run every later job waited checkout_timeout and failed. Each is checked in (rolled back first, and the job
+        # failed, when it holds a transaction; thrown away when that fails or the job was interrupted, its state
+        # unknown); true when one held a transaction.
+        def check_in_kept(job)
+          owner = ActiveSupport::IsolatedExecutionState.context
+          interrupted = $! && @interrupted.call(job.id)
+          left = false
+          ActiveRecord::Base.connection_handler.each_connection_pool do |pool|
+            pool.connections.each do |connection|
+              next unless connection.owner.equal?(owner) && !connection.equal?(pool.active_connection) && !connection.try(:pinned)
+
+              @logger.warn("bobbin: #{named(job)} kept a database connection it checked out (connection_pool.checkout without checkin); " \
+                           "it goes back to the pool")
+              next connection.throw_away! if interrupted
+
+              begin
+                left = true if connection.transaction_open?
+                connection.rollback_transaction while connection.transaction_open?
+                pool.checkin(connection)
+              rescue StandardError
+                connection.throw_away!
+              end
             end
           end
           left
