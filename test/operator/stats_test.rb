@@ -29,6 +29,21 @@ class OperatorStatsTest < Bobbin::TestCase
     end
   end
 
+  # Rails 7.2+ apps may forbid ActiveRecord::Base.connection (`permanent_connection_checkout = :disallowed`, which the
+  # README suggests as `:deprecated` to find what holds connections in fiber jobs): the estimate leased one that way, and
+  # the dashboard's overview raised once a state held more than the exact limit, that is in production.
+  test "counts above the exact limit are estimated where the app disallows ActiveRecord::Base.connection" do
+    insert_jobs(Bobbin::Operator::Stats::EXACT_UP_TO + 500, state: "succeeded", finished_at: Time.now.utc)
+    Bobbin::JobRecord.with_connection { |connection| connection.execute("ANALYZE bobbin_jobs") } if postgres?
+    checkout, ActiveRecord.permanent_connection_checkout = ActiveRecord.permanent_connection_checkout, :disallowed
+    begin
+      counts = Bobbin::Operator.counts
+    ensure
+      ActiveRecord.permanent_connection_checkout = checkout
+    end
+    assert_in_delta Bobbin::Operator::Stats::EXACT_UP_TO + 500, counts[:succeeded], 2_000
+  end
+
   # Only waiting jobs have a run_at ahead: the planner, taking state and run_at as independent, estimated ~2,000
   # scheduled jobs here, and the overview and /metrics showed ≈ 10,001 (the cap) for 15,000; at 3,000,000 jobs with
   # 50,000 scheduled, 10,001 too (a trial).

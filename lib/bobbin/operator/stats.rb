@@ -245,7 +245,7 @@ module Bobbin
       end
 
       def estimate(scope)
-        plan = JobRecord.connection.select_value("EXPLAIN (FORMAT JSON) #{scope.select(:id).to_sql}")
+        plan = JobRecord.with_connection { |connection| connection.select_value("EXPLAIN (FORMAT JSON) #{scope.select(:id).to_sql}") }
         JSON.parse(plan).first.dig("Plan", "Plan Rows").to_i
       end
 
