@@ -11,7 +11,7 @@ module Bobbin
       def run(&body)
         open_line
         @killing = false
-        @threads = Array.new(@capacity) { |i| Thread.new { guarded_loop }.tap { |t| t.name = "bobbin-job-#{i}" } }
+        @threads = Array.new(@capacity) { |i| start_thread("bobbin-job-#{i}") }
         body.call
       ensure
         @queue.close
@@ -42,9 +42,13 @@ module Bobbin
         def replace(dead)
           @lock.synchronize do
             index = @threads.index(dead) unless @killing
-            @threads[index] = Thread.new { guarded_loop }.tap { |thread| thread.name = dead.name } if index
+            @threads[index] = start_thread(dead.name) if index
           end
         end
+
+        # A pool thread named `name`. Its block is made here, where it sees no dead thread: made in `replace`, it closed
+        # over `dead`, and each new thread held the one before it, so the pool kept every thread a job ever ended.
+        def start_thread(name) = Thread.new { guarded_loop }.tap { |thread| thread.name = name }
 
         def current_runner = Thread.current
 
