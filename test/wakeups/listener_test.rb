@@ -101,40 +101,25 @@ class ListenerTest < Bobbin::TestCase
   end
 
   # A reconnecting listener's session accepted and then never answered (a frozen backend, pooler or proxy: the kernel
-  # acknowledges, so no keepalive or tcp_user_timeout fires) left its thread waiting on its LISTEN for ever, and idle
-  # workers were never woken by notifications again, whatever the server did next.
-  test "a reconnect whose statements are never answered is a lost connection: the listener reconnects and notifications resume" do
-    proxy = through_proxy
-    with_idle_worker(poll: 60, fallback: 0.5) do
-      old = listeners
-      assert_equal 1, old.size
-      proxy.cut_next("LISTEN bobbin_probe") # the next listening session goes silent once connected
-      Bobbin::Record.connection.select_value("SELECT pg_terminate_backend(#{old.first})")
-      wait_for("the reconnecting listener's session to go silent", timeout: 30) { !proxy.cutting? }
-      assert_notifications_resume("after")
-      assert_not_equal old, listeners, "a new listening session"
+  # acknowledges, so no keepalive or tcp_user_timeout fires) left its thread waiting for ever, and idle workers were never
+  # woken by notifications again, whatever the server did next: at its LISTEN, or earlier, as Active Record readied the
+  # new session (SET client_min_messages, the type map's queries) before the listener's own bounded statements.
+  { "statements are never answered" => "LISTEN bobbin_probe", "session goes silent as Active Record readies it" => "client_min_messages" }.each do |what, statement|
+    test "a reconnect whose #{what} is a lost connection: the listener reconnects and notifications resume" do
+      proxy = through_proxy
+      with_idle_worker(poll: 60, fallback: 0.5) do
+        old = listeners
+        assert_equal 1, old.size
+        proxy.cut_next(statement) # the next listening session goes silent there
+        Bobbin::Record.connection.select_value("SELECT pg_terminate_backend(#{old.first})")
+        wait_for("the reconnecting listener's session to go silent", timeout: 30) { !proxy.cutting? }
+        assert_notifications_resume("after")
+        assert_not_equal old, listeners, "a new listening session"
+      end
+    ensure
+      Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
+      proxy&.close
     end
-  ensure
-    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
-    proxy&.close
-  end
-
-  # Active Record readies a new session (SET client_min_messages, the type map's queries) before the listener's own
-  # bounded statements: a reconnect whose session went silent there waited for ever, deaf even once the server was back.
-  test "a reconnect whose session goes silent as Active Record readies it is a lost connection: notifications resume" do
-    proxy = through_proxy
-    with_idle_worker(poll: 60, fallback: 0.5) do
-      old = listeners
-      assert_equal 1, old.size
-      proxy.cut_next("client_min_messages") # the next session goes silent as Active Record readies it
-      Bobbin::Record.connection.select_value("SELECT pg_terminate_backend(#{old.first})")
-      wait_for("the reconnecting listener's session to go silent", timeout: 30) { !proxy.cutting? }
-      assert_notifications_resume("after")
-      assert_not_equal old, listeners, "a new listening session"
-    end
-  ensure
-    Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
-    proxy&.close
   end
 
   test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume" do

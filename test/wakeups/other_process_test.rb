@@ -8,12 +8,7 @@ require_relative "notice_probe"
 class OtherProcessTest < Bobbin::TestCase
   include NoticeProbe
   test "an idle worker in another process, polling every 60 s, starts a job enqueued here without waiting for a poll" do
-    pid = spawn_bobbin("work", "--fibers", "5", "--polling-interval", "60", "--notified-polling-interval", "60", log: ENV["BOBBIN_TEST_WORKER_LOG"] || File::NULL)
-    ensure_killed(pid) do
-      wait_for("the worker to register", timeout: 60) { Bobbin::ProcessRecord.where(kind: "worker").exists? }
-      SleepJob.enqueue(0, "warm-up")
-      wait_for("its first job", timeout: 30) { LedgerEntry.exists?(key: "warm-up") }
-      sleep(0.5) # it has claimed again, found nothing, and sleeps its 60 s
+    with_worker_elsewhere do |pid|
       SleepJob.enqueue(0, "from-here")
       assert wait_for("the job to run in the other process", timeout: 20) { LedgerEntry.find_by(key: "from-here") }
       assert_not_equal Process.pid, LedgerEntry.find_by(key: "from-here").pid
@@ -26,12 +21,7 @@ class OtherProcessTest < Bobbin::TestCase
   # also kept its enqueues from announcing themselves, so a web app set so made every listening worker elsewhere find
   # its jobs only at the safety-net poll (10 s by default; a review).
   test "a process that does not listen still announces what it enqueues: an idle worker in another process starts it without a poll" do
-    pid = spawn_bobbin("work", "--fibers", "5", "--polling-interval", "60", "--notified-polling-interval", "60", log: ENV["BOBBIN_TEST_WORKER_LOG"] || File::NULL)
-    ensure_killed(pid) do
-      wait_for("the worker to register", timeout: 60) { Bobbin::ProcessRecord.where(kind: "worker").exists? }
-      SleepJob.enqueue(0, "warm-up")
-      wait_for("its first job", timeout: 30) { LedgerEntry.exists?(key: "warm-up") }
-      sleep(0.5) # it has claimed again, found nothing, and sleeps its 60 s
+    with_worker_elsewhere do
       Bobbin.config.set(notifications: false)
       SleepJob.enqueue(0, "one")
       Bobbin.enqueue_all([ [ SleepJob, [ 0, "two" ] ] ])
@@ -55,4 +45,18 @@ class OtherProcessTest < Bobbin::TestCase
       assert_not LedgerEntry.exists?(key: "rolled-back")
     end
   end
+
+  private
+    # Runs the block beside an idle `bobbin work` in another process that polls every 60 s, once it has run a first job
+    # and gone back to sleep; yields its pid.
+    def with_worker_elsewhere
+      pid = spawn_bobbin("work", "--fibers", "5", "--polling-interval", "60", "--notified-polling-interval", "60", log: ENV["BOBBIN_TEST_WORKER_LOG"] || File::NULL)
+      ensure_killed(pid) do
+        wait_for("the worker to register", timeout: 60) { Bobbin::ProcessRecord.where(kind: "worker").exists? }
+        SleepJob.enqueue(0, "warm-up")
+        wait_for("its first job", timeout: 30) { LedgerEntry.exists?(key: "warm-up") }
+        sleep(0.5) # it has claimed again, found nothing, and sleeps its 60 s
+        yield pid
+      end
+    end
 end
