@@ -157,6 +157,33 @@ class FailuresTest < Bobbin::TestCase
     Object.send(:remove_const, :ArrivingJob) if Object.const_defined?(:ArrivingJob, false)
   end
 
+  # Each unknown-class try raised its attempts (and gave it back in max_attempts): the first real failure's backoff was
+  # reckoned from attempt 16, backoff × 2^15 capped at 6 h, so a job that waited out a rolling deploy then waited hours.
+  test "a job whose class was unknown for many tries retries its first real failure after its own backoff" do
+    id = Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "LateFlakyJob", arguments: "[\"late\", 2]", queue: "default",
+                                                                         priority: 0, run_at: nil, max_attempts: 4) ]).first
+    15.times do
+      drain(threads: 1)
+      Bobbin::JobRecord.where(id: id).update_all(run_at: Time.now.utc)
+    end
+    assert_equal [ "ready", 15, 19 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :max_attempts)
+
+    Object.const_set(:LateFlakyJob, Class.new(FlakyJob) { bobbin_options retries: 3, backoff: 60 }) # fails twice, then succeeds
+    [ 60, 120 ].each do |backoff|
+      before = Time.now.utc
+      drain(threads: 1)
+      state, run_at, error = Bobbin::JobRecord.where(id: id).pick(:state, :run_at, :last_error_class)
+      assert_equal [ "ready", "ArgumentError" ], [ state, error ]
+      assert_operator run_at, :>=, before + backoff * 0.75 - 1, "at least its own backoff (#{backoff} s ± 25 %) away"
+      assert_operator run_at, :<=, Time.now.utc + backoff * 1.25 + 1, "its own backoff (#{backoff} s ± 25 %), not hours"
+      Bobbin::JobRecord.where(id: id).update_all(run_at: Time.now.utc)
+    end
+    drain(threads: 1)
+    assert_equal "succeeded", Bobbin::JobRecord.where(id: id).pick(:state), "within its own 3 retries"
+  ensure
+    Object.send(:remove_const, :LateFlakyJob) if Object.const_defined?(:LateFlakyJob, false)
+  end
+
   # A check that a row's class is a class name at all (one written from outside fails at once) refused ÜberJob (a trial).
   test "a job class whose name is not ASCII runs" do
     Object.const_set(:ÜberJob, Class.new(LedgerJob))

@@ -300,11 +300,21 @@ module Bobbin
           job.max_attempts + 1 if job.attempts < UNKNOWN_CLASS_ATTEMPTS && job.max_attempts < Client::Fields::INT32.max
         end
 
+        # The attempt `job` is at of its own: the tries its unknown class took and gave back (each raised its max_attempts
+        # by one above the class's retries + 1, within the first UNKNOWN_CLASS_ATTEMPTS) left out. Counted in, a job that
+        # waited out a rolling deploy for 15 tries retried its first real failure after 6 h, not its backoff (a review).
+        def own_attempt(job, job_class)
+          return job.attempts unless job_class.respond_to?(:bobbin_options)
+
+          given = job.max_attempts - Client::Fields.attempts(job_class.bobbin_options[:retries])
+          job.attempts - given.clamp(0, [ job.attempts, UNKNOWN_CLASS_ATTEMPTS ].min - 1)
+        end
+
         def retried(job, job_class, error, of: job.max_attempts, at_most: MAX_BACKOFF, max_attempts: nil)
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
           # ±25 %, then the cap: at most is at most. A backoff of 0.0 stays 0: 0.0 × 2**1024 (Infinity) is NaN, and a
           # job of many retries failed for good at its 1,025th attempt (a review).
-          delay = base.zero? ? 0.0 : [ base * (2**(job.attempts - 1)) * rand(0.75..1.25), at_most ].min
+          delay = base.zero? ? 0.0 : [ base * (2**(own_attempt(job, job_class) - 1)) * rand(0.75..1.25), at_most ].min
           @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{of} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
