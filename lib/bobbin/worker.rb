@@ -459,7 +459,9 @@ module Bobbin
       ensure
         # Blocking: a killed fiber that waits (its log line, written to a pipe through the fiber scheduler) is ended there
         # by its kill, and the outcome was never handed on (a trial: the row stayed running, then ran again).
-        Fiber.blocking { @outcomes << @execution.killed(job) } if outcome.nil? && $!.nil? && !@executor.interrupted?(job.id)
+        # A job the process's exit killed (its main thread gone) did not end its own thread: it is handed back at the
+        # worker's finish, or recovered as a crashed process's (it failed as Bobbin::ThreadKilled, blamed for the exit).
+        Fiber.blocking { @outcomes << @execution.killed(job) } if outcome.nil? && $!.nil? && !@executor.interrupted?(job.id) && Thread.main.alive?
       end
 
       # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.
@@ -597,8 +599,9 @@ module Bobbin
         # Past the stop's deadline the listener is not waited for: stuck on a server that does not answer, its wait added
         # 3 s to a worker's exit (a review).
         Wakeups.unsubscribe(self, within: (0 if stop_due_at && Bobbin.monotonic > stop_due_at))
-        @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
+        released = @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
         return outlive_stuck if @stuck.any? && !@owns_process && @supervisor.nil? && !stuck_loop
+        return exited_under_it(released) unless Thread.main.alive?
 
         deregister if @process_id && @stuck.empty? # the row names who holds them
         [ (@claimer unless stuck_loop), @writer ].compact.each(&:close)
@@ -628,6 +631,17 @@ module Bobbin
         ensure
           @writer.close
         end
+      end
+
+      # The process exits with this embedded worker still running (a script that returned without `stop`): Ruby has killed
+      # its threads, and none can be started (its row's removal waits on one). The jobs it could hand back went back to
+      # ready; its row stays, with any job still claimed, for the host's next Bobbin process to recover as a crashed
+      # process's. One line, not a ThreadError backtrace from each pool thread and "could not deregister: can't alloc thread".
+      def exited_under_it(released)
+        left = unreleasable.size
+        Bobbin.logger.warn("bobbin worker #{@process_id}: the process exited while it ran (stop it and let #run return first); " \
+                           "#{released.to_i} unfinished #{'job'.pluralize(released.to_i)} handed back, its row#{" and #{left} #{'job'.pluralize(left)} still claimed" if left.positive?} " \
+                           "left for recovery as a crashed process's")
       end
 
       # Jobs a release at the stop must leave claimed: those still in the executor's hands (stuck), and finished ones

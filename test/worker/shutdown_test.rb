@@ -180,6 +180,44 @@ class ShutdownTest < Bobbin::TestCase
     assert_empty Bobbin::ProcessRecord.where(kind: "worker"), "its row removed"
   end
 
+  # A script that starts a thread pool in a thread (Worker#run) and ends without stopping it: Ruby kills the pool's
+  # threads at exit, and each started its replacement (a ThreadError backtrace per thread, "can't alloc thread"), its
+  # killed jobs were blamed ("failed … Bobbin::ThreadKilled"), and the worker said "could not deregister: can't alloc thread".
+  test "an embedded thread pool its process exits under says so in one line, and blames no job for the exit" do
+    ids = Array.new(2) { |i| CrashSafeJob.enqueue(60, "exit-#{i}") }
+    log = File.join(Dir.mktmpdir, "embedded.log")
+    script = <<~RUBY
+      Bobbin.config.logger = Logger.new($stdout)
+      Bobbin.connect(ENV.fetch("DATABASE_URL"))
+      require "./test/support/jobs"
+      # Ruby kills every thread at once: which unwinds first, the pool's threads or the claim loop (which closes their
+      # line, and no thread is replaced after), is up to its scheduling. The loop waits here for the pool's to end.
+      Bobbin::Worker::ThreadExecutor.prepend(Module.new do
+        def run(&body)
+          super do
+            body.call
+          ensure
+            200.times { break if @threads.none?(&:alive?); sleep(0.01) }
+          end
+        end
+      end)
+      worker = Bobbin::Worker.new(threads: 3, polling_interval: 0.05)
+      Thread.new { worker.run }
+      sleep(0.05) until StartEntry.count == 2
+    RUBY
+    pid = Process.spawn({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "-I", File.join(ROOT, "lib"), "-r", "bobbin", "-e", script,
+                        chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
+    ensure_killed(pid) do
+      status = wait_exit(pid, timeout: 60)
+      assert status&.success?, "the script ended (#{status.inspect}):\n#{File.read(log)}"
+    end
+    output = File.read(log)
+    assert_no_match(/ThreadError|can't alloc thread|ThreadKilled/, output)
+    assert_match(/the process exited while it ran .* left for recovery/, output)
+    assert_equal [ nil, nil ], Bobbin::JobRecord.where(id: ids).order(:id).pluck(:last_error_class), "no job blamed for the process's exit"
+    assert_empty Bobbin::JobRecord.where(id: ids, state: "failed")
+  end
+
   private
     # An embedded worker of one thread, stopped while its DeafJob `key` (open once `gate` exists) runs past its kill.
     def outlived_stop(key, gate)

@@ -32,13 +32,14 @@ module Bobbin
         rescue Shutdown
           done = true
         ensure
-          replace(Thread.current) unless done || $! || @queue.closed?
+          replace(Thread.current) unless done || $! || @queue.closed? || !Thread.main.alive?
         end
 
         # A job ended its own thread (Thread.exit, Thread#kill, or Fiber#kill of the thread's own fiber; Worker#perform
         # recorded the job): another takes its place, so the pool keeps its size, and the dead one leaves @threads, never
         # joined (Ruby 3.4 aborts, [BUG] thread_join, joining a thread whose root fiber was killed). Threads the
-        # executor killed itself (kill_stuck, at shutdown) are not replaced.
+        # executor killed itself (kill_stuck, at shutdown) are not replaced, nor those the process's exit kills (its main
+        # thread gone, no thread can start: each printed a "can't alloc thread" ThreadError).
         def replace(dead)
           @lock.synchronize do
             index = @threads.index(dead) unless @killing
