@@ -99,38 +99,65 @@ module Bobbin
       mode == :fibers ? [ size, Bobbin.config.fiber_db_concurrency ].min : size
     end
 
-    # What a supervisor of `pools` logs as it boots, or nil: PostgreSQL cannot hold every connection they may open
-    # (max_connections less the superusers' share), or cannot with the sessions other clients hold now. A warning, not a
-    # refusal: the total is what they open at most. Without it a deployment that could not fit booted without a word,
-    # and its workers' sessions were refused later, at their busiest.
+    # What a supervisor of `pools` logs as it boots, one line per PostgreSQL server: it cannot hold every connection they
+    # may open there (max_connections less the superusers' share), or cannot with the sessions other clients hold now. A
+    # warning, not a refusal: the total is what they open at most. Without it a deployment that could not fit booted
+    # without a word, and its workers' sessions were refused later, at their busiest.
     # `supervised: false`: one worker process of `pools`' one pool, without a supervisor (`bobbin work`).
-    def server_warning(pools, mode, supervised: true)
-      return unless Store.postgresql?(ActiveRecord::Base.connection_db_config)
-
-      max, reserved, in_use = server_numbers
-      needed = total(pools, mode, supervised: supervised)
-      others = in_use - 1 # this process's one session is in `needed`
-      said = "#{supervised ? 'these pools' : 'this worker'} may open #{needed} database connections, but PostgreSQL allows #{max - reserved} (max_connections #{max}, " \
-             "#{reserved} reserved for superusers)"
-      remedies = "raise max_connections, or run fewer processes or a smaller Active Record pool (`bobbin doctor` shows what each pool needs)"
-      if needed > max - reserved
-        "#{said}: at their busiest their sessions are refused and jobs wait; #{remedies}"
-      elsif needed > max - reserved - others
-        "#{said} and other clients hold #{others} now, leaving #{max - reserved - others}: their sessions may be refused; #{remedies}"
+    def server_warnings(pools, mode, supervised: true)
+      servers = servers(pools, mode, supervised: supervised)
+      servers.filter_map do |pool, needed|
+        max, reserved, in_use = server_numbers(pool)
+        others = in_use - 1 # this process's one session is in `needed`
+        said = "#{supervised ? 'these pools' : 'this worker'} may open #{needed} database connections#{on_server(pool) if servers.size > 1}, " \
+               "but PostgreSQL allows #{max - reserved} (max_connections #{max}, #{reserved} reserved for superusers)"
+        remedies = "raise max_connections, or run fewer processes or a smaller Active Record pool (`bobbin doctor` shows what each pool needs)"
+        if needed > max - reserved
+          "#{said}: at their busiest their sessions are refused and jobs wait; #{remedies}"
+        elsif needed > max - reserved - others
+          "#{said} and other clients hold #{others} now, leaving #{max - reserved - others}: their sessions may be refused; #{remedies}"
+        end
       end
     end
 
-    # Logs server_warning, if any, as a process of `pools` boots (`who`: "bobbin supervisor", "bobbin worker").
+    # Logs server_warnings, if any, as a process of `pools` boots (`who`: "bobbin supervisor", "bobbin worker").
     def warn_server(pools, mode, who, supervised: true)
-      warning = server_warning(pools, mode, supervised: supervised) or return
-      Bobbin.logger.warn("#{who}: #{warning}")
+      server_warnings(pools, mode, supervised: supervised).each { |warning| Bobbin.logger.warn("#{who}: #{warning}") }
     rescue ActiveRecord::ActiveRecordError
       nil # the database went away since this process registered: its outage lines say so
     end
 
-    # PostgreSQL's max_connections, the connections it keeps for superusers, and the client sessions open now (this one too).
-    def server_numbers
-      ActiveRecord::Base.connection_pool.with_connection do |c|
+    # The PostgreSQL servers `pools` open connections on, each as [an Active Record pool that reaches it, the connections
+    # they open there at most]. One server holds them all unless Bobbin's tables are in a database on another server
+    # (connects_to, its URL another host's): there go Bobbin's own sessions, its listener, the supervisor's and the
+    # jobs' enqueues, while the jobs' queries go to the app's. Checked against the app's server alone, a queue server
+    # of 20 connections passed doctor and refused the workers' sessions, failing their jobs (a trial).
+    def servers(pools, mode, supervised: true)
+      app = ActiveRecord::Base.connection_pool
+      bobbin = Record.connection_pool
+      needed = total(pools, mode, supervised: supervised)
+      return (Store.postgresql?(app.db_config) ? [ [ app, needed ] ] : []) if same_server?(app, bobbin)
+
+      jobs = jobs_at_most(pools, mode)
+      [ [ app, jobs ], [ bobbin, needed - jobs ] ].select { |pool, _| Store.postgresql?(pool.db_config) }
+    end
+
+    # True when two Active Record pools reach the same PostgreSQL server (whatever the hosts they name: an address,
+    # a socket, a pooler in front), told by when its postmaster started.
+    def same_server?(app, bobbin)
+      return true if app.equal?(bobbin)
+      return false unless [ app, bobbin ].all? { |pool| Store.postgresql?(pool.db_config) }
+
+      [ app, bobbin ].map { |pool| pool.with_connection { |c| c.select_value("SELECT pg_postmaster_start_time()::text", "Bobbin Server") } }.uniq.one?
+    end
+
+    # How a warning names a server when there are two: by a database configuration that reaches it.
+    def on_server(pool) = " on the server of #{pool.db_config.name} (#{pool.db_config.database})"
+
+    # PostgreSQL's max_connections, the connections it keeps for superusers, and the client sessions open now (this one
+    # too), on the server `pool` reaches.
+    def server_numbers(pool = ActiveRecord::Base.connection_pool)
+      pool.with_connection do |c|
         [ c.select_value("SHOW max_connections").to_i, c.select_value("SHOW superuser_reserved_connections").to_i,
           c.select_value("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").to_i ]
       end

@@ -111,19 +111,28 @@ module Bobbin
                      "#{ConnectionBudget::POOL_KEY}(or ?#{ConnectionBudget::URL_POOL_KEY}=#{needed} in DATABASE_URL)" if size < needed
       end
 
+      # Each PostgreSQL server's max_connections against the connections opened there: the app's and Bobbin's database's
+      # apart when they are on two servers (ConnectionBudget.servers).
       def report_server
-        connection = ActiveRecord::Base.connection_pool.with_connection { |c| c }
-        return @out.puts("Database: #{connection.adapter_name} (no connection limit)") unless connection.adapter_name.match?(/postg/i)
-
-        max, reserved, in_use = ConnectionBudget.server_numbers
-        available = max - reserved
-        @out.puts("PostgreSQL: max_connections #{max} (#{reserved} reserved for superusers), #{in_use} in use now")
-        if total_connections <= available # the app's own processes count too: Puma beside Bobbin used up the rest (a trial)
-          return @out.puts("  #{available - total_connections} left for everything else: Puma takes up to workers × threads for each " \
-                           "database it uses (plugin :bobbin or not), a console or a cron job one more each")
+        servers = ConnectionBudget.servers(@pools, @mode)
+        if servers.empty?
+          return @out.puts("Database: #{ActiveRecord::Base.connection_pool.with_connection(&:adapter_name)} (no connection limit)")
         end
 
-        @problems << "Bobbin needs #{total_connections} connections but PostgreSQL allows #{available}: #{connection_remedies.join(', or ')}"
+        servers.each do |pool, needed|
+          max, reserved, in_use = ConnectionBudget.server_numbers(pool)
+          available = max - reserved
+          on = ConnectionBudget.on_server(pool) if servers.size > 1
+          @out.puts("PostgreSQL#{on}: max_connections #{max} (#{reserved} reserved for superusers), #{in_use} in use now" \
+                    "#{", #{needed} of Bobbin's connections at most" if on}")
+          if needed <= available # the app's own processes count too: Puma beside Bobbin used up the rest (a trial)
+            @out.puts("  #{available - needed} left for everything else: Puma takes up to workers × threads for each " \
+                      "database it uses (plugin :bobbin or not), a console or a cron job one more each")
+            next
+          end
+
+          @problems << "Bobbin needs #{needed} connections#{on} but PostgreSQL allows #{available}: #{connection_remedies.join(', or ')}"
+        end
       end
 
       # Whether Bobbin's SQLite file takes a write. Another process holding a write transaction open on it (a console's

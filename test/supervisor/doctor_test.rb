@@ -3,10 +3,12 @@
 require "test_helper"
 require "tmpdir"
 require "support/active_jobs"
+require "support/second_server"
 require_relative "../rails/rails_app_processes"
 
 class DoctorTest < Bobbin::TestCase
   include RailsAppProcesses
+  include SecondServer
 
   # Active Job is loaded in this process (as in a Rails app) and uses Bobbin unless a test says otherwise.
   setup { ActiveJob::Base.queue_adapter = :bobbin }
@@ -113,6 +115,32 @@ class DoctorTest < Bobbin::TestCase
                  "(25 + 4 + 2) per process, and a listener on PostgreSQL, + 3 for the supervisor (its pool is 4)")
   ensure
     Bobbin::Record.remove_connection
+  end
+
+  # A queue database on another server (its URL another host's): doctor checked the app's server alone and said "OK",
+  # `bobbin start` warned of nothing, and the queue's server (max_connections 12) refused the workers' sessions, failing
+  # 295 of 300 jobs (a trial).
+  test "with Bobbin's database on another PostgreSQL server, each server's max_connections is checked against the connections opened there" do
+    with_second_server(max_connections: 12, superuser_reserved_connections: 1) do |url|
+      Bobbin::Record.establish_connection("#{url}&pool=4") # as config.bobbin.connects_to does
+      connected = true
+      Bobbin::Record.with_connection { |connection| Bobbin::Schema.up(connection) }
+      workers = [ { "fibers" => 50, "processes" => 2 } ]
+      pools = [ Bobbin::Pool.parse(workers.first, "workers[0]") ]
+      status, report = doctor(workers)
+      assert_equal 1, status, report
+      assert_match(/^PostgreSQL on the server of \w+ \(bobbin_second\): max_connections 12 \(1 reserved for superusers\), \d+ in use now, 17 of Bobbin's connections at most$/, report,
+                   "on Bobbin's server: its own 2 and a listener per process, 4 (its pool) per process for enqueues, 3 for the supervisor")
+      assert_match(/✗ Bobbin needs 17 connections on the server of \w+ \(bobbin_second\) but PostgreSQL allows 11/, report)
+      app = /^PostgreSQL on the server of \w+ \(#{Regexp.escape(ActiveRecord::Base.connection_db_config.database)}\): .*, (\d+) of Bobbin's connections at most\n  \d+ left/
+      assert_equal Bobbin::ConnectionBudget.jobs_at_most(pools, :fork).to_s, report[app, 1], "on the app's server, the jobs' queries:\n#{report}"
+      warnings = Bobbin::ConnectionBudget.server_warnings(pools, :fork)
+      assert_equal 1, warnings.size, warnings.inspect
+      assert_match(/\Athese pools may open 17 database connections on the server of \w+ \(bobbin_second\), but PostgreSQL allows 11 /, warnings.first,
+                   "what bobbin start logs as it boots")
+    ensure
+      Bobbin::Record.remove_connection if connected # before the server stops
+    end
   end
 
   test "a loaded gem that blocks fiber pools is named with its alternative, and the fiber settings are listed" do
