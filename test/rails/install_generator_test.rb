@@ -283,6 +283,33 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_equal text, File.read(path("config/database.yml")), "a second run changes nothing"
   end
 
+  # Rails' primary is the entry named primary, else the first: an app whose first was `main:` got a queue entry with no
+  # adapter and a database named `production_queue` (it stopped at boot: "database configuration does not specify adapter").
+  test "queue database for an environment whose primary is not named primary (its first entry, as Rails picks it): copied from it" do
+    write("config/database.yml", <<~YAML)
+      default: &default
+        adapter: postgresql
+        encoding: unicode
+
+      production:
+        main:
+          <<: *default
+          database: shop_production
+          username: shop
+        main_replica:
+          <<: *default
+          database: shop_production
+          username: shop_readonly
+          replica: true
+    YAML
+    output = generate
+    config = YAML.safe_load(File.read(path("config/database.yml")), aliases: true)
+    assert_equal({ "adapter" => "postgresql", "encoding" => "unicode", "database" => "shop_production_queue", "username" => "shop",
+                   "migrations_paths" => "db/queue_migrate" }, config.dig("production", "queue"))
+    assert_equal "shop_production", config.dig("production", "main", "database")
+    assert_no_match(/QUEUE_DATABASE_URL/, output)
+  end
+
   test "queue database beside lines of ERB code in config/database.yml (<% if %>): installed, the queue entry keeps them" do
     write("config/database.yml", <<~YAML)
       default: &default

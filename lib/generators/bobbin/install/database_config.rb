@@ -51,7 +51,7 @@ module Bobbin
         finish -= 1 while finish > start + 1 && lines[finish - 1].strip.empty?
         block = lines[start + 1...finish]
         nested = structure[env].values.all? { |value| value.is_a?(Hash) }
-        primary = nested ? primary_lines(block) : block
+        primary = nested ? primary_lines(block, primary_name(env)) : block
         unless nested
           # A flat environment's anchor goes to its primary, as `rails new` anchors `primary: &primary_production`:
           # `<<: *development` elsewhere still merges the settings it did, not the primary and queue entries.
@@ -71,9 +71,18 @@ module Bobbin
           @structure ||= YAML.safe_load(@text.gsub(/^[ \t]*<%(?!=).*?%>[ \t]*\n/m, "").gsub(/<%=?.*?%>/m, "erb"), aliases: true) || {}
         end
 
-        # The lines of the `primary:` entry of a nested environment.
-        def primary_lines(block)
-          start = block.index { |line| line.match?(/\A  primary:/) } or return []
+        # The name of a nested environment's primary database, as Rails picks it: the entry named primary, else the first
+        # (`main:`, `app:`). Only `primary:` was looked for, and the queue entry of an app whose first was named otherwise
+        # got no adapter (the app stopped at boot: "database configuration does not specify adapter") and a database
+        # named after the environment, with a note that its primary was named by a URL (a trial).
+        def primary_name(env)
+          section = structure[env]
+          section.key?("primary") ? "primary" : section.keys.first.to_s
+        end
+
+        # The lines of the entry `name` (the primary) of a nested environment.
+        def primary_lines(block, name)
+          start = block.index { |line| line.match?(/\A  #{Regexp.escape(name)}:/) } or return []
           block[start + 1..].take_while { |line| line.start_with?("    ") || line.strip.empty? }.map { |line| line.delete_prefix("  ") }
         end
 
@@ -100,7 +109,7 @@ module Bobbin
         # True when `env`'s primary database is SQLite.
         def sqlite?(env)
           section = structure[env]
-          config = section.values.all? { |value| value.is_a?(Hash) } ? section["primary"] : section
+          config = section.values.all? { |value| value.is_a?(Hash) } ? section[primary_name(env)] : section
           config.is_a?(Hash) && config["adapter"].to_s.include?("sqlite")
         end
 
