@@ -310,6 +310,39 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_no_match(/QUEUE_DATABASE_URL/, output)
   end
 
+  # A staging.rb that loads production.rb gets its config.bobbin.connects_to: staging, left without a queue database,
+  # stopped at boot ("The `queue` database is not configured for the `staging` environment").
+  test "queue database for the environments that get connects_to: one whose file loads production.rb, and with --environments all every one" do
+    write("config/database.yml", <<~YAML)
+      default: &default
+        adapter: postgresql
+
+      production:
+        <<: *default
+        database: shop_production
+
+      staging:
+        <<: *default
+        database: shop_staging
+
+      review:
+        <<: *default
+        database: shop_review
+    YAML
+    write("config/environments/production.rb", "Rails.application.configure do\nend\n")
+    write("config/environments/staging.rb", "require_relative \"production\"\n\nRails.application.configure do\nend\n")
+    write("config/environments/review.rb", "Rails.application.configure do\nend\n")
+    generate
+    config = YAML.safe_load(File.read(path("config/database.yml")), aliases: true)
+    assert_equal "shop_production_queue", config.dig("production", "queue", "database")
+    assert_equal "shop_staging_queue", config.dig("staging", "queue", "database"), "staging.rb loads production.rb's connects_to"
+    assert_nil config.dig("review", "queue"), "review.rb does not: it stays as it was"
+    assert_equal({ "adapter" => "postgresql", "database" => "shop_review" }, config["review"])
+    generate("--environments", "all")
+    config = YAML.safe_load(File.read(path("config/database.yml")), aliases: true)
+    assert_equal "shop_review_queue", config.dig("review", "queue", "database"), "config/application.rb's connects_to reaches every environment"
+  end
+
   test "queue database beside lines of ERB code in config/database.yml (<% if %>): installed, the queue entry keeps them" do
     write("config/database.yml", <<~YAML)
       default: &default

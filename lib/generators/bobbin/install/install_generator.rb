@@ -217,7 +217,7 @@ module Bobbin
           path = "config/database.yml"
           return unless exist?(path)
 
-          environments = all? ? %w[development test production] : %w[production]
+          environments = (all? ? %w[development test production] : %w[production]) | environments_connected
           config = environments.reduce(DatabaseConfig.new(read(path), database_url: database_url?)) { |yml, env| yml.add_queue(env) }
           write(path, config.text)
           @database_notes = config.notes
@@ -226,6 +226,17 @@ module Bobbin
 
           @migrations_note = "config/database.yml: the queue database of #{unpathed.join(', ')} names no migrations_paths: add " \
                              "`migrations_paths: #{migrations}` to it, or Rails never runs the migration in #{migrations}."
+        end
+
+        # The app's other environments that get config.bobbin.connects_to: with --environments all every one (config/application.rb
+        # sets it), else those whose file loads production's (`require_relative "production"`, as a staging.rb often does).
+        # Without a queue database in config/database.yml they stopped at boot ("The `queue` database is not configured for
+        # the `staging` environment"; a trial).
+        def environments_connected
+          Dir[File.join(destination_root, "config/environments/*.rb")].sort.filter_map do |file|
+            name = File.basename(file, ".rb")
+            name if all? || File.read(file).match?(/^[ \t]*require(?:_relative)?\b.*["'](?:\.\/)?production(?:\.rb)?["']/)
+          end
         end
 
         # production.rb: the adapter line `rails new` wrote (`:solid_queue`, or a commented example) says :bobbin;
