@@ -109,6 +109,7 @@ module Bobbin
       def identity = { id: @process.id, pid: (::Process.pid if @mode == :fork), async: @mode == :async }
 
       def reap
+        reap_adopted if @mode == :fork
         @slots.each do |slot|
           pid = slot.pid
           status = slot.exited
@@ -118,6 +119,18 @@ module Bobbin
           @unrecovered[pid] = status if pid
         end
         recover_aside
+      end
+
+      # Waits for every child that has exited, not only its workers: as a container's main process (pid 1, no `tini`), or a
+      # subreaper, it adopts the processes its jobs leave behind (`system("cmd &")`), and those it never waited for stayed
+      # zombies, one more at each such job, until the container ran out of pids. A worker's status goes to its slot. Not in
+      # async mode, whose jobs run in this process and wait for their own children.
+      def reap_adopted
+        while (pid, status = ::Process.wait2(-1, ::Process::WNOHANG))
+          @slots.find { |slot| slot.pid == pid }&.reaped(status)
+        end
+      rescue Errno::ECHILD
+        nil
       end
 
       # Returns the jobs of the workers that exited on a thread of its own, as beat_aside beats: in this loop, a recovery

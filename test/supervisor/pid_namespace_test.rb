@@ -36,4 +36,29 @@ class PidNamespaceTest < Bobbin::TestCase
       assert_nil Bobbin::ProcessRecord.find_by(id: ours.first), "the worker that exited is gone"
     end
   end
+
+  test "a supervisor that is pid 1 (a container without tini) waits for the processes its jobs leave behind: no zombies" do
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "2", "--polling-interval", "0.05", prefix: NAMESPACE)
+      keys = Array.new(5) { |index| "background #{index}" }
+      keys.each { |key| BackgroundChildJob.enqueue(key) }
+      wait_for("the jobs to run") { LedgerEntry.where(key: keys).count == keys.size }
+      supervisor = wait_for("the supervisor, pid 1 of the namespace") { children(pids.first).first }
+
+      states = -> { children(supervisor).to_h { |pid| [ pid, File.read("/proc/#{pid}/stat")[/\) (\S)/, 1] ] } }
+      wait_for("the jobs' leftover processes (a 0.1 s sleep each) waited for: only the worker left", timeout: 15, seen: states) do
+        children(supervisor).one?
+      end
+      assert_equal 1, Bobbin::ProcessRecord.where(kind: "worker").count, "the worker, never taken for exited, runs on"
+      assert_equal 0, Bobbin::JobRecord.where(last_error_class: "Bobbin::ProcessDied").count
+    end
+  end
+
+  private
+    def children(pid)
+      File.read("/proc/#{pid}/task/#{pid}/children").split.map(&:to_i)
+    rescue Errno::ENOENT, Errno::ESRCH
+      []
+    end
 end

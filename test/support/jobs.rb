@@ -257,6 +257,18 @@ class ForkingJob
   end
 end
 
+# Leaves a background process behind, as `system("cmd &")` does: its shell exits at once, and the process, orphaned,
+# goes to pid 1 (or a subreaper) to be waited for once it exits.
+class BackgroundChildJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key)
+    system("sh", "-c", "sleep 0.1 & exit 0", exception: true)
+    LedgerEntry.create!(key: key, pid: Process.pid)
+  end
+end
+
 # Ignores every interrupt and keeps running until its process is gone; records each start.
 class StubbornJob
   include Bobbin::Job

@@ -82,6 +82,9 @@ module Bobbin
         @worker&.stop(**@stop)
       end
 
+      # The exit status of the worker process, reaped by the supervisor's wait for any child (Supervisor#reap_adopted).
+      def reaped(status) = (@status ||= status)
+
       # Kills a worker process that outlived the shutdown timeout and waits for it, so that `exited` reports it
       # (and its jobs are recovered) before the supervisor itself exits.
       def kill
