@@ -40,6 +40,9 @@ module Bobbin
     FLAGS = { polling_interval: "--polling-interval", notified_polling_interval: "--notified-polling-interval",
               shutdown_timeout: "--shutdown-timeout", stall_threshold: "--stall-threshold", thread_lane: "--thread-lane" }.freeze
 
+    # The signals whose default would suspend `start` or `work` as it boots (see hold_signals).
+    HELD_SIGNALS = %w[TSTP TTIN].freeze
+
     # Runs the command in `argv`; returns the process exit status.
     def self.start(argv) = new.start(argv)
 
@@ -125,9 +128,17 @@ module Bobbin
       end
 
       def start_supervisor(argv)
+        held = hold_signals
         mode = configured(argv)[:mode]
         Boot.before_work
-        Supervisor.new(mode: mode).start
+        Supervisor.new(mode: mode).start(held_signals: held)
+      end
+
+      # TSTP (quiet) and TTIN (dump) that come while the app boots, before the supervisor's or worker's own traps: held, to
+      # be acted on once they are in. Their default suspends the process: a TSTP sent to quiet a `bobbin start` still
+      # booting (a deploy's, or Ctrl-Z) left it stopped, deaf to the TERM that followed, until killed (a review).
+      def hold_signals
+        [].tap { |held| HELD_SIGNALS.each { |signal| trap(signal) { held << signal unless held.include?(signal) } } }
       end
 
       def doctor(argv)
@@ -252,12 +263,14 @@ module Bobbin
       # A config/bobbin.yml without this environment's section is left alone, as a Rails app's (-c FILE must have it).
       def work(argv)
         options = {}
+        held = hold_signals
         configured(argv, options, worker_parser(options), optional: true)
+        HELD_SIGNALS.each { |signal| trap(signal, "DEFAULT") } if options[:drain] # a drain takes no signals of its own
         pool = one_pool
         Boot.before_work
         ConnectionBudget.warn_server([ pool.with(processes: 1) ], :fork, "bobbin worker", supervised: false) # as bobbin start does
         worker = Worker.new(**pool.worker_options)
-        options[:drain] ? worker.run_until_empty : worker.start
+        options[:drain] ? worker.run_until_empty : worker.start(held_signals: held)
         worker.exit_status
       end
 

@@ -26,14 +26,16 @@ module Bobbin
     end
 
     # Runs until a stop signal; returns after every worker has stopped, with the status to exit with: 0, or
-    # Store::DatabaseFile::EXIT_REPLACED when it stopped because its SQLite file was replaced.
-    def start
+    # Store::DatabaseFile::EXIT_REPLACED when it stopped because its SQLite file was replaced. `held_signals` came
+    # before its traps (`bobbin start` booting the app: CLI#hold_signals), and are acted on as its first.
+    def start(held_signals: [])
       ConnectionBudget.check_pools!(@pools, @mode)
       Worker::FiberExecutor.selector if @pools.any? { |pool| pool.mode == :fibers } # before forking, not in each child
       @process = DatabaseProblem.lasting! { ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) }) }
       Record.load_schemas # before the workers fork, so they and the supervisor's housekeeping have them
       ConnectionBudget.warn_server(@pools, @mode, "bobbin supervisor") # PostgreSQL's max_connections cannot hold what they may open
       trap_signals
+      held_signals.each { |signal| @signal_writer.write_nonblock("#{signal}\n", exception: false) }
       Instrumentation.instrument(:start_process, process_event)
       @fork_lock = ForkLock.new(forks: @mode == :fork)
       @clock = Maintenance::Clock.start("supervisor", guard: @fork_lock)

@@ -11,3 +11,10 @@ if (seconds = ENV["BOBBIN_TEST_SLOW_FORK"])
     sleep(Float(seconds))
   end
 end
+
+# A `bobbin` command that boots slowly (BOBBIN_TEST_SLOW_BOOT seconds, as a Rails app's boot takes), marking in
+# BOBBIN_TEST_BOOT_MARK the moment it starts: a signal can then be sent to it before its supervisor or worker traps any.
+if (boot_seconds = ENV["BOBBIN_TEST_SLOW_BOOT"])
+  FileUtils.touch(ENV.fetch("BOBBIN_TEST_BOOT_MARK"))
+  sleep(Float(boot_seconds))
+end

@@ -133,4 +133,28 @@ class QuietTest < Bobbin::TestCase
       assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops on TERM"
     end
   end
+
+  { "start" => [ "start", "--fibers", "2" ], "work" => [ "work", "--fibers", "2" ] }.each do |command, args|
+    test "TSTP to bobbin #{command} while it boots (before its traps) makes it quiet, not suspended: TERM then stops it" do
+      log = @log = "tmp/quiet-boot-#{command}-#{Process.pid}.log"
+      mark = File.expand_path("../../tmp/booting-#{Process.pid}", __dir__)
+      FileUtils.rm_f(mark)
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin(*args, "--polling-interval", "0.05", log: log, env: { "BOBBIN_TEST_SLOW_BOOT" => "1.5", "BOBBIN_TEST_BOOT_MARK" => mark })
+        wait_for("it booting") { File.exist?(mark) }
+        Process.kill(Bobbin::Worker::QUIET_SIGNAL, pids.first)
+        Process.kill(Bobbin::Worker::Backtraces::SIGNAL, pids.first)
+        wait_for("it quiet once booted", seen: -> { "state #{File.read("/proc/#{pids.first}/stat")[/\) (\S)/, 1]}: #{File.read(log)}" }) do
+          File.read(log).match?(command == "start" ? /TSTP, workers quiet/ : /#{QUIETED}/)
+        end
+        id = SleepJob.enqueue(0, "after-quiet")
+        Process.kill(:TERM, pids.first)
+        assert wait_exit(pids.first, timeout: 30)&.success?, "it stops on TERM:\n#{File.read(log)}"
+        assert_equal "ready", Bobbin::JobRecord.find(id).state, "nothing was claimed while quiet"
+      end
+    ensure
+      FileUtils.rm_f(mark)
+    end
+  end
 end
