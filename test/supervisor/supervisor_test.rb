@@ -169,6 +169,30 @@ class SupervisorTest < Bobbin::TestCase
     [ boot&.path, armed, log ].compact.each { |path| FileUtils.rm_f(path) }
   end
 
+  test "a worker whose fork hook (the app's after_fork) raises crashes as it boots, leaving the supervisor's row and stop alone" do
+    mark = File.expand_path("../../tmp/fork-raised-#{Process.pid}", __dir__)
+    FileUtils.rm_f(mark)
+    log = "tmp/fork-raise-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "5", "--polling-interval", "0.05", log: log, env: { "BOBBIN_TEST_FORK_RAISE" => mark })
+      wait_for("the first worker's hook to raise") { File.exist?(mark) }
+      Bobbin.enqueue_all([ [ LedgerJob, [ "after-the-crash" ] ] ])
+      wait_for("the job to run on the worker started again", timeout: 30) { Bobbin.counts["succeeded"] == 1 }
+      supervisor = Bobbin::ProcessRecord.find_by!(kind: "supervisor")
+      beat = supervisor.last_heartbeat_at
+      wait_for("the supervisor's next heartbeats") { (supervisor.reload.last_heartbeat_at - beat) >= 1 }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first)&.success?
+    end
+    output = File.read(log)
+    assert_match(/bobbin worker \d+ crashed: RuntimeError: the app's after-fork hook failed/, output)
+    assert_no_match(/pruned as dead while alive/, output, "the crashed child did not delete the supervisor's row")
+    assert_equal 1, output.scan(/bobbin supervisor \d+ \(fork\) starting/).size
+  ensure
+    [ mark, log ].each { |path| FileUtils.rm_f(path) }
+  end
+
   # Its heartbeat ran in its signal loop: while a lock on bobbin_processes (or a frozen server) held it, a TERM waited
   # as long, and the workers were told to stop that late (18 s of a 20 s lock); TTIN during a stop was dropped (a review).
   test "PostgreSQL: TERM and TTIN reach the workers while the supervisor's heartbeat waits for a lock" do

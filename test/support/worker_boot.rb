@@ -18,3 +18,14 @@ if (boot_seconds = ENV["BOBBIN_TEST_SLOW_BOOT"])
   FileUtils.touch(ENV.fetch("BOBBIN_TEST_BOOT_MARK"))
   sleep(Float(boot_seconds))
 end
+
+# An after-fork hook of the app's that raises in the first worker forked (BOBBIN_TEST_FORK_RAISE names a file it
+# creates then): the next fork finds the file and goes on.
+if (raise_mark = ENV["BOBBIN_TEST_FORK_RAISE"])
+  ActiveSupport::ForkTracker.after_fork do
+    next if File.exist?(raise_mark)
+
+    FileUtils.touch(raise_mark)
+    raise "the app's after-fork hook failed"
+  end
+end

@@ -28,7 +28,7 @@ module Bobbin
         if supervisor[:async]
           @thread = Thread.new { run_thread(supervisor) }
         else
-          @pid = @last_pid = fork { run_child(supervisor) }
+          @pid = @last_pid = fork_child(supervisor)
         end
       end
 
@@ -111,6 +111,19 @@ module Bobbin
 
         def new_worker(supervisor)
           Worker.new(**@pool.worker_options, name: name, supervisor: supervisor)
+        end
+
+        # Forks the worker. An app's after-fork hook (ActiveSupport::ForkTracker.after_fork, Process._fork) that raises in
+        # the child raises from `fork` itself, outside the block: the child unwound the supervisor's own stack, deleting
+        # the supervisor's process row as it exited (a review). It ends as a worker that crashed at boot instead.
+        def fork_child(supervisor)
+          parent = ::Process.pid
+          fork { run_child(supervisor) }
+        rescue Exception => error # rubocop:disable Lint/RescueException -- a child must never run the parent's ensure or at_exit
+          raise if ::Process.pid == parent
+
+          log_crash("bobbin worker #{::Process.pid}", error)
+          exit!(1)
         end
 
         # The signals that reach the child before its worker traps them are held (.held) and acted on once it has.
