@@ -143,9 +143,9 @@ class ShutdownTest < Bobbin::TestCase
     ours = ActiveRecord::Base.connection_pool.connections.map { |connection| connection.raw_connection.backend_pid }
     query { Bobbin::Record.connection.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND NOT pid = ANY(ARRAY[#{ours.join(', ')}])") }
     lost_at = query { Bobbin::ProcessRecord.now }
-    wait_for("a beat on a new session", timeout: 20) { query { Bobbin::ProcessRecord.find(worker.process_id).last_heartbeat_at } > lost_at }
+    assert wait_for("a beat on a new session", timeout: 20) { query { Bobbin::ProcessRecord.find(worker.process_id).last_heartbeat_at } > lost_at }
     FileUtils.touch(gate)
-    wait_for("the worker's row to go once the job's thread ended") { !Bobbin::ProcessRecord.exists?(worker.process_id) }
+    assert wait_for("the worker's row to go once the job's thread ended") { !Bobbin::ProcessRecord.exists?(worker.process_id) }
   ensure
     FileUtils.touch(gate) if gate
   end
