@@ -139,12 +139,7 @@ class FailuresTest < Bobbin::TestCase
   # A rolling deploy: a job of a class only the new workers know, claimed by old workers meanwhile, came to the new code
   # with its retries used up by those tries: its first real failure failed it for good (a review).
   test "the tries an unknown class took leave the job its own retries once its class is there" do
-    id = Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "ArrivingJob", arguments: "[\"k\", 1]", queue: "default",
-                                                                         priority: 0, run_at: nil, max_attempts: 3) ]).first
-    4.times do
-      drain(threads: 1)
-      Bobbin::JobRecord.where(id: id).update_all(run_at: Time.now.utc)
-    end
+    id = tried_unknown("ArrivingJob", [ "k", 1 ], max_attempts: 3, tries: 4)
     assert_equal [ "ready", 4, "Bobbin::UnknownJobClass" ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :last_error_class)
 
     Object.const_set(:ArrivingJob, Class.new(FlakyJob)) # fails once, then succeeds
@@ -160,12 +155,7 @@ class FailuresTest < Bobbin::TestCase
   # Each unknown-class try raised its attempts (and gave it back in max_attempts): the first real failure's backoff was
   # reckoned from attempt 16, backoff × 2^15 capped at 6 h, so a job that waited out a rolling deploy then waited hours.
   test "a job whose class was unknown for many tries retries its first real failure after its own backoff" do
-    id = Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: "LateFlakyJob", arguments: "[\"late\", 2]", queue: "default",
-                                                                         priority: 0, run_at: nil, max_attempts: 4) ]).first
-    15.times do
-      drain(threads: 1)
-      Bobbin::JobRecord.where(id: id).update_all(run_at: Time.now.utc)
-    end
+    id = tried_unknown("LateFlakyJob", [ "late", 2 ], max_attempts: 4, tries: 15)
     assert_equal [ "ready", 15, 19 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :max_attempts)
 
     Object.const_set(:LateFlakyJob, Class.new(FlakyJob) { bobbin_options retries: 3, backoff: 60 }) # fails twice, then succeeds
@@ -241,4 +231,17 @@ class FailuresTest < Bobbin::TestCase
     assert_match(/arguments are not valid JSON/, job.last_error_message)
     assert_equal [ "fine" ], LedgerEntry.pluck(:key)
   end
+
+  private
+    # A job of `class_name`, a class this process does not know (yet), tried `tries` times as soon as each retry is
+    # enqueued (its run_at brought to now); returns its id.
+    def tried_unknown(class_name, arguments, max_attempts:, tries:)
+      id = Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: class_name, arguments: JSON.generate(arguments), queue: "default",
+                                                                           priority: 0, run_at: nil, max_attempts: max_attempts) ]).first
+      tries.times do
+        drain(threads: 1)
+        Bobbin::JobRecord.where(id: id).update_all(run_at: Time.now.utc)
+      end
+      id
+    end
 end
