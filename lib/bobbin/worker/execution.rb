@@ -18,20 +18,35 @@ module Bobbin
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
-      # Fiber storage (inherited by the job's own fibers and tasks): the connections a job checked in with a transaction open.
-      LEFT_OPEN = :bobbin_left_open
+      # Fiber storage (inherited by the job's own fibers and tasks): the job's ConnectionUse.
+      CONNECTIONS = :bobbin_connections
+
+      # What a job did with its connection pools: the connections it checked out and has not checked in (its lease among
+      # them), and whether it checked one in with a transaction open.
+      ConnectionUse = Struct.new(:checked_out, :left_open)
 
       # `with_connection` (Active Record >= 7.2's models use it for every query) checks its connection in as its block
       # ends, raised or not: a transaction a job began inside it (`connection.begin_transaction`) went back to the pool
       # open, the job succeeded, and the next jobs to check that connection out wrote into it and lost their rows (on
       # SQLite its write lock held up the worker's own writes). Inside a job, such a connection is rolled back as it is
       # checked in (thrown away if that fails) and the job fails with TransactionLeftOpen, as one left on its lease.
+      # The connections a job checks out are noted too (a few per job, where reading every pool's connections after each
+      # job cost a threads pool of 100 a tenth of its noop rate), so those it kept can be checked in as it ends.
       module CheckinGuard
-        def checkin(connection)
-          left = Fiber[LEFT_OPEN]
-          return super unless left && !@pinned_connection.equal?(connection) && connection.transaction_open?
+        def checkout(...)
+          connection = super
+          Fiber[CONNECTIONS]&.checked_out&.push(connection)
+          connection
+        end
 
-          left << connection
+        def checkin(connection)
+          use = Fiber[CONNECTIONS]
+          return super unless use
+
+          use.checked_out.delete(connection)
+          return super unless !@pinned_connection.equal?(connection) && connection.transaction_open?
+
+          use.left_open = true
           begin
             connection.rollback_transaction while connection.transaction_open?
           rescue StandardError
@@ -122,7 +137,7 @@ module Bobbin
         def outcome(job)
           job_class = nil
           left_open = false
-          Fiber[LEFT_OPEN] = checked_in_open = []
+          Fiber[CONNECTIONS] = use = ConnectionUse.new([], false)
           begin
             AppExecutor.between_reloads do
               if job.active_job_id
@@ -132,8 +147,8 @@ module Bobbin
               end
             end
           ensure
-            Fiber[LEFT_OPEN] = nil
-            left_open = roll_back_left_open(job) | checked_in_open.any? | check_in_kept(job)
+            Fiber[CONNECTIONS] = nil
+            left_open = roll_back_left_open(job) | use.left_open | check_in_kept(job, use.checked_out)
           end
           raise TransactionLeftOpen, "#{job.class_name} #{job.id} returned with a transaction still open; it was rolled back" if left_open
           Store::Outcome.new(job.id, "succeeded", Store.timestamp(Time.now), nil, nil, nil, nil, job.concurrency_key, job.queue, job.attempts)
@@ -189,25 +204,24 @@ module Bobbin
         # had run every later job waited checkout_timeout and failed. Each is checked in (rolled back first, and the job
         # failed, when it holds a transaction; thrown away when that fails or the job was interrupted, its state
         # unknown); true when one held a transaction.
-        def check_in_kept(job)
+        def check_in_kept(job, checked_out)
+          return false unless ::Process.pid == @pid # a child the job forked: Active Record discarded its pools there
+
           owner = ActiveSupport::IsolatedExecutionState.context
-          interrupted = $! && @interrupted.call(job.id)
           left = false
-          ActiveRecord::Base.connection_handler.each_connection_pool do |pool|
-            pool.connections.each do |connection|
-              next unless connection.owner.equal?(owner) && !connection.equal?(pool.active_connection) && !connection.try(:pinned)
+          checked_out.each do |connection| # checkin leaves the list alone now: the job's ConnectionUse is no longer in storage
+            next unless connection.owner.equal?(owner) && !connection.equal?(connection.pool.active_connection) && !connection.try(:pinned)
 
-              @logger.warn("bobbin: #{named(job)} kept a database connection it checked out (connection_pool.checkout without checkin); " \
-                           "it goes back to the pool")
-              next connection.throw_away! if interrupted
+            @logger.warn("bobbin: #{named(job)} kept a database connection it checked out (connection_pool.checkout without checkin); " \
+                         "it goes back to the pool")
+            next connection.throw_away! if $! && @interrupted.call(job.id)
 
-              begin
-                left = true if connection.transaction_open?
-                connection.rollback_transaction while connection.transaction_open?
-                pool.checkin(connection)
-              rescue StandardError
-                connection.throw_away!
-              end
+            begin
+              left = true if connection.transaction_open?
+              connection.rollback_transaction while connection.transaction_open?
+              connection.pool.checkin(connection)
+            rescue StandardError
+              connection.throw_away!
             end
           end
           left
