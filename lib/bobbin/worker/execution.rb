@@ -48,13 +48,18 @@ module Bobbin
           return super unless !@pinned_connection.equal?(connection) && connection.transaction_open?
 
           use.left_open = true
-          begin
-            connection.rollback_transaction while connection.transaction_open?
-          rescue StandardError
-            return connection.throw_away!
-          end
-          super
+          super if Execution.roll_back(connection)
         end
+      end
+
+      # Rolls `connection`'s transactions back down to `keep`; true when it did, false when that failed and the connection
+      # was thrown away instead (its state unknown, it must not go back to the pool).
+      def self.roll_back(connection, keep: 0)
+        connection.rollback_transaction while connection.open_transactions > keep
+        true
+      rescue StandardError
+        connection.throw_away!
+        false
       end
 
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
@@ -191,11 +196,7 @@ module Bobbin
             next unless connection.open_transactions > keep
 
             left = true
-            begin
-              connection.rollback_transaction while connection.open_transactions > keep
-            rescue StandardError
-              connection.throw_away!
-            end
+            Execution.roll_back(connection, keep: keep)
           end
           left
         end
@@ -217,13 +218,8 @@ module Bobbin
                          "it goes back to the pool")
             next connection.throw_away! if $! && @interrupted.call(job.id)
 
-            begin
-              left = true if connection.transaction_open?
-              connection.rollback_transaction while connection.transaction_open?
-              connection.pool.checkin(connection)
-            rescue StandardError
-              connection.throw_away!
-            end
+            left = true if connection.transaction_open?
+            connection.pool.checkin(connection) if Execution.roll_back(connection)
           end
           left
         end
