@@ -67,26 +67,14 @@ module Bobbin
         end
 
         # Opens a new session, waiting for it as for a statement's answer (see PostgreSQL#answer): at most half of
-        # process_alive_threshold, and past a deadline (one set meanwhile too) a second more at most. Active Record's
-        # own statements on connect (SET client_min_messages, the type map's queries) are sent on a session a frozen
-        # server or pooler accepted and never answers: a reconnect under way as a TERM came waited on them for ever,
-        # and the worker with it (a review). The session is opened on a thread of its own, killed when it is given up.
+        # process_alive_threshold, and past a deadline (one set meanwhile too) a second more at most (see
+        # OwnConnections.bounded). A reconnect under way as a TERM came waited for ever on a frozen server's or pooler's
+        # silence, and the worker with it (a review).
         def reconnect
           @broken = true
           raise Unavailable, "database still unavailable, and the worker's stop is due: no new session" if due?
 
-          opening = Thread.new { @store.reconnect! }
-          opening.report_on_exception = false
-          within = Bobbin.config.process_alive_threshold / 2.0
-          started = Bobbin.monotonic
-          until opening.join([ within, 1.0 ].min)
-            next unless (waited = Bobbin.monotonic - started) >= within || due?
-
-            opening.kill.join(1)
-            raise Unavailable, "database still unavailable: no new session within #{format('%g', waited.round(1))}s" \
-                               "#{due? ? ", and the worker's stop is due" : ' (half of process_alive_threshold)'}"
-          end
-          opening.value
+          OwnConnections.bounded(Bobbin.config.process_alive_threshold / 2.0, due: method(:due?)) { @store.reconnect! }
           @broken = false
         rescue Unavailable
           raise

@@ -32,14 +32,22 @@ module Bobbin
       # forking meanwhile had a child that knew the connection before its adapter did, did not forget it, and closed it
       # as it exited (the fork test's flake, now and then in CI: the worker's outcome session lost).
       #
-      # With `within` (seconds), the connect waits at most that long, Active Record's own statements on it included (SET
-      # client_min_messages, the type map's queries), and its failures are raised: PG::ConnectionBad past `within`.
+      # With `within` (seconds), the connect waits at most that long (see .bounded) and its failures are raised.
       def self.open(db_config, within: nil)
         postgresql = Store.postgresql?(db_config)
         db_config = for_bobbin(db_config) if postgresql
         db_config.new_connection.tap do |adapter|
           @adapters[adapter] = true
-          within ? connect_within(adapter, within) : connect(adapter) if postgresql
+          next unless postgresql
+
+          within ? bounded(within) { adapter.connect! } : connect(adapter)
+        rescue ActiveRecord::ConnectionNotEstablished
+          begin
+            adapter.disconnect!
+          rescue StandardError
+            nil
+          end
+          raise
         end
       end
 
@@ -51,17 +59,25 @@ module Bobbin
         nil
       end
 
-      # A session a frozen server, pooler or proxy accepted and never answers is closed after `within` seconds.
-      def self.connect_within(adapter, within)
-        Timeout.timeout(within) { adapter.connect! }
-      rescue Timeout::Error
-        begin
-          adapter.disconnect!
-        rescue StandardError
-          nil
+      # Runs the block (a connect or reconnect: Active Record's own statements on connect included, SET
+      # client_min_messages and the type map's queries, which a session a frozen server, pooler or proxy accepted never
+      # answers) for at most `within` seconds, and less once `due` returns true (asked each second: a stopping worker's
+      # deadline). It runs on a thread of its own, killed when it is given up (the caller closes the session, or opens
+      # it again), and ActiveRecord::ConnectionNotEstablished says how long it waited and why it stopped. Returns the
+      # block's value.
+      def self.bounded(within, due: -> { false }, &connect)
+        opening = Thread.new(&connect)
+        opening.report_on_exception = false
+        started = Bobbin.monotonic
+        until opening.join([ within, 1.0 ].min)
+          stop_due = due.call
+          next unless (waited = Bobbin.monotonic - started) >= within || stop_due
+
+          opening.kill.join(1)
+          raise ActiveRecord::ConnectionNotEstablished, "no new session within #{format('%g', waited.round(1))}s " \
+                                                        "(#{stop_due ? "the worker's stop is due" : 'a server, pooler or proxy that accepted the connection and stopped answering?'})"
         end
-        raise PG::ConnectionBad, "PostgreSQL did not ready a new session within #{format('%g', within)}s (a server, pooler or " \
-                                 "proxy that accepted the connection and stopped answering?)"
+        opening.value
       end
 
       # Each is one session, not a pool: the pool's size goes. Active Record checks a database URL's config before it
