@@ -53,6 +53,35 @@ class OperatorActionsTest < Bobbin::TestCase
     assert Bobbin::Operator.retry(ready, by: "bob"), "a discarded job can be retried"
   end
 
+  # A job tried while no worker had its class is given each such attempt back (its max_attempts raised by one). Retried
+  # by an operator once its class was there and it had failed for real, it kept that raised max_attempts: an Active Job
+  # job, which Bobbin fails at once, was retried 3 times more, and a plain job of `retries: 0` too (a review).
+  test "an operator's retry gives a job the attempts its class allows, not those its unknown-class tries added" do
+    require_relative "../support/active_jobs"
+    Object.const_set(:ArrivingActiveJob, Class.new(ActiveJob::Base) { def perform = raise(ArgumentError, "broken") })
+    payload = ArrivingActiveJob.new.serialize.to_json
+    Object.send(:remove_const, :ArrivingActiveJob)
+    ids = [ [ "ArrivingPlainJob", "[]", nil ], [ "ArrivingActiveJob", payload, JSON.parse(payload)["job_id"] ] ].map do |name, arguments, active_job_id|
+      Bobbin::Client::Enqueuer.insert([ Bobbin::Client::Enqueuer.build(class_name: name, arguments: arguments, queue: "default", priority: 0,
+                                                                       run_at: nil, max_attempts: 1, active_job_id: active_job_id) ]).first
+    end
+    3.times do # three tries while no worker has the classes
+      drain(threads: 1)
+      Bobbin::JobRecord.where(id: ids).update_all(run_at: Time.now.utc)
+    end
+    Object.const_set(:ArrivingPlainJob, Class.new { include Bobbin::Job; bobbin_options retries: 0; def perform = raise(ArgumentError, "broken") })
+    Object.const_set(:ArrivingActiveJob, Class.new(ActiveJob::Base) { def perform = raise(ArgumentError, "broken") })
+    drain(threads: 1)
+    assert_equal [ [ "failed", 4, "ArgumentError" ] ] * 2, ids.map { |id| Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :last_error_class) }
+
+    ids.each { |id| assert Bobbin::Operator.retry(id, by: "ann") }
+    drain(threads: 1)
+    assert_equal [ [ "failed", 1 ] ] * 2, ids.map { |id| Bobbin::JobRecord.where(id: id).pick(:state, :attempts) },
+                 "each fails at its first failure, as its class says, not retried for the tries its class was unknown"
+  ensure
+    %i[ArrivingPlainJob ArrivingActiveJob].each { |name| Object.send(:remove_const, name) if Object.const_defined?(name, false) }
+  end
+
   # SQLite's lock is not fair: workers writing outcomes back to back kept a waiting writer out past its busy timeout on a
   # loaded machine. A batch of a bulk action ran again then; one job's retry, discard or release failed (a dashboard 500).
   test "retry, discard and release of one job wait for SQLite's write lock held past the busy timeout, as a batch does" do

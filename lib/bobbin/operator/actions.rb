@@ -71,11 +71,34 @@ module Bobbin
         retried = patiently do
           selected.where(id: ids, state: RETRYABLE)
                   .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
-                              claimed_by: nil, claimed_at: nil, **stamp("retried", by))
+                              max_attempts: fresh_max_attempts(selected.where(id: ids, state: RETRYABLE)), claimed_by: nil, claimed_at: nil,
+                              **stamp("retried", by))
         end
         let_through(ids) if retried.positive?
         Stats.forget_throughput if retried.positive? # a failed job retried leaves its minute's count
         woken(retried)
+      end
+
+      # A retry's fresh attempt budget: the runs the job's class allows (an Active Job row's is 1: Active Job retries by new
+      # rows), not the max_attempts a worker raised for each try it made while no worker had the class (Execution's
+      # given_back): an operator's retry of such a job kept them, and an Active Job job Bobbin fails at once was retried up
+      # to 25 times (a review). A plain job whose class this process cannot load keeps its max_attempts.
+      def fresh_max_attempts(jobs)
+        column = JobRecord.arel_table
+        budget = Arel::Nodes::Case.new.when(column[:active_job_id].not_eq(nil)).then(1)
+        jobs.where(active_job_id: nil).distinct.pluck(:class_name).each do |name|
+          job_class = loaded_class(name)
+          budget.when(column[:class_name].eq(name)).then(Client::Fields.attempts(job_class.bobbin_options[:retries])) if job_class
+        end
+        budget.else(column[:max_attempts])
+      end
+
+      # The Bobbin::Job class of that name, if this process has it or can load it; nil otherwise.
+      def loaded_class(name)
+        job_class = Object.const_get(name)
+        job_class if job_class.is_a?(Class) && job_class.include?(Bobbin::Job)
+      rescue StandardError, ScriptError
+        nil
       end
 
       # The discard event names the jobs the UPDATE discarded, not the batch asked for: a job a worker claimed (or that
