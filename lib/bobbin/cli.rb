@@ -9,8 +9,8 @@ module Bobbin
   class CLI
     USAGE = <<~TEXT
       Usage: bobbin COMMAND [options]
-        start    run the configured pools under a supervisor (-c config/bobbin.yml; TERM/INT graceful, QUIT now, TSTP quiet, TTIN dump)
-        work     run one worker pool in the foreground (TERM/INT: graceful stop, QUIT: immediate, TSTP: quiet, TTIN: dump)
+        start    run the configured pools under a supervisor (-c config/bobbin.yml; TERM/INT/HUP graceful, QUIT now, TSTP quiet, TTIN dump)
+        work     run one worker pool in the foreground (TERM/INT/HUP: graceful stop, QUIT: immediate, TSTP: quiet, TTIN: dump)
         doctor   check a configuration against the database before deploy (exit 1 when a check fails; 78 when it cannot
                  run them: a configuration it cannot use, no section for the environment, a database it cannot use,
                  Bobbin's tables missing or older; 69 when the database is down or refuses it, as for every command)

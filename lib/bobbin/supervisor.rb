@@ -5,10 +5,14 @@ require_relative "supervisor/slot"
 
 module Bobbin
   # `bobbin start`: runs every configured pool process (forked, or as threads with mode: :async), restarts any
-  # that die, recovers their jobs, and stops them all on TERM/INT (graceful) or QUIT (immediate). TSTP makes every
+  # that die, recovers their jobs, and stops them all on TERM/INT/HUP (graceful) or QUIT (immediate). TSTP makes every
   # worker quiet (Worker#quiet) and stops restarts, until the stop. TTIN has every worker log where its jobs are.
   class Supervisor
-    SIGNALS = %w[TERM INT QUIT].freeze
+    # HUP (a closed terminal, a dropped ssh session) is TERM's graceful stop: Ruby's default ended every process at once,
+    # the running jobs left to recovery without shutdown_timeout (a review).
+    SIGNALS = %w[TERM INT HUP QUIT].freeze
+    # Signals that, again during a graceful stop, are the same stop arriving twice (see wait_for_workers).
+    REPEATS = %w[TERM HUP].freeze
     # Seconds past shutdown_timeout before stuck workers are killed: longer than a worker's own stop grace,
     # so a worker can write its outcomes and hand its jobs back itself.
     KILL_GRACE = Worker::STOP_GRACE + 5
@@ -250,8 +254,9 @@ module Bobbin
       # Waits until every worker has ended or `deadline`, beating meanwhile: a long graceful stop must not look
       # like a dead supervisor to the other hosts. Beats go on a thread of their own, so a database that does not
       # answer cannot hold the wait past its deadline.
-      # QUIT meanwhile, or INT again (a second Ctrl-C), stops them now, as QUIT does. TERM again does not: systemd
-      # signals every process of the unit, and Puma's plugin sends its own TERM once Puma has stopped. TTIN still has
+      # QUIT meanwhile, or INT again (a second Ctrl-C), stops them now, as QUIT does. TERM or HUP again does not: systemd
+      # signals every process of the unit, Puma's plugin sends its own TERM once Puma has stopped, and a closed terminal
+      # sends HUP to the whole group. TTIN still has
       # every worker log where its jobs are (a slow stop is when an operator asks; it was read and dropped: a review).
       def wait_for_workers(deadline, graceful = false)
         beat_at = Bobbin.monotonic + Bobbin.config.heartbeat_interval
@@ -259,7 +264,7 @@ module Bobbin
           again = next_signal(0.05)
           dump if again == Worker::Backtraces::SIGNAL
           if graceful && SIGNALS.include?(again)
-            next Bobbin.logger.info("bobbin supervisor: TERM while stopping gracefully; QUIT (or INT again) stops workers now") if again == "TERM"
+            next Bobbin.logger.info("bobbin supervisor: #{again} while stopping gracefully; QUIT (or INT again) stops workers now") if REPEATS.include?(again)
 
             Bobbin.logger.info("bobbin supervisor: #{again} while stopping, stopping workers now")
             @slots.each { |slot| slot.stop(graceful: false) }

@@ -90,14 +90,14 @@ module Bobbin
       @claiming = Mutex.new # held from a claim's statement until its jobs are the executor's (see release_lost)
     end
 
-    # Runs in the foreground until TERM or INT (graceful) or QUIT (immediate); TSTP makes it quiet, TTIN logs where
+    # Runs in the foreground until TERM, INT or HUP (graceful) or QUIT (immediate); TSTP makes it quiet, TTIN logs where
     # each running job is (Backtraces). Owns the process: when jobs refuse to stop, it exits with EXIT_STUCK and
     # leaves them to be recovered once it is gone. `held_signals` came before these traps (a forked worker booting).
-    # A second INT (Ctrl-C again) stops a lone worker at once; a second TERM does not, nor anything again under a
+    # A second INT (Ctrl-C again) stops a lone worker at once; a second TERM or HUP does not, nor anything again under a
     # supervisor: systemd, a terminal and foreman signal the whole process group and the supervisor forwards the same
     # stop, so repeats are the one stop arriving twice. A supervisor signalled again hurries its workers with QUIT.
     def start(held_signals: [])
-      handlers = { "TERM" => -> { stop(signal: "TERM") }, "INT" => -> { stop(signal: "INT", again: @supervisor.nil?) },
+      handlers = { "TERM" => -> { stop(signal: "TERM") }, "HUP" => -> { stop(signal: "HUP") }, "INT" => -> { stop(signal: "INT", again: @supervisor.nil?) },
                    "QUIT" => -> { stop(timeout: 0, signal: "QUIT") }, QUIET_SIGNAL => -> { quiet },
                    Backtraces::SIGNAL => -> { Backtraces.log_later([ self ]) } }
       previous = handlers.to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }

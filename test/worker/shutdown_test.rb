@@ -30,6 +30,22 @@ class ShutdownTest < Bobbin::TestCase
     end
   end
 
+  # A closed terminal or a dropped ssh session: Ruby's default HUP ended the worker at once ("crashed: SignalException:
+  # SIGHUP"), its running job left to recovery without shutdown_timeout (a review).
+  test "HUP is a graceful stop: the running job finishes within the shutdown timeout and the worker exits cleanly" do
+    id = CrashSafeJob.enqueue(2, "long")
+    pids = []
+    log = File.join(Dir.mktmpdir, "work.log")
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--threads", "2", "--shutdown-timeout", "60", "--polling-interval", "0.05", log: log)
+      wait_for("the job to start") { StartEntry.count == 1 }
+      Process.kill(:HUP, pids.first)
+      assert wait_exit(pids.first, timeout: 60)&.success?, File.read(log)
+    end
+    assert_equal [ "succeeded", 1 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts), File.read(log)
+    assert_match(/bobbin worker \d+ stopping on HUP: waiting up to 60s \(shutdown_timeout\) for 1 running job/, File.read(log))
+  end
+
   test "QUIT stops at once and still returns unfinished jobs to ready" do
     Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ 60, "long-#{i}" ] ] })
     pids = []
