@@ -185,8 +185,22 @@ module Bobbin
       fibers = pools.find { |pool, _| pool.mode == :fibers }
       check_isolation!(fibers[0].size) if fibers
       supervisor = async_supervisor
-      needed = pools.sum { |pool, copies| job_connections(pool.mode, pool.size) * copies } + supervisor
-      check_pool!(needed, "#{pools.sum { |_, copies| copies }} pools in one process#{" and its supervisor's clock and heartbeat" if supervisor.positive?}")
+      jobs = pools.sum { |pool, copies| job_connections(pool.mode, pool.size) * copies }
+      what = "#{pools.sum { |_, copies| copies }} pools in one process"
+      check_pool!(jobs + supervisor, "#{what}#{" and its supervisor's clock and heartbeat" if supervisor.positive?}")
+      check_queue_pool!(jobs, what) if supervisor.zero?
+    end
+
+    # With Bobbin's tables in a database of their own (connects_to), the async supervisor's clock and heartbeat query on
+    # that database's pool, where the jobs' enqueues lease theirs: a pool of the jobs' need or less left the heartbeat
+    # waiting checkout_timeout while jobs held its connections (enqueues in a transaction), and the supervisor's row
+    # went stale past process_alive_threshold (a review). The app's pool was checked, this one not.
+    def check_queue_pool!(jobs, what)
+      queue = Record.connection_pool
+      needed = jobs + ASYNC_SUPERVISOR_CONNECTIONS
+      return if size_of(queue) >= needed
+
+      short!(queue.size, queue.db_config.name, needed, "#{what}' enqueues and its supervisor's clock and heartbeat", url: "its URL")
     end
 
     def check_isolation!(size)
@@ -218,11 +232,11 @@ module Bobbin
       short!(size, name, job_connections(largest.mode, largest.size), "a #{largest.mode} pool of #{largest.size}")
     end
 
-    def short!(size, name, needed, what)
+    def short!(size, name, needed, what, url: "DATABASE_URL")
       zero = " (a RAILS_MAX_THREADS that is not a number reads as 0)" if size.zero?
       raise ConfigurationError, "the Active Record pool of #{name.inspect} has #{size} connections#{zero} " \
                                 "but #{what} needs #{needed}; set pool: #{needed} in database.yml #{POOL_KEY}" \
-                                "(or ?#{URL_POOL_KEY}=#{needed} in DATABASE_URL)"
+                                "(or ?#{URL_POOL_KEY}=#{needed} in #{url})"
     end
 
     # Rails 8.1's database.yml names the pool's size max_connections: (pool: still works).

@@ -323,6 +323,35 @@ class SupervisorTest < Bobbin::TestCase
     end
   end
 
+  # With Bobbin's tables in a database of their own (connects_to), the async supervisor's clock and heartbeat take their
+  # connections from that database's pool, which the jobs' enqueues use too; its size was not checked: jobs holding its
+  # connections (enqueues in a transaction) left the heartbeat waiting checkout_timeout, its row stale (a review).
+  test "async mode with a queue database of its own: its pool must hold the supervisor's clock and heartbeat besides the jobs' enqueues" do
+    skip_unless_postgres # SQLite: the jobs' write transactions hold its one writer, whatever the pool
+    queue = write_queue_database_file
+    assert_config_exit(run_bobbin("start", "--mode", "async", "--threads", "2", "-r", queue,
+                                  env: { "BOBBIN_TEST_QUEUE_URL" => TestDatabase.url_with_pool(2) }, timeout: 30),
+                       /the Active Record pool of "queue" has 2 connections but 1 pools in one process' enqueues and its supervisor's clock and heartbeat needs 4; set pool: 4/)
+
+    Bobbin.enqueue_all(Array.new(2) { |i| [ QueueTransactionSleepJob, [ "held-#{i}", 4 ] ] })
+    config = start_config({ "threads" => 2 }, heartbeat_interval: 0.5, process_alive_threshold: 3)
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--mode", "async", "-c", config.path, "-r", queue, log: log, env: { "BOBBIN_TEST_QUEUE_URL" => TestDatabase.url_with_pool(4) })
+      wait_for("both jobs in their transactions") { Bobbin.counts["running"] == 2 }
+      ages = Array.new(6) do
+        sleep 0.5
+        Bobbin::ProcessRecord.where(kind: "supervisor").pick(Arel.sql("extract(epoch FROM (now() AT TIME ZONE 'UTC') - last_heartbeat_at)")).to_f
+      end
+      assert_operator ages.max, :<, 1.5, "the supervisor's heartbeat age while the jobs held their connections: #{ages.inspect}\n#{File.read(log)}"
+      refute_match(/could not obtain a connection from the pool/, File.read(log))
+      wait_for("the jobs to finish") { Bobbin.counts["succeeded"] == 4 }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, File.read(log)
+    end
+  end
+
   # The supervisor's heartbeat waits on another process's write lock, inside an SQLite call, while the killed worker is
   # forked again (its recovery gave up on the lock after the busy timeout, made short here): that child hung for ever
   # in the sqlite3 gem's after-fork close, and no job ran again. The holder waits its turn for the lock: the
@@ -415,4 +444,15 @@ class SupervisorTest < Bobbin::TestCase
       assert_match(/#{Regexp.escape(file.path)}: development\.workers\[0\]: give exactly one of fibers or threads/, output)
     end
   end
+
+  private
+    # A -r file that gives Bobbin's tables a pool of their own on BOBBIN_TEST_QUEUE_URL, as config.bobbin.connects_to does.
+    def write_queue_database_file
+      Tempfile.create([ "queue", ".rb" ]).tap do |file|
+        file.write(<<~RUBY)
+          Bobbin::Record.establish_connection(ActiveRecord::DatabaseConfigurations::UrlConfig.new("test", "queue", ENV.fetch("BOBBIN_TEST_QUEUE_URL")))
+        RUBY
+        file.close
+      end.path
+    end
 end

@@ -620,6 +620,20 @@ class TransactionSleepJob
   end
 end
 
+# Enqueues a job inside a transaction on Bobbin's database, then sleeps `seconds` in it: a connection of Bobbin's own
+# pool (a queue database of its own, connects_to) held as long.
+class QueueTransactionSleepJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key, seconds)
+    Bobbin::Record.transaction do
+      LedgerJob.enqueue(key)
+      sleep(seconds)
+    end
+  end
+end
+
 # The same, on a fiber pool's thread lane.
 class LaneTransactionSleepJob < TransactionSleepJob
   bobbin_options runs_on: :thread
