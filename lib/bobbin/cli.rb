@@ -54,7 +54,7 @@ module Bobbin
       when "start" then start_supervisor(argv)
       when "doctor" then doctor(argv)
       when "pause", "resume" then toggle(command, argv)
-      when "migrate" then boot(database_command(command, argv).first, tables: false).then { migrate }.then { 0 }
+      when "migrate" then database_command(command, argv).first.then { |options| boot(options, tables: false).then { migrate(options) } }.then { 0 }
       when "counts" then boot(database_command(command, argv).first).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
       when "recurring" then boot(database_command(command, argv).first).then { list_recurring }.then { 0 }
       when "jobs", "retry", "discard", "queues", "processes" then OperatorCommands.new(self).run(command, argv)
@@ -175,11 +175,11 @@ module Bobbin
       end
 
       # `bobbin migrate`: brings Bobbin's tables to this version and says what it did.
-      def migrate
+      def migrate(options)
         begin
           before = Bobbin.migrate! # read in its turn: two at once, the second found version 1 in the first's half-made tables
         rescue ActiveRecord::ActiveRecordError => error # a role that may not create tables: one line, not a backtrace
-          raise ConfigurationError, "migrate failed: #{migrate_problem(error)}"
+          raise ConfigurationError, "migrate failed: #{migrate_problem(error, Boot.described(Boot.source(options[:database])))}"
         end
         done = case before
         when 0 then "created Bobbin's tables (schema version #{Schema::VERSION})"
@@ -190,10 +190,11 @@ module Bobbin
         puts(done)
       end
 
-      # What stopped a migrate: for a role missing a privilege, the one a migrate needs (not the workers' grants).
-      def migrate_problem(error)
+      # What stopped a migrate: for a role missing a privilege, the one a migrate needs (not the workers' grants). `where`
+      # names what gave the database: in a Rails app "is DATABASE_URL right?" sent the user to a variable it never read.
+      def migrate_problem(error, where)
         unless DatabaseProblem.denied?(error)
-          return DatabaseProblem.describe(error).delete_prefix("database error before starting: ")
+          return DatabaseProblem.describe(error, where).delete_prefix("database error before starting: ")
         end
 
         "the database role may not create or change Bobbin's tables (#{DatabaseProblem.first_line(error.cause || error)}): " \

@@ -8,6 +8,23 @@ require_relative "rails_app_processes"
 class RailsBootTest < Bobbin::TestCase
   include RailsAppProcesses
 
+  # `bobbin migrate` in a Rails app whose database could not be reached said "is DATABASE_URL right?", where
+  # config/database.yml was what to fix, though the other commands named it (a review).
+  test "bobbin migrate names what gave the database it could not reach: the app's config/database.yml entry, or the -d URL" do
+    once_per_run # a PostgreSQL server that is not there, whatever the suite's database
+    port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] } # closed again: nothing listens there
+    url = "postgres://127.0.0.1:#{port}/bobbin_nowhere"
+    status, output = bobbin_in_rails_app("migrate", env: "development", variables: { "BOBBIN_RAILS_APP_DATABASE_URL" => url })
+    refute status.success?
+    assert_match(/bobbin: migrate failed: cannot connect to the database: .*; is the server running, and is config\/database\.yml \(development primary: database "bobbin_nowhere" on 127\.0\.0\.1:#{port}\) right\?$/, output)
+    refute_match(/DATABASE_URL/, output)
+
+    status, output = bobbin_in_rails_app("migrate", "-d", url, env: "development")
+    refute status.success?
+    assert_match(/bobbin: (migrate failed: )?cannot connect to the database: .*; is the server running, and is the -d URL right\?$/, output)
+    refute_match(/DATABASE_URL|database\.yml/, output)
+  end
+
   %w[production development].each do |env|
     test "#{env}: perform_later in the booted app stores a Bobbin job, and `bobbin work` from the app's root runs it" do
       status, output = run_in_rails_app("-e", <<~RUBY, env: env)

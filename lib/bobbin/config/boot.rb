@@ -26,9 +26,22 @@ module Bobbin
     # What names the database, as errors tell the user to check it.
     def source(database)
       return "the -d URL" if database
-      return "config/database.yml" if File.exist?("config/environment.rb")
+      return RAILS_CONFIG if File.exist?("config/environment.rb")
 
       "DATABASE_URL"
+    end
+
+    RAILS_CONFIG = "config/database.yml"
+
+    # `where` (a source), with a booted Rails app's entry for Bobbin's tables and the database and host it gives:
+    # `config/database.yml (production queue: database "jobs" on db.internal:5432)`. A URL is not shown (its password).
+    def described(where)
+      return where unless where == RAILS_CONFIG && connected?
+
+      config = Record.connection_db_config
+      port = config.configuration_hash[:port]
+      at = config.host ? [ config.host, port ].compact.join(":") : ("port #{port}" if port)
+      "#{where} (#{config.env_name} #{config.name}: database #{config.database.to_s.inspect}#{" on #{at}" if at})"
     end
 
     # True once Bobbin's records have a connection pool.
