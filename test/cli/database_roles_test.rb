@@ -37,4 +37,18 @@ class DatabaseRolesTest < Bobbin::TestCase
       connection.execute("DROP ROLE IF EXISTS #{role}")
     end
   end
+
+  # A replica, or a failover's old primary, as the workers' database: `bobbin start` and `bobbin work` exited 1 with a
+  # backtrace of the process row's INSERT. One line, and exit 69 as for a server that is down: a restart mends it once
+  # the database takes writes.
+  test "PostgreSQL: a database that takes no writes gets one line saying so, exit 69" do
+    skip_unless_postgres
+    url = "#{TestDatabase.url_with_pool}&options=-c%20default_transaction_read_only%3Don"
+
+    [ %w[start --fibers 2 --processes 1], %w[work --fibers 2] ].each do |args|
+      assert_config_exit(run_bobbin(*args, env: { "DATABASE_URL" => url }),
+                         /the database "\w+" takes no writes \(.*read-only transaction\): its URL reaches a replica or a failover's old primary, or default_transaction_read_only is on/,
+                         exitstatus: 69)
+    end
+  end
 end

@@ -7,10 +7,13 @@ module Bobbin
 
     # Runs the block (a process registering itself); a database error that no waiting mends (an SQLite file this user
     # cannot write, a full disk) becomes a ConfigurationError saying so: one line and exit 78 from the command line,
-    # not a backtrace. Others pass: an outage at boot is waited out by whoever restarts the process.
+    # not a backtrace. A PostgreSQL that takes no writes (a replica, a failover's old primary) is a DatabaseUnreachable:
+    # one line and exit 69, as a server that is down (it exited 1 with a backtrace). Others pass: an outage at boot is
+    # waited out by whoever restarts the process.
     def lasting!
       yield
     rescue ActiveRecord::ActiveRecordError => error
+      raise DatabaseUnreachable, read_only_server(first_line(error.cause || error)) if read_only_server?(error)
       raise unless sqlite_unwritable?(error) || disk_full?(error) || denied?(error)
 
       raise ConfigurationError, describe(error)
@@ -99,6 +102,14 @@ module Bobbin
       "the database role lacks a privilege Bobbin needs (#{text}): grant it SELECT, INSERT, UPDATE and DELETE on Bobbin's " \
         "tables and USAGE on their sequences (README: Running in production, database roles)"
     end
+
+    # PostgreSQL refused a write: the session is read-only.
+    def read_only_server(text)
+      "the database #{database.inspect} takes no writes (#{text}): its URL reaches a replica or a failover's old " \
+        "primary, or default_transaction_read_only is on for this role or database; point it at the primary"
+    end
+
+    def read_only_server?(error) = defined?(PG::ReadOnlySqlTransaction) && causes(error).any?(PG::ReadOnlySqlTransaction)
 
     def refused_for_good?(error) = causes(error).any? { |e| e.message.match?(REFUSED_FOR_GOOD) }
 
