@@ -71,6 +71,11 @@ module Bobbin
     rescue UsageError => error
       warn("bobbin: #{error.message}")
       64
+    rescue ActiveRecord::StatementInvalid => error # a command's write to a replica (pause, retry, discard): exit 1 and a backtrace
+      raise unless DatabaseProblem.read_only_server?(error)
+
+      warn("bobbin: #{DatabaseProblem.read_only_server(DatabaseProblem.first_line(error.cause || error))}")
+      69
     end
 
     # A command line that names something wrong (a bad filter, an id that is not a number): exit 64.

@@ -1,12 +1,14 @@
 # frozen_string_literal: true
 
 require_relative "cli_helper"
+require_relative "../operator/operator_helper"
 
 # A DBA's least-privilege role for the workers, missing a grant: `bobbin start` exited 1 with a backtrace (a trial).
 # It says, in one line, which privilege is missing and what Bobbin needs; so does `bobbin migrate` for a role that
 # may not create tables.
 class DatabaseRolesTest < Bobbin::TestCase
   include CLIHelper
+  include OperatorHelper
 
   test "PostgreSQL: a role missing a grant gets one line naming it, exit 78" do
     skip_unless_postgres
@@ -49,6 +51,17 @@ class DatabaseRolesTest < Bobbin::TestCase
       assert_config_exit(run_bobbin(*args, env: { "DATABASE_URL" => url }),
                          /the database "\w+" takes no writes \(.*read-only transaction\): its URL reaches a replica or a failover's old primary, or default_transaction_read_only is on/,
                          exitstatus: 69)
+    end
+  end
+
+  # An operator's command pointed at a replica (pause, retry, discard): exit 1 and a backtrace of its first write.
+  test "PostgreSQL: an operator command that writes to a database that takes no writes gets one line, exit 69" do
+    skip_unless_postgres
+    url = "#{TestDatabase.url_with_pool}&options=-c%20default_transaction_read_only%3Don"
+    failed = insert_jobs(2, **failed_attributes)
+
+    [ %w[pause mail], %w[retry --failed], [ "discard", failed.last.to_s ] ].each do |args|
+      assert_config_exit(run_bobbin(*args, env: { "DATABASE_URL" => url }), /the database "\w+" takes no writes \(.*read-only transaction\)/, exitstatus: 69)
     end
   end
 end
