@@ -45,6 +45,7 @@ module Bobbin
       report_pools
       report_pool_size
       report_server
+      report_writable
       report_write_lock
       report_fibers
       report_notifications
@@ -133,6 +134,15 @@ module Bobbin
 
           @problems << "Bobbin needs #{needed} connections#{on} but PostgreSQL allows #{available}: #{connection_remedies.join(', or ')}"
         end
+      end
+
+      # Whether Bobbin's PostgreSQL takes writes. A replica's URL (or a failover's old primary, default_transaction_read_only
+      # on for the role or database) passed every check, and the workers then stopped at boot.
+      def report_writable
+        return unless Store.postgresql?
+        return unless Record.with_connection { |connection| connection.select_value("SHOW transaction_read_only", "Bobbin Doctor") } == "on"
+
+        @problems << DatabaseProblem.read_only_server("transaction_read_only is on")
       end
 
       # Whether Bobbin's SQLite file takes a write. Another process holding a write transaction open on it (a console's

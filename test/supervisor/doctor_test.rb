@@ -78,6 +78,18 @@ class DoctorTest < Bobbin::TestCase
     assert_equal 0, status, report
   end
 
+  # A replica's URL (or default_transaction_read_only on for the role or database): doctor said OK, and every worker
+  # then stopped at boot on its process row's INSERT.
+  test "PostgreSQL: a database that takes no writes fails the check" do
+    skip_unless_postgres
+    Bobbin::Record.connection.execute("SET default_transaction_read_only = on")
+    status, report = doctor([ { "threads" => 2 } ])
+    assert_equal 1, status, report
+    assert_match(/✗ the database "\w+" takes no writes \(transaction_read_only is on\): its URL reaches a replica/, report)
+  ensure
+    Bobbin::Record.connection.execute("RESET default_transaction_read_only") if postgres?
+  end
+
   # The lane runs its runs_on: :thread jobs beside the fibers: fibers: 2 with the default lane of 2 ran 4 jobs at once,
   # each in a transaction on a connection of its own, where the report said 2 concurrent jobs and 2 connections at most.
   test "a fiber pool's thread lane counts in the jobs it runs at once and the connections they may hold" do
