@@ -354,6 +354,19 @@ class StartupErrorsTest < Bobbin::TestCase
     ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") if role
   end
 
+  # SSL settings that cannot work with the server (sslmode=verify-full without the CA's certificate, a server without SSL,
+  # an sslmode libpq does not know) are mended by no restart either: exit 78 naming the settings, not 69 and "is the
+  # server running?".
+  test "PostgreSQL: SSL settings that cannot work with the server get one line naming them, exit 78" do
+    skip_unless_postgres
+    url = "postgres://127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
+    { "sslmode=verify-full&sslrootcert=/nonexistent/root.crt" => /root certificate file "\/nonexistent\/root.crt" does not exist|server does not support SSL/,
+      "sslmode=bogus" => /invalid sslmode value/ }.each do |settings, said|
+      assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => "#{url}?#{settings}" }),
+                         /the connection's SSL settings do not work with this server: .*(#{said}).*; check sslmode, sslrootcert, sslcert and sslkey in DATABASE_URL/)
+    end
+  end
+
   test "PostgreSQL refusing the connection for too many clients" do
     skip_unless_postgres
     with_role("bobbin_cli_full", "LOGIN CONNECTION LIMIT 0") do |role, url|

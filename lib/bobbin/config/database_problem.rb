@@ -28,7 +28,7 @@ module Bobbin
     # connection away (a restart mends that once it is back), else ConfigurationError; its message says which.
     def error_for(error, where = "DATABASE_URL")
       unreachable = error.is_a?(ActiveRecord::ConnectionNotEstablished) && !error.is_a?(ActiveRecord::NoDatabaseError) &&
-                    !denied?(error) && !refused_for_good?(error)
+                    !denied?(error) && !refused_for_good?(error) && !tls_unusable?(error)
       (unreachable ? DatabaseUnreachable : ConfigurationError).new(describe(error, where))
     end
 
@@ -41,6 +41,8 @@ module Bobbin
       elsif sqlite_unwritable?(error) then read_only(text)
       elsif denied?(error) then denied(text)
       elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last).delete_suffix(':')}): free space on it"
+      elsif error.is_a?(ActiveRecord::ConnectionNotEstablished) && tls_unusable?(error)
+        "the connection's SSL settings do not work with this server: #{text}; check sslmode, sslrootcert, sslcert and sslkey in #{where}"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished) && refused_for_good?(error)
         "the database turned the connection away: #{text}; check the user name and password in #{where} (and that the role may log in)"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished)
@@ -112,6 +114,13 @@ module Bobbin
     def read_only_server?(error) = defined?(PG::ReadOnlySqlTransaction) && causes(error).any?(PG::ReadOnlySqlTransaction)
 
     def refused_for_good?(error) = causes(error).any? { |e| e.message.match?(REFUSED_FOR_GOOD) }
+
+    # What libpq says of SSL settings that cannot work with this server (a certificate it cannot verify or read, an
+    # sslmode it does not know, SSL required of a server without it): no restart mends them either. They were exit 69
+    # and "is the server running?", and a process manager restarted them for ever.
+    TLS_UNUSABLE = /certificate verify failed|root certificate file .* does not exist|could not (read|load|open) (private key|certificate|SSL|root certificate)|server certificate for .* does not match host name|invalid sslmode value|server does not support SSL, but SSL was required|SSL error: .*(certificate|unsupported protocol|wrong version)/
+
+    def tls_unusable?(error) = causes(error).any? { |e| e.message.match?(TLS_UNUSABLE) }
 
     def denied?(error) = defined?(PG::InsufficientPrivilege) && causes(error).any?(PG::InsufficientPrivilege)
 
