@@ -76,6 +76,36 @@ class ErrorOutcomesTest < Bobbin::TestCase
                  row(ids[1]).last_error_backtrace.lines(chomp: true)
   end
 
+  # Raises an error whose backtrace or class name cannot be read; retried once, at once.
+  class UnreadableErrorJob
+    include Bobbin::Job
+    bobbin_options retries: 1, backoff: 0.0
+
+    NoBacktrace = Class.new(StandardError) { def backtrace = raise(NoMethodError, "undefined method 'frames' for nil") }
+    OddFrames = Class.new(StandardError) { def backtrace = [ "job.rb:1:in 'perform'", nil, 42 ] * 20 }
+    Nameless = Class.new(StandardError) { def self.name = raise(NoMethodError, "undefined method 'label' for nil") }
+
+    def perform(kind) = raise({ "backtrace" => NoBacktrace, "frames" => OddFrames, "name" => Nameless }.fetch(kind), "unreadable #{kind}")
+  end
+
+  # Such an error failed the recording of the job's end: the job failed for good at its first attempt, whatever its
+  # retries, recorded as Bobbin's own NoMethodError or TypeError rather than the job's error.
+  test "an error whose backtrace or class name cannot be read is recorded as the job's own, and retried" do
+    ids = %w[backtrace frames name].to_h { |kind| [ kind, UnreadableErrorJob.enqueue(kind) ] }
+    log = bobbin_log { drain_within(threads: 2) }
+
+    assert_equal [ "failed", 2, "ErrorOutcomesTest::UnreadableErrorJob::NoBacktrace", "unreadable backtrace",
+                   "(the error's backtrace could not be read: NoMethodError)" ],
+                 row(ids["backtrace"]).then { |job| [ job.state, job.attempts, job.last_error_class, job.last_error_message, job.last_error_backtrace ] }
+    assert_equal [ "failed", 2, "ErrorOutcomesTest::UnreadableErrorJob::OddFrames", "unreadable frames" ],
+                 row(ids["frames"]).then { |job| [ job.state, job.attempts, job.last_error_class, job.last_error_message ] }
+    assert_equal "job.rb:1:in 'perform'\n\n42", row(ids["frames"]).last_error_backtrace.lines.first(3).join.chomp
+    assert_equal [ "failed", 2, "ErrorOutcomesTest::UnreadableErrorJob::Nameless", "unreadable name" ],
+                 row(ids["name"]).then { |job| [ job.state, job.attempts, job.last_error_class, job.last_error_message ] }
+    ids.each { |kind, id| assert_match(/UnreadableErrorJob #{id} failed attempt 1\/2 \(\S+: unreadable #{kind}\); retrying/, log) }
+    assert_no_match(/could not record how/, log)
+  end
+
   test "an outcome the database refuses fails that job alone, as Bobbin::OutcomeNotWritten; the batch beside it is written" do
     refuse_error_messages_containing("refuse me")
     refused = OddErrorJob.enqueue("refused")

@@ -348,10 +348,10 @@ module Bobbin
         def describe(error) = Printable.printable("#{error_class(error)}: #{message(error).lines.first.to_s.strip[0, 200]}")
 
         # The error as the job's row keeps it: whatever its message holds (NULs, bytes that are not UTF-8, a
-        # message method that raises), the outcome is written and the worker goes on.
+        # message, backtrace or class name method that raises), the outcome is written and the worker goes on.
         def error_outcome(job, state, error, finished_at: nil, run_at: nil, max_attempts: nil)
           explain_connection_wait(error)
-          backtrace = kept_backtrace(Array(error.backtrace)).join("\n")
+          backtrace = kept_backtrace(frames(error)).join("\n")
           Store::Outcome.new(job.id, state, finished_at, run_at, error_class(error), message(error),
                              Store.text(backtrace, BACKTRACE_CHARACTERS), job.concurrency_key, job.queue, job.attempts, max_attempts)
         end
@@ -386,8 +386,26 @@ module Bobbin
                        "a pool of a connection per job that holds one at once")
         end
 
-        # An anonymous class (Class.new(StandardError)) has no name; its inspect still tells what it is.
-        def error_class(error) = Store.text(error.class.name || error.class.inspect, 200)
+        # The error's backtrace as lines of text. One whose backtrace method raised, or handed back frames that are not
+        # text, failed the recording of the job's end: the job was failed for good at its first attempt, whatever its
+        # retries, as Bobbin's own NoMethodError or TypeError instead of its error (a review).
+        def frames(error)
+          Array(error.backtrace).map(&:to_s)
+        rescue Exception => failure # rubocop:disable Lint/RescueException -- a backtrace method is the job's own code
+          [ "(the error's backtrace could not be read: #{failure.class})" ]
+        end
+
+        # An anonymous class (Class.new(StandardError)) has no name; its inspect still tells what it is. A class whose
+        # own `name` method raises is named by Ruby's.
+        def error_class(error)
+          klass = error.class
+          name = begin
+            klass.name
+          rescue Exception # rubocop:disable Lint/RescueException -- a class's name method is the job's own code
+            Module.instance_method(:name).bind_call(klass)
+          end
+          Store.text(name || klass.inspect, 200)
+        end
 
         def message(error)
           Store.text(error.message, MESSAGE_CHARACTERS)
