@@ -182,6 +182,45 @@ class MisbehavingJobsTest < Bobbin::TestCase
     runner&.join(30)
   end
 
+  # Leaves a watchdog thread behind that raises into the thread the job ran on once the job is over and that thread
+  # waits for its next one, then records KEY-raised.
+  class WatchdogJob
+    include Bobbin::Job
+    bobbin_options retries: 0
+
+    def perform(key)
+      pool_thread = Thread.current
+      Thread.new do
+        sleep(0.01) until LedgerEntry.exists?(key: key) && pool_thread.stop? && pool_thread.backtrace.to_a.first.to_s.include?("Queue#pop")
+        pool_thread.raise(RuntimeError, "deadline passed")
+        LedgerEntry.create!(key: "#{key}-raised", pid: Process.pid)
+      end
+      LedgerEntry.create!(key: key, pid: Process.pid)
+    end
+  end
+
+  # The thread ended, never replaced: a pool of one claimed the next job and left it running for good while it heartbeat
+  # on, and the worker's stop raised the watchdog's error (a review).
+  test "an exception a job's leftover thread raises into its idle pool thread is logged; a threads pool of one goes on" do
+    worker = Bobbin::Worker.new(threads: 1, polling_interval: 0.05)
+    runner = nil
+    log = bobbin_log do
+      runner = Thread.new { worker.run }
+      WatchdogJob.enqueue("watched")
+      wait_for("the watchdog to raise into the idle pool thread") { LedgerEntry.exists?(key: "watched-raised") }
+      after = LedgerJob.enqueue("after")
+      wait_for("the job after it to run on the same thread") { Bobbin::JobRecord.find(after).state == "succeeded" }
+      worker.stop(timeout: 10)
+      assert runner.join(30), "the worker stopped"
+      assert_nil runner.value, "its stop raised nothing"
+    end
+    assert_match(/bobbin: bobbin-job-0 got RuntimeError \(deadline passed\) while it waited for a job/, log)
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state)
+  ensure
+    worker&.stop(timeout: 0)
+    runner&.join(30) rescue nil # before the fix, its join raised the watchdog's error
+  end
+
   test "a job that kills its process is isolated and failed; the 40 jobs beside it keep their attempts and finish" do
     poison = PoisonJob.enqueue("poison")
     Bobbin.enqueue_all(Array.new(40) { |i| [ ChaosJob, [ 0.5, "innocent-#{i}" ] ] })

@@ -88,10 +88,13 @@ module Bobbin
         def ended!(_id) = nil
 
         def work_loop
-          while (item = @queue.pop)
+          while (item = next_job)
             run_one(*item)
           end
         end
+
+        # The next job in line (`[id, block]`), waiting for one; nil once the line is closed.
+        def next_job = @queue.pop
 
         def run_one(id, block)
           runner = current_runner

@@ -47,6 +47,20 @@ module Bobbin
           end
         end
 
+        # An exception raised into a pool thread while it waits for its next job (a job's own watchdog thread, left
+        # running, that calls Thread#raise on the thread the job ran on once its deadline passes) ended the thread, never
+        # replaced: a pool of one claimed the next job and never ran it while heartbeating on, and the worker's stop raised
+        # the error (a review). It is logged, and the thread waits on. The executor's own interrupt still ends it.
+        def next_job
+          @queue.pop
+        rescue Shutdown
+          raise
+        rescue Exception => error # rubocop:disable Lint/RescueException -- raised into this thread by a job's code, after the job
+          Bobbin.logger.error(Printable.printable("bobbin: #{Thread.current.name} got #{error.class} (#{error.message.to_s.lines.first.to_s.strip[0, 200]}) " \
+                                                  "while it waited for a job: a Thread#raise from a thread a job left running; it goes on"))
+          retry
+        end
+
         # A pool thread named `name`. Its block is made here, where it sees no dead thread: made in `replace`, it closed
         # over `dead`, and each new thread held the one before it, so the pool kept every thread a job ever ended.
         def start_thread(name) = Thread.new { guarded_loop }.tap { |thread| thread.name = name }
