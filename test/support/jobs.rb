@@ -470,6 +470,17 @@ class BlockingCallJob
   end
 end
 
+# Makes the same call in a task of its own (`Async { }`, as an Async::Barrier's fan-out or a client runs its work).
+class ChildTaskBlockingJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(ms, key)
+    Async { Blocking::USLEEP.call(ms * 1000) }.wait # ChildTaskBlockingJob's stall
+    Blocking.record(key)
+  end
+end
+
 # Records its start, then waits in a C call that neither its interrupt nor Thread#kill cuts short (libc usleep, GVL
 # released, no unblocking function): a thread pool's job that outlives its worker's stop.
 class CCallJob

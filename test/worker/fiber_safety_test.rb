@@ -43,6 +43,21 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_equal [ 1 ], rows.distinct.pluck(:stalls)
   end
 
+  test "a job whose own Async task holds the loop is named for it, with the task's line; the sleeping jobs beside it are not" do
+    blocking = Bobbin.enqueue_all(Array.new(3) { |i| [ ChildTaskBlockingJob, [ 600, "child-#{i}" ] ] })
+    Bobbin.enqueue_all(Array.new(20) { |i| [ SleepJob, [ 0.2, "sleep-#{i}" ] ] })
+    drain(fibers: 30)
+
+    assert_equal 23, Bobbin.counts["succeeded"]
+    assert_equal blocking.sort, @stalls.map { |stall| stall[:id] }.uniq.sort, "each job is named for its task's hold, and only they are"
+    call_line = File.readlines("test/support/jobs.rb").index { |line| line.include?("ChildTaskBlockingJob's stall") } + 1
+    @stalls.each do |stall|
+      assert_equal "ChildTaskBlockingJob", stall[:class_name]
+      assert_match %r{test/support/jobs\.rb:#{call_line}:}, stall[:location]
+    end
+    assert_equal blocking.sort, Bobbin::JobRecord.where("stalls > 0").pluck(:id).sort, "the stall is counted on the job's row"
+  end
+
   test "with runs_on: :thread the same calls run on the thread lane and the loop never stalls" do
     with_fake_server do |url|
       Bobbin.enqueue_all(Array.new(50) { |i| [ HttpJob, [ "#{url}/delay?ms=50", "http-#{i}" ] ] })

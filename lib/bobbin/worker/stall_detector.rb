@@ -33,6 +33,23 @@ module Bobbin
       # A stall still going on after this many seconds is logged once before it ends.
       ONGOING = 0.5
 
+      # A job's own tasks (`Async { }`, an Async::Barrier's fan-out, a client's background task) run in fibers of their
+      # own, which had no job id: one that held the loop for a second was no job's to name, and no stall was reported
+      # (a review). A task started from a job's fiber carries that job's id, and its own start, from its first line.
+      module JobTasks
+        def initialize(*, **, &block)
+          if block && (job = Thread.current[JOB])
+            task = block
+            block = proc do |*arguments|
+              Thread.current[STARTED] = Bobbin.monotonic
+              Thread.current[JOB] = job
+              task.call(*arguments)
+            end
+          end
+          super(*, **, &block)
+        end
+      end
+
       # `jobs` answers the claimed job for an id (nil when gone); `on_stall` gets each Stall once it ends.
       def initialize(threshold, jobs:, on_stall:)
         @threshold = threshold
@@ -50,6 +67,7 @@ module Bobbin
         @loop_thread = Thread.current
         @beat = Bobbin.monotonic
         ResumeStamps.on(Fiber.scheduler)
+        Async::Task.prepend(JobTasks) unless Async::Task < JobTasks
         @ticker = task.async(transient: true) { tick while sleep(@interval) }
         @watchdog = Thread.new { watch }.tap { |thread| thread.name = "bobbin-stall-watch" }
       end
