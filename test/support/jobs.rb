@@ -481,6 +481,25 @@ class ChildTaskBlockingJob
   end
 end
 
+# Leaves a task running that swallows its stop and carries on (a pinger that must never die): STOPS gets
+# :swallowed for each stop it ignored and :ended once it is gone.
+class StubbornTaskJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+  STOPS = Thread::Queue.new
+
+  def perform
+    Async do
+      sleep
+    rescue Exception # rubocop:disable Lint/RescueException
+      STOPS << :swallowed
+      retry
+    ensure
+      STOPS << :ended
+    end
+  end
+end
+
 # Records its start, then waits in a C call that neither its interrupt nor Thread#kill cuts short (libc usleep, GVL
 # released, no unblocking function): a thread pool's job that outlives its worker's stop.
 class CCallJob

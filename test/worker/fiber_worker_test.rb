@@ -75,6 +75,22 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_equal [ "job 0", "loop", "job 1", "loop", "job 2" ], order.drop_while { |step| step == "loop" }.first(5)
   end
 
+  test "a task a job left running that swallows its stop is ended after the grace: the worker's run returns and its row goes" do
+    StubbornTaskJob::STOPS.clear
+    StubbornTaskJob.enqueue
+    worker = Bobbin::Worker.new(fibers: 2, polling_interval: 0.05, shutdown_timeout: 0)
+    thread = Thread.new { worker.run }
+    wait_for("the job to succeed") { Bobbin.counts["succeeded"] == 1 }
+    worker.stop
+    assert thread.join(60), "the worker's run returned (its loop ran the task for ever)"
+    stops = Array.new(StubbornTaskJob::STOPS.size) { StubbornTaskJob::STOPS.pop }
+    assert_includes stops, :swallowed, "the task ignored its stop"
+    assert_equal :ended, stops.last, "then its fiber was ended, through its ensure"
+    assert_equal 0, Bobbin::ProcessRecord.count
+  ensure
+    thread&.kill&.join(10)
+  end
+
   test "a worker beats as it starts, not a heartbeat_interval after registering (a slow boot was silence to prune)" do
     Bobbin.config.set(heartbeat_interval: 30, process_alive_threshold: 90)
     SleepJob.enqueue(15, "keeps it running")

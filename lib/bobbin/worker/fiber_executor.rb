@@ -108,8 +108,26 @@ module Bobbin
 
         # Stops the tasks jobs started and left running (`Async { ... }` in a job, a client's background task), children
         # of their slot's: the loop runs until every task is done, and one that never ended kept a worker that had
-        # stopped, and logged so, from ever exiting (a drain from ever returning).
-        def stop_left_running = @slots&.each { |slot| slot.children&.each(&:stop) }
+        # stopped, and logged so, from ever exiting (a drain from ever returning). One that ignores its stop (it rescues
+        # every exception and carries on) gets STOP_GRACE to end, as an interrupted job does, then its fiber is killed
+        # as kill_stuck kills a job's: it kept the worker from exiting for as long as it ran (a stream: for ever), its
+        # job handed back and run again beside it (a review).
+        def stop_left_running
+          left = @slots.to_a.flat_map { |slot| left_under(slot) }
+          left.each(&:stop)
+          deadline = Bobbin.monotonic + Worker::STOP_GRACE
+          sleep(0.05) while left.any? { |task| task.fiber&.alive? } && Bobbin.monotonic < deadline
+          left.reverse_each do |task| # the deepest first: a killed task's children would be left to the loop
+            next unless (fiber = task.fiber)&.alive?
+
+            Fiber.scheduler.push(Fiber.current)
+            fiber.kill
+          rescue FiberError
+            nil
+          end
+        end
+
+        def left_under(task) = task.children.to_a.flat_map { |child| [ child, *left_under(child) ] }
 
         def ended!(id) = @detector&.ended(id, Thread.current[StallDetector::STARTED])
 
