@@ -397,6 +397,24 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal 200, get(app, "/").status
   end
 
+  # A replica's URL, or a failover's old primary: a retry, a discard or a pause was a plain 500.
+  test "PostgreSQL: an action on a database that takes no writes answers 503 saying so, and changes nothing" do
+    skip_unless_postgres
+    app = Bobbin::Dashboard.new(environment: "development")
+    id = insert_jobs(1, **failed_attributes).first
+    Bobbin::Record.connection.execute("SET default_transaction_read_only = on")
+    [ [ "/jobs/#{id}", "/jobs/#{id}/retry", {} ], [ "/queues", "/queues/pause", { "queue" => "mail" } ] ].each do |page, action, params|
+      response = post_form(app, page, action, params: params)
+      assert_equal 503, response.status, action
+      assert_match(/The database takes no writes \(a replica, or a failover&#39;s old primary\): nothing was changed\./, response.body, action)
+    end
+    Bobbin::Record.connection.execute("RESET default_transaction_read_only")
+    assert_equal "failed", Bobbin::JobRecord.find(id).state
+    assert_empty Bobbin::QueuePause.all.to_a
+  ensure
+    Bobbin::Record.connection.execute("RESET default_transaction_read_only") if postgres?
+  end
+
   test "with Bobbin's database missing or refusing connections, pages answer 503 without naming it" do
     app = Bobbin::Dashboard.new(environment: "development")
     Dir.mktmpdir("bobbin-dashboard") do |dir|

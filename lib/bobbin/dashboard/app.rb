@@ -158,6 +158,8 @@ module Bobbin
         response["Retry-After"] = "5"
         view(:refused, locals: { message: "The database is unavailable (#{error.class}). This page works again once it is back." })
       rescue ActiveRecord::StatementInvalid => error
+        next read_only_database if DatabaseProblem.read_only_server?(error)
+
         # Bobbin's tables not made yet (in development after the default production-only install, or before db:prepare)
         # was a plain 500 whose log said "Could not find table 'bobbin_jobs'": the page says so, and what to run. (After
         # the connection errors: NoDatabaseError is a StatementInvalid too.)
@@ -173,6 +175,14 @@ module Bobbin
 
       private
         def dashboard = opts[:dashboard]
+
+        # An action sent to a database that takes no writes (a replica's URL, a failover's old primary) was a plain 500.
+        def read_only_database
+          response.status = 503
+          response["Retry-After"] = "5"
+          view(:refused, locals: { message: "The database takes no writes (a replica, or a failover's old primary): nothing was changed. " \
+                                            "Try again once it is the primary." })
+        end
 
         # Every POST: refused in read-only mode, else checked for its CSRF token.
         def writable!
