@@ -88,6 +88,7 @@ module Bobbin
       @name = name || "#{@executor.mode}-#{size}"
       @supervisor = supervisor
       @claiming = Mutex.new # held from a claim's statement until its jobs are the executor's (see release_lost)
+      @stuck = [] # boot resets it; a run refused before booting (unworkable!) still finishes
     end
 
     # Runs in the foreground until TERM, INT or HUP (graceful) or QUIT (immediate); TSTP makes it quiet, TTIN logs where
