@@ -218,7 +218,7 @@ module Bobbin
       def report_active_job
         name = Doctor.active_job_adapter or return
         @out.puts("Active Job adapter in this process: #{name}")
-        return if name == "bobbin"
+        return report_classes_elsewhere if name == "bobbin"
         return report_classes_moved(name) if bobbin_job_classes.any?
 
         @problems << "Active Job uses the #{name} adapter, so perform_later does not reach Bobbin: set " \
@@ -235,6 +235,18 @@ module Bobbin
         @out.puts("  ! Active Job uses the #{adapter} adapter, but #{moved.size} job class(es) loaded here set Bobbin's (#{listed}): " \
                   "their perform_later reaches Bobbin, that of the #{rest} other(s) #{adapter}; set " \
                   "config.active_job.queue_adapter = :bobbin once every class has moved")
+      end
+
+      # The other way round: the app's adapter is Bobbin (as the generator sets it) and classes not moved yet keep another
+      # with self.queue_adapter = :sidekiq. Their perform_later does not reach Bobbin, and doctor said only "OK" (a review).
+      def report_classes_elsewhere
+        elsewhere = job_classes.reject { |job_class| Doctor.adapter_of(job_class) == "bobbin" }
+        return if elsewhere.empty?
+
+        names = elsewhere.map { |job_class| "#{job_class.name}: #{Doctor.adapter_of(job_class)}" }.sort
+        listed = names.first(3).join(", ") + (names.size > 3 ? ", …" : "")
+        @out.puts("  ! Active Job uses Bobbin, but #{elsewhere.size} job class(es) loaded here set another adapter (#{listed}): " \
+                  "their perform_later does not reach Bobbin")
       end
 
       # The named job classes loaded in this process that run no subclass of their own (ApplicationJob and other bases left

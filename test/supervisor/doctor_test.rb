@@ -366,4 +366,17 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/^  ! Active Job uses the async adapter, but 2 job class\(es\) loaded here set Bobbin's \(AlsoMovedJob, MovedJob\): their perform_later reaches Bobbin, that of the \d+ other\(s\) async; set config.active_job.queue_adapter = :bobbin once every class has moved$/, output)
     assert_no_match(/✗/, output)
   end
+
+  # The generator sets :bobbin for the whole app; a team moving gradually keeps the classes not moved yet on Sidekiq with
+  # self.queue_adapter. Doctor said "OK: this configuration fits" and nothing of them (a review): a warning naming them.
+  test "bobbin doctor in a Rails app whose adapter is Bobbin warns of job classes that set another, naming them" do
+    app = File.join(tmpdir, "app")
+    FileUtils.cp_r(RailsAppProcesses::APP, app)
+    File.write(File.join(app, "app/jobs/not_moved_job.rb"), "class NotMovedJob < ApplicationJob\n  self.queue_adapter = :async\nend\n")
+    status, output = bobbin_in_rails_app("doctor", "--fibers", "5", env: "development", app: app)
+    assert_equal 0, status.exitstatus, output
+    assert_match(/^Active Job adapter in this process: bobbin$/, output)
+    assert_equal [ "  ! Active Job uses Bobbin, but 1 job class(es) loaded here set another adapter (NotMovedJob: async): their perform_later does not reach Bobbin\n" ],
+                 warnings(output)
+  end
 end
