@@ -455,6 +455,20 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_no_match(/replaced by|Sidekiq/, output)
   end
 
+  # Sidekiq's apps often set the adapter in an initializer, which runs after application.rb and wins: the summary said
+  # "Active Job uses Bobbin in every environment" and jobs went on to Sidekiq (a review). Named, left to the user.
+  test "an initializer that sets another adapter is named in the summary, left as it is" do
+    initializer = "Sidekiq.configure_server { |config| config.redis = {} }\nRails.application.config.active_job.queue_adapter = :sidekiq\n"
+    write("config/initializers/sidekiq.rb", initializer)
+    write("config/initializers/jobs/other.rb", "ActiveJob::Base.queue_adapter = \"good_job\" # legacy\nActiveJob::Base.queue_adapter = :bobbin\n")
+    output = generate("--environments", "all")
+    assert_equal initializer, File.read(path("config/initializers/sidekiq.rb"))
+    assert_match(/^config\/initializers\/sidekiq.rb:2 sets queue_adapter = :sidekiq, after config\/application.rb and the environments' files: Active Job keeps :sidekiq wherever that initializer runs, so perform_later does not reach Bobbin\. Remove that line/, output)
+    assert_match(/^config\/initializers\/jobs\/other.rb:1 sets queue_adapter = :good_job,/, output)
+    assert_no_match(/other.rb:2/, output)
+    assert_match(/^Jobs already in Sidekiq's Redis run only on Sidekiq/, output)
+  end
+
   test "production only: production.rb's other adapter becomes Bobbin's (its commented example left); application.rb's is kept for development, and said" do
     write("config/application.rb", File.read(path("config/application.rb")).sub("config.load_defaults 8.1\n", "config.load_defaults 8.1\n    config.active_job.queue_adapter = 'sidekiq'\n"))
     write("config/environments/production.rb", "Rails.application.configure do\n  # config.active_job.queue_adapter = :resque\n  config.active_job.queue_adapter = :resque\nend\n")

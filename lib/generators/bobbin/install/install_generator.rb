@@ -29,6 +29,9 @@ module Bobbin
       ADAPTER_LINE = /^([ \t]*)#?[ \t]*config\.active_job\.queue_adapter[ \t]*=.*$/
       # A line (not commented out) setting another adapter than Bobbin's: `:sidekiq`, `"good_job"`, or computed.
       OTHER_ADAPTER = /^([ \t]*)config\.active_job\.queue_adapter[ \t]*=(?![ \t]*[:"']bobbin\b)[ \t]*(.*?)[ \t]*(?:#[^"']*)?$/
+      # An initializer's line setting another adapter (Sidekiq's `Rails.application.config.active_job.queue_adapter = :sidekiq`):
+      # initializers run after config/application.rb and the environments' files, so it wins in every environment.
+      INITIALIZER_ADAPTER = /^[ \t]*(?:Rails\.application\.config\.active_job|config\.active_job|(?:::)?ActiveJob::Base)\.queue_adapter[ \t]*=(?![ \t]*[:"']bobbin\b)[ \t]*(.*?)[ \t]*(?:#[^"']*)?$/
       # A line setting Bobbin's adapter.
       BOBBIN_ADAPTER = /^[ \t]*config\.active_job\.queue_adapter[ \t]*=[ \t]*[:"']bobbin\b/
       # structure.sql: Rails then loads db/queue_structure.sql, never db/queue_schema.rb.
@@ -183,7 +186,12 @@ module Bobbin
           notes = Array(@replaced_adapters).uniq.map do |path, adapter|
             "#{path}:#{read(path).lines.index { |line| line.match?(BOBBIN_ADAPTER) } + 1} set queue_adapter = #{adapter}: replaced by :bobbin."
           end
-          if Array(@replaced_adapters).any? { |_, adapter| adapter == ":sidekiq" }
+          initializer_adapters.each do |where, adapter|
+            notes << "#{where} sets queue_adapter = #{adapter}, after config/application.rb and the environments' files: Active Job " \
+                     "keeps #{adapter} wherever that initializer runs, so perform_later does not reach Bobbin. Remove that line " \
+                     "(initializers are left to you)."
+          end
+          if (Array(@replaced_adapters) + initializer_adapters).any? { |_, adapter| adapter == ":sidekiq" }
             notes << "Jobs already in Sidekiq's Redis run only on Sidekiq: keep it running until its queues and its scheduled " \
                      "and retry sets are empty (Sidekiq's web UI, or Sidekiq::Stats)."
           end
@@ -193,6 +201,16 @@ module Bobbin
                      "for development and test (production.rb's :bobbin overrides it in production; --environments all replaces it)."
           end
           notes
+        end
+
+        # [file:line, adapter] of each initializer line setting another adapter than Bobbin's (left as it is: read only).
+        def initializer_adapters
+          @initializer_adapters ||= Dir["config/initializers/**/*.rb", base: destination_root].sort.flat_map do |file|
+            read(file).lines.each_with_index.filter_map do |line, index|
+              match = line.match(INITIALIZER_ADAPTER)
+              [ "#{file}:#{index + 1}", adapter_named(match[1]) ] if match
+            end
+          end
         end
 
         def next_schema_step
