@@ -274,8 +274,13 @@ module Bobbin
         environments.each do |env, setting|
           @out.puts(format("  %-12s %s", env, setting ? describe_setting(setting) : "from config/application.rb"))
         end
+        # Sidekiq's apps often set it in an initializer, which runs after both and wins: doctor listed application.rb's
+        # :bobbin and said only "set config.active_job.queue_adapter = :bobbin" (a review).
+        initializers = Dir[File.join(@root, "config", "initializers", "**", "*.rb")].sort.filter_map { |file| adapter_setting(file) }
+        initializers.each { |setting| @out.puts(format("  %-12s %s (runs after the files above)", "initializer", describe_setting(setting))) }
         warn_adapter(base, "environments that do not set their own") if base
         environments.each { |env, setting| warn_adapter(setting, env) if setting }
+        initializers.each { |setting| warn_adapter(setting, "every environment that initializer runs in") }
       end
 
       # Jobs waiting in a queue that neither these pools nor any running worker select wait for ever, and nothing else

@@ -299,6 +299,17 @@ class DoctorTest < Bobbin::TestCase
                  warnings(report)
   end
 
+  test "an initializer that sets another adapter (Sidekiq's) is listed after the environments and named" do
+    root = rails_root("config.active_job.queue_adapter = :bobbin\n", "production" => "# nothing about jobs\n")
+    FileUtils.mkdir_p(File.join(root, "config/initializers"))
+    File.write(File.join(root, "config/initializers/sidekiq.rb"), "Sidekiq.strict_args!\nRails.application.config.active_job.queue_adapter = :sidekiq\n")
+    File.write(File.join(root, "config/initializers/other.rb"), "Rails.application.config.time_zone = 'UTC'\n")
+    _, report = doctor([ { "fibers" => 10 } ], root: root)
+    assert_match(/^  initializer +sidekiq  config\/initializers\/sidekiq.rb:2 \(runs after the files above\)$/, report)
+    assert_equal [ "  ! config/initializers/sidekiq.rb:2 sets queue_adapter = :sidekiq: jobs in every environment that initializer runs in do not go to Bobbin\n" ],
+                 warnings(report)
+  end
+
   test "the test adapter in config/environments/test.rb (what bobbin:install --environments all writes) is no warning" do
     root = rails_root("config.active_job.queue_adapter = :bobbin\n", "test" => "config.active_job.queue_adapter = :test\n",
                       "development" => "config.active_job.queue_adapter = :test\n")
