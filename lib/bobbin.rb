@@ -130,11 +130,11 @@ module Bobbin
     # Adds a hook around every job workers run (see Configuration#around_perform).
     def around_perform(hook = nil, &) = config.around_perform(hook, &)
 
-    # Stops workers from claiming jobs of `queue` until resumed.
-    def pause(queue) = QueuePause.pause(queue)
+    # Stops workers from claiming jobs of `queue` until resumed (patient with SQLite's write lock, as Operator.pause).
+    def pause(queue) = Operator.pause(queue)
 
     # Lets workers claim jobs of `queue` again.
-    def resume(queue) = QueuePause.resume(queue)
+    def resume(queue) = Operator.resume(queue)
 
     # The database driver's gem for `url`; a URL of another database, or a driver missing from the bundle (a plain
     # Ruby app's Gemfile names it itself), is a ConfigurationError that says what to do.

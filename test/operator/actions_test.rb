@@ -100,6 +100,16 @@ class OperatorActionsTest < Bobbin::TestCase
     assert_empty Bobbin::QueuePause.pluck(:queue)
   end
 
+  # The README's Bobbin.pause and `bobbin pause` (which calls it) raised "database is locked" after the busy timeout where
+  # Operator.pause (the dashboard's) waited (a review).
+  test "Bobbin.pause and Bobbin.resume wait for SQLite's write lock as Operator's do" do
+    skip("SQLite's write lock") if postgres?
+    assert_equal 1, while_sqlite_locked { Bobbin.pause("mail") }
+    assert_equal [ "mail" ], Bobbin::QueuePause.pluck(:queue)
+    assert_equal 1, while_sqlite_locked { Bobbin.resume("mail") }
+    assert_empty Bobbin::QueuePause.pluck(:queue)
+  end
+
   # Runs the block while another process holds SQLite's write lock for a second, past a busy timeout made short here
   # (the loaded machine's wait past the timeout, in short); returns what the block returns.
   # Runs the block (a bulk action); once its batch has been read, and before its UPDATE, runs `sql` on another session.
