@@ -184,7 +184,10 @@ module Bobbin
         begin
           before = Bobbin.migrate! # read in its turn: two at once, the second found version 1 in the first's half-made tables
         rescue ActiveRecord::ActiveRecordError => error # a role that may not create tables: one line, not a backtrace
-          raise ConfigurationError, "migrate failed: #{migrate_problem(error, Boot.described(Boot.source(options[:database])))}"
+          # A database down (a Rails app connects at its first query) or restarting as a deploy's migrate runs: exit 69,
+          # as every other command, not 78, which told the deploy that no retry would mend it.
+          failed = DatabaseProblem.unreachable?(error) ? DatabaseUnreachable : ConfigurationError
+          raise failed, "migrate failed: #{migrate_problem(error, Boot.described(Boot.source(options[:database])))}"
         end
         done = case before
         when 0 then "created Bobbin's tables (schema version #{Schema::VERSION})"

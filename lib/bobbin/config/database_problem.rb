@@ -27,9 +27,16 @@ module Bobbin
     # The error to raise for `error` before work starts: DatabaseUnreachable for a database that is down or turns the
     # connection away (a restart mends that once it is back), else ConfigurationError; its message says which.
     def error_for(error, where = "DATABASE_URL")
-      unreachable = error.is_a?(ActiveRecord::ConnectionNotEstablished) && !error.is_a?(ActiveRecord::NoDatabaseError) &&
-                    !denied?(error) && !refused_for_good?(error) && !tls_unusable?(error)
-      (unreachable ? DatabaseUnreachable : ConfigurationError).new(describe(error, where))
+      (unreachable?(error) ? DatabaseUnreachable : ConfigurationError).new(describe(error, where))
+    end
+
+    # Whether `error` says the database is down, restarting or dropped the connection: a restart (or a deploy's next
+    # try) mends that once it is back. Credentials, SSL settings and privileges it turns away are not.
+    def unreachable?(error)
+      return false if denied?(error) || refused_for_good?(error) || tls_unusable?(error)
+
+      error.is_a?(ActiveRecord::ConnectionFailed) ||
+        (error.is_a?(ActiveRecord::ConnectionNotEstablished) && !error.is_a?(ActiveRecord::NoDatabaseError))
     end
 
     # The one-line explanation of `error`, raised while connecting or checking tables; `where` names what said
@@ -47,6 +54,8 @@ module Bobbin
         "the database turned the connection away: #{text}; check the user name and password in #{where} (and that the role may log in)"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished)
         "cannot connect to the database: #{text}; is the server running, and is #{where} right?"
+      elsif error.is_a?(ActiveRecord::ConnectionFailed) # connected, then lost: the server stopped or restarted
+        "lost the connection to the database: #{text}; run it again once the server is back"
       else "database error before starting: #{text} (#{error.class}); check #{where}"
       end
     end
