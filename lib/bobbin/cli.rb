@@ -55,8 +55,8 @@ module Bobbin
       when "doctor" then doctor(argv)
       when "pause", "resume" then toggle(command, argv)
       when "migrate" then database_command(command, argv).first.then { |options| boot(options, tables: false).then { migrate(options) } }.then { 0 }
-      when "counts" then boot(database_command(command, argv).first).then { puts(JSON.pretty_generate(Bobbin.counts)) }.then { 0 }
-      when "recurring" then boot(database_command(command, argv).first).then { list_recurring }.then { 0 }
+      when "counts" then boot(database_command(command, argv).first).then { unlocked { puts(JSON.pretty_generate(Bobbin.counts)).then { 0 } } }
+      when "recurring" then boot(database_command(command, argv).first).then { unlocked { list_recurring.then { 0 } } }
       when "jobs", "retry", "discard", "queues", "processes" then OperatorCommands.new(self).run(command, argv)
       when "dashboard" then OperatorCommands.new(self).dashboard(argv)
       when "metrics" then OperatorCommands.new(self).metrics(argv)
@@ -165,6 +165,10 @@ module Bobbin
         raise UsageError, "#{command}: QUEUE must be a queue's name, got #{queue.inspect}" if queue.strip.empty?
 
         boot(options)
+        unlocked { toggled(command, queue) }
+      end
+
+      def toggled(command, queue)
         changed = begin
           Bobbin.public_send(command, queue).positive?
         rescue ArgumentError => error # a pattern, a name longer than any queue's: one line, not a backtrace
@@ -177,6 +181,17 @@ module Bobbin
           puts(changed ? "resumed #{shown}" : "was not paused: #{shown}")
         end
         0
+      end
+
+      # The block's value, waiting only briefly for a lock another session holds on Bobbin's tables, as `bobbin jobs`
+      # does: then it says who holds it and returns 75 (README: Table locks). counts, pause, resume and recurring waited
+      # in silence for the whole lock (a VACUUM FULL, a migration's rewrite), when an operator needs them most.
+      def unlocked(&)
+        Store.waiting_briefly_for_locks(&)
+      rescue ActiveRecord::ActiveRecordError => error
+        raise unless Store.locked?(error)
+
+        OperatorCommands.new(self).locked
       end
 
       # `bobbin migrate`: brings Bobbin's tables to this version and says what it did.

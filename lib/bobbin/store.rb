@@ -104,6 +104,18 @@ module Bobbin
     # What a log line says of a wait for a lock that gave up.
     def self.lock_waited = "waited #{format('%g', lock_wait)}s for a lock on Bobbin's tables that another session holds"
 
+    # Who holds a lock on Bobbin's tables that holds up their readers or writers: "pid 42 (AccessExclusiveLock): LOCK
+    # TABLE bobbin_jobs; …" (PostgreSQL), "" when none is seen.
+    def self.lock_holders
+      holders = Record.with_connection { |connection| connection.select_rows(<<~SQL, "Bobbin Lock Holders") }
+        SELECT DISTINCT a.pid, l.mode, left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 80) FROM pg_locks l
+        JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.granted AND l.pid <> pg_backend_pid() AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+          AND l.relation IN (SELECT oid FROM pg_class WHERE relname LIKE 'bobbin\_%')
+      SQL
+      holders.map { |pid, mode, query| "pid #{pid} (#{mode}): #{query}" }.join("; ")
+    end
+
     # Runs the block on one connection of Bobbin's tables that waits at most `lock_wait` for a lock (PostgreSQL; on
     # SQLite, whose busy timeout is the wait, it just runs the block). The session's own setting comes back after.
     def self.waiting_briefly_for_locks

@@ -84,6 +84,21 @@ class OperatorCommandsTest < Bobbin::TestCase
     end
   end
 
+  # They waited in silence for the whole lock (a VACUUM FULL, a migration's rewrite), when jobs|queues|processes said so.
+  test "a lock another session holds on Bobbin's tables: counts, pause, resume and recurring say who holds it and exit 75" do
+    skip_unless_postgres
+    Bobbin::JobRecord.transaction do
+      Bobbin::JobRecord.connection.execute("LOCK TABLE bobbin_jobs, bobbin_pauses, bobbin_recurring_tasks, bobbin_recurring_runs IN ACCESS EXCLUSIVE MODE")
+      [ %w[counts], %w[pause mail], %w[resume mail], %w[recurring] ].each do |command|
+        status, out, err = run_bobbin(*command, timeout: 30)
+        assert_equal [ 75, "" ], [ status.exitstatus, out ], "#{command.join(' ')}: #{err}"
+        assert_equal 1, err.lines.size, err
+        assert_match(/\Abobbin: waited [\d.]+s for a lock on Bobbin's tables that another session holds: pid \d+ \(AccessExclusiveLock\): LOCK TABLE bobbin_jobs.*; try again when it ends$/, err)
+      end
+    end
+    assert_empty Bobbin::QueuePause.all.to_a, "the pause was not made"
+  end
+
   test "an argument where only options go is refused with 64, not dropped" do
     insert_jobs(2)
     status, out, err = run_bobbin("jobs", "14")

@@ -415,6 +415,28 @@ class DashboardAppTest < Bobbin::TestCase
     Bobbin::Record.connection.execute("RESET default_transaction_read_only") if postgres?
   end
 
+  # Every page waited in silence for the whole lock (a VACUUM FULL, a migration's rewrite), while `bobbin jobs` said so.
+  test "PostgreSQL: with Bobbin's tables locked by another session, pages answer 503 saying so instead of waiting for the lock" do
+    skip_unless_postgres
+    app = Bobbin::Dashboard.new(environment: "development")
+    holder = PG.connect(TestDatabase.url) # another session, outside the dashboard's pool
+    holder.exec("BEGIN; LOCK TABLE bobbin_jobs, bobbin_processes, bobbin_pauses, bobbin_recurring_tasks, bobbin_recurring_runs IN ACCESS EXCLUSIVE MODE")
+    log = bobbin_log do
+      [ "/", "/queues", "/jobs?state=failed", "/processes", "/recurring" ].each do |page|
+        request = Thread.new { get(app, page) }
+        flunk("#{page} waited for the lock") unless request.join(30)
+        response = request.value
+        assert_equal [ 503, "5" ], [ response.status, response.headers["retry-after"] ], page
+        assert_match(/Bobbin&#39;s tables are locked by another session \(a migration, a VACUUM FULL, a LOCK TABLE\)\. This page works again once the lock is released\./, response.body, page)
+      end
+    end
+    assert_match(%r{bobbin dashboard: /queues: waited [\d.]+s for a lock on Bobbin's tables that another session holds: pid \d+ \(AccessExclusiveLock\): BEGIN; LOCK TABLE bobbin_jobs}, log)
+    holder.exec("ROLLBACK")
+    assert_equal 200, get(app, "/").status
+  ensure
+    holder&.close
+  end
+
   test "with Bobbin's database missing or refusing connections, pages answer 503 without naming it" do
     app = Bobbin::Dashboard.new(environment: "development")
     Dir.mktmpdir("bobbin-dashboard") do |dir|

@@ -41,13 +41,7 @@ module Bobbin
       # A lock on Bobbin's tables held by another session (during a migration or a VACUUM FULL, when an operator needs
       # these commands most): said at once, with who holds it, instead of waiting in silence until it ends. Exit 75.
       def locked
-        holders = Record.with_connection { |connection| connection.select_rows(<<~SQL, "Bobbin Lock Holders") }
-          SELECT DISTINCT a.pid, l.mode, left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 80) FROM pg_locks l
-          JOIN pg_stat_activity a ON a.pid = l.pid
-          WHERE l.granted AND l.pid <> pg_backend_pid() AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
-            AND l.relation IN (SELECT oid FROM pg_class WHERE relname LIKE 'bobbin\_%')
-        SQL
-        said = holders.map { |pid, mode, query| "pid #{pid} (#{mode}): #{query}" }.join("; ")
+        said = Store.lock_holders
         warn(printable("bobbin: #{Store.lock_waited}#{": #{said}" unless said.empty?}; try again when it ends"))
         75
       end

@@ -103,51 +103,55 @@ module Bobbin
           r.halt(view(:refused, locals: { message: message }))
         end
 
-        r.get("metrics") do
-          response["Content-Type"] = Metrics::CONTENT_TYPE
-          Metrics.text
-        end
-
-        r.is("") { r.get { view(:overview) } }
-        r.root { view(:overview) }
-        r.get("queues") { view(:queues) }
-        r.get("processes") { view(:processes) }
-        r.get("recurring") { view(:recurring) }
-        r.get("failed") { r.redirect(path("/jobs?state=failed")) }
-        r.get("scheduled") { r.redirect(path("/jobs?state=scheduled")) }
-
-        r.on("jobs") do
-          r.get(Integer) { |id| (job = Operator.job(id)) ? view(:job, locals: { job: job }) : not_found("No job #{id} (finished jobs are deleted after their retention).") }
-          r.get(true) { view(:jobs, locals: { page: asked { Operator.jobs(filter_params, cursor: r.params["after"], limit: 50) } }) }
-          r.post("bulk") do
-            writable!
-            operation = r.params["operation"]
-            raise BadRequest, "unknown bulk operation #{operation.inspect} (retry or discard)" unless %w[retry discard].include?(operation)
-
-            filter = asked { Operator::Filter.from(filter_params) }
-            count = asked { Operator.public_send(:"#{operation}_all", filter, by: operator) }
-            flash["notice"] = "#{DONE[operation]} #{count} jobs"
-            r.redirect(path("/jobs?#{query(filter.to_h)}"))
+        # A lock another session holds on Bobbin's tables (a VACUUM FULL, a migration's rewrite) is waited for briefly, then
+        # the page says so (see locked_tables): every page waited in silence for the whole lock, and a proxy timed it out.
+        Store.waiting_briefly_for_locks do
+          r.get("metrics") do
+            response["Content-Type"] = Metrics::CONTENT_TYPE
+            Metrics.text
           end
-          r.post(Integer, %w[retry discard release]) do |id, operation|
-            writable!
-            done = Operator.public_send(operation, id, by: operator)
-            flash["notice"] = done ? "#{DONE[operation]}." : "Not #{DONE[operation].downcase}: #{REFUSED[operation]}."
-            r.redirect(path("/jobs/#{id}"))
+
+          r.is("") { r.get { view(:overview) } }
+          r.root { view(:overview) }
+          r.get("queues") { view(:queues) }
+          r.get("processes") { view(:processes) }
+          r.get("recurring") { view(:recurring) }
+          r.get("failed") { r.redirect(path("/jobs?state=failed")) }
+          r.get("scheduled") { r.redirect(path("/jobs?state=scheduled")) }
+
+          r.on("jobs") do
+            r.get(Integer) { |id| (job = Operator.job(id)) ? view(:job, locals: { job: job }) : not_found("No job #{id} (finished jobs are deleted after their retention).") }
+            r.get(true) { view(:jobs, locals: { page: asked { Operator.jobs(filter_params, cursor: r.params["after"], limit: 50) } }) }
+            r.post("bulk") do
+              writable!
+              operation = r.params["operation"]
+              raise BadRequest, "unknown bulk operation #{operation.inspect} (retry or discard)" unless %w[retry discard].include?(operation)
+
+              filter = asked { Operator::Filter.from(filter_params) }
+              count = asked { Operator.public_send(:"#{operation}_all", filter, by: operator) }
+              flash["notice"] = "#{DONE[operation]} #{count} jobs"
+              r.redirect(path("/jobs?#{query(filter.to_h)}"))
+            end
+            r.post(Integer, %w[retry discard release]) do |id, operation|
+              writable!
+              done = Operator.public_send(operation, id, by: operator)
+              flash["notice"] = done ? "#{DONE[operation]}." : "Not #{DONE[operation].downcase}: #{REFUSED[operation]}."
+              r.redirect(path("/jobs/#{id}"))
+            end
           end
-        end
 
-        # The queue's name comes in a form field, not the path: a browser resolves a segment "." or ".." (or "%2e")
-        # before it sends the request, so a queue so named could not be paused (a trial).
-        r.post("queues", %w[pause resume]) do |operation|
-          writable!
-          queue = r.params["queue"]
-          raise BadRequest, "a queue's name must be valid UTF-8" unless queue.is_a?(String) && queue.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+          # The queue's name comes in a form field, not the path: a browser resolves a segment "." or ".." (or "%2e")
+          # before it sends the request, so a queue so named could not be paused (a trial).
+          r.post("queues", %w[pause resume]) do |operation|
+            writable!
+            queue = r.params["queue"]
+            raise BadRequest, "a queue's name must be valid UTF-8" unless queue.is_a?(String) && queue.dup.force_encoding(Encoding::UTF_8).valid_encoding?
 
-          queue = queue.dup.force_encoding(Encoding::UTF_8)
-          asked { Operator.public_send(operation, queue) }
-          flash["notice"] = "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}."
-          r.redirect(path("/queues"))
+            queue = queue.dup.force_encoding(Encoding::UTF_8)
+            asked { Operator.public_send(operation, queue) }
+            flash["notice"] = "#{operation == 'pause' ? 'Paused' : 'Resumed'} #{queue}."
+            r.redirect(path("/queues"))
+          end
         end
       rescue *BAD_REQUEST => error
         response.status = 400
@@ -159,6 +163,7 @@ module Bobbin
         view(:refused, locals: { message: "The database is unavailable (#{error.class}). This page works again once it is back." })
       rescue ActiveRecord::StatementInvalid => error
         next read_only_database if DatabaseProblem.read_only_server?(error)
+        next locked_tables if Store.locked?(error)
 
         # Bobbin's tables not made yet (in development after the default production-only install, or before db:prepare)
         # was a plain 500 whose log said "Could not find table 'bobbin_jobs'": the page says so, and what to run. (After
@@ -182,6 +187,16 @@ module Bobbin
           response["Retry-After"] = "5"
           view(:refused, locals: { message: "The database takes no writes (a replica, or a failover's old primary): nothing was changed. " \
                                             "Try again once it is the primary." })
+        end
+
+        # Bobbin's tables locked by another session past Store.lock_wait: who holds it goes to the log (its query may carry
+        # data), the page says what it is and when to come back.
+        def locked_tables
+          Bobbin.logger.warn("bobbin dashboard: #{Printable.printable(request.path)}: #{Store.lock_waited}: #{Store.lock_holders}")
+          response.status = 503
+          response["Retry-After"] = "5"
+          view(:refused, locals: { message: "Bobbin's tables are locked by another session (a migration, a VACUUM FULL, a LOCK TABLE). " \
+                                            "This page works again once the lock is released." })
         end
 
         # Every POST: refused in read-only mode, else checked for its CSRF token.
