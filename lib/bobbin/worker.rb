@@ -286,13 +286,33 @@ module Bobbin
     # nil before a stop). Its database calls end by then, answered or not.
     def stop_due_at = @wait_ends && @wait_ends + STOP_GRACE
 
+    # Also says, once, a stop that a job holding the event loop keeps from running: the stop logs on the loop, and a
+    # TERM so held left no line at all, then "did not stop within 5s of their interrupt" for a job never interrupted.
     def exit_if_stop_overdue
+      stop_held
       return unless @owns_process && stop_due_at && Bobbin.monotonic - stop_due_at > STOP_OVERDUE
+      return abandon(@executor.held_ids) if @interrupted
 
-      abandon(@executor.held_ids)
+      holder = @detector&.holder
+      abandon(@executor.held_ids, "were never interrupted: #{holder ? "#{held_by(holder)} held the event loop" : "the event loop did not run"} " \
+                                  "from the stop#{" (#{@stop_signal})" if @stop_signal} on, so neither the stop nor an interrupt could run there")
     end
 
     private
+      # Called on the heartbeat thread: a stop asked while a job holds the event loop (the detector has confirmed it) and
+      # not begun there is said from here, once, naming the job.
+      def stop_held
+        return if !@stopping || @stop_began || @stop_held_said || !(holder = @detector&.holder)
+
+        @stop_held_said = true
+        overdue = " the process exits #{format('%g', @shutdown_timeout + STOP_GRACE + STOP_OVERDUE)}s after the stop, leaving it to be recovered" if @owns_process
+        Bobbin.logger.warn("bobbin worker #{@process_id} stopping#{" on #{@stop_signal}" if @stop_signal}: #{held_by(holder)} holds the event loop, " \
+                           "where the stop runs; it waits for the job to let go (one that never does cannot be interrupted#{";#{overdue}" if overdue})")
+      end
+
+      # "HogJob 42 (for 3.1s)": the job the detector found holding the loop.
+      def held_by(holder) = "#{holder[:job]&.class_name || 'job'} #{holder[:id]} (for #{(Bobbin.monotonic - holder[:since]).round(1)}s)"
+
       # Fibers on an event loop watched by a StallDetector, with a thread lane beside it unless thread_lane is 0.
       def fiber_executor(size, threshold, lane)
         threshold = Bobbin.config.stall_threshold if threshold.nil?
@@ -326,6 +346,7 @@ module Bobbin
         Worker.mark_stopping(self, false) # a stop asked as it finished
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
         @wait_ends = nil
+        @stop_began = @interrupted = @stop_held_said = false
       end
 
       # A worker claims jobs on connections of its own. Started inside a transaction its caller holds open (a test's;
@@ -491,12 +512,14 @@ module Bobbin
       # Stop claiming; let jobs finish for shutdown_timeout; interrupt the rest and give them STOP_GRACE to
       # unwind; write outcomes; return to ready only the jobs that have really stopped.
       def shut_down(services)
+        @stop_began = true
         @executor.drop_queued
         stopping if @stopping
         wait_until_idle
         if @executor.busy.positive?
           Bobbin.logger.info("bobbin worker #{@process_id}: #{@hurried} again, interrupting the running jobs now") if @hurried
           interrupting
+          @interrupted = true
           @executor.interrupt_all
           wait_until_idle(STOP_GRACE)
           @executor.kill_stuck(fibers: !@owns_process && @supervisor.nil?) # a process of its own (or an async supervisor) exits instead
@@ -579,10 +602,9 @@ module Bobbin
       # the host's next process, its pid being gone, or another host once the row is silent). An embedded worker
       # leaves them claimed, its row beating until they end (outlive_stuck; an async supervisor's worker: its
       # supervisor returns them, and exits).
-      def abandon(stuck)
+      def abandon(stuck, why = "did not stop within #{STOP_GRACE}s of their interrupt")
         @stuck = stuck
-        Bobbin.logger.error("bobbin worker #{@process_id}: jobs #{stuck.join(', ')} did not stop within #{STOP_GRACE}s " \
-                            "of their interrupt; #{if @owns_process then 'exiting so they can be recovered' elsif @supervisor then 'they stay claimed' else 'they stay claimed, its row beating until they end' end}")
+        Bobbin.logger.error("bobbin worker #{@process_id}: jobs #{stuck.join(', ')} #{why}; #{if @owns_process then 'exiting so they can be recovered' elsif @supervisor then 'they stay claimed' else 'they stay claimed, its row beating until they end' end}")
         return unless @owns_process
 
         finish(stuck_loop: true)

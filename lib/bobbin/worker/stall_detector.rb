@@ -112,6 +112,13 @@ module Bobbin
       # True while a job is known to hold the loop past the threshold (read from other threads: one boolean).
       def stalled? = @confirmed == true
 
+      # The job known to hold the loop past the threshold now, { id:, job:, since: (monotonic) }, else nil (read from
+      # other threads: the heartbeat's, to say what keeps a stop from running).
+      def holder
+        suspect = @suspect
+        suspect if @confirmed && suspect
+      end
+
       # Loop lag now and the longest seen (ms), stalls so far and the recent ones, for the process row.
       def health
         lag = @beat ? [ @lag, Bobbin.monotonic - @beat - @interval ].max.clamp(0, nil) : 0.0
