@@ -74,7 +74,7 @@ module Bobbin
     rescue ActiveRecord::StatementInvalid => error # a command's write to a replica (pause, retry, discard): exit 1 and a backtrace
       raise unless DatabaseProblem.read_only_server?(error)
 
-      warn("bobbin: #{DatabaseProblem.read_only_server(DatabaseProblem.first_line(error.cause || error))}")
+      warn("bobbin: #{DatabaseProblem.describe(error)}")
       69
     end
 
@@ -183,16 +183,9 @@ module Bobbin
         0
       end
 
-      # The block's value, waiting only briefly for a lock another session holds on Bobbin's tables, as `bobbin jobs`
-      # does: then it says who holds it and returns 75 (README: Table locks). counts, pause, resume and recurring waited
-      # in silence for the whole lock (a VACUUM FULL, a migration's rewrite), when an operator needs them most.
-      def unlocked(&)
-        Store.waiting_briefly_for_locks(&)
-      rescue ActiveRecord::ActiveRecordError => error
-        raise unless Store.locked?(error)
-
-        OperatorCommands.new(self).locked
-      end
+      # As `bobbin jobs` (OperatorCommands#unlocked): counts, pause, resume and recurring waited in silence for the whole
+      # lock (a VACUUM FULL, a migration's rewrite), when an operator needs them most.
+      def unlocked(&) = OperatorCommands.new(self).unlocked(&)
 
       # `bobbin migrate`: brings Bobbin's tables to this version and says what it did.
       def migrate(options)

@@ -229,10 +229,8 @@ module Bobbin
       # another) is doing what the README suggests: a failure here stopped its deploys (a trial). A warning.
       def report_classes_moved(adapter)
         moved = bobbin_job_classes
-        names = moved.map(&:name).sort
-        listed = names.first(3).join(", ") + (names.size > 3 ? ", …" : "")
         rest = job_classes.size - moved.size
-        @out.puts("  ! Active Job uses the #{adapter} adapter, but #{moved.size} job class(es) loaded here set Bobbin's (#{listed}): " \
+        @out.puts("  ! Active Job uses the #{adapter} adapter, but #{moved.size} job class(es) loaded here set Bobbin's (#{a_few(moved.map(&:name))}): " \
                   "their perform_later reaches Bobbin, that of the #{rest} other(s) #{adapter}; set " \
                   "config.active_job.queue_adapter = :bobbin once every class has moved")
       end
@@ -240,13 +238,18 @@ module Bobbin
       # The other way round: the app's adapter is Bobbin (as the generator sets it) and classes not moved yet keep another
       # with self.queue_adapter = :sidekiq. Their perform_later does not reach Bobbin, and doctor said only "OK" (a review).
       def report_classes_elsewhere
-        elsewhere = job_classes.reject { |job_class| Doctor.adapter_of(job_class) == "bobbin" }
+        elsewhere = job_classes - bobbin_job_classes
         return if elsewhere.empty?
 
-        names = elsewhere.map { |job_class| "#{job_class.name}: #{Doctor.adapter_of(job_class)}" }.sort
-        listed = names.first(3).join(", ") + (names.size > 3 ? ", …" : "")
+        listed = a_few(elsewhere.map { |job_class| "#{job_class.name}: #{Doctor.adapter_of(job_class)}" })
         @out.puts("  ! Active Job uses Bobbin, but #{elsewhere.size} job class(es) loaded here set another adapter (#{listed}): " \
                   "their perform_later does not reach Bobbin")
+      end
+
+      # The first three of `names`, sorted, and "…" for the rest.
+      def a_few(names)
+        names = names.sort
+        names.first(3).join(", ") + (names.size > 3 ? ", …" : "")
       end
 
       # The named job classes loaded in this process that run no subclass of their own (ApplicationJob and other bases left

@@ -22,7 +22,7 @@ module Bobbin
         failed_only(command, filter) if options[:failed]
         refuse_arguments(command, argv) unless %w[retry discard].include?(command)
         @cli.boot(options)
-        Store.waiting_briefly_for_locks do
+        unlocked do
           case command
           when "jobs" then list(filter, options)
           when "queues" then queues
@@ -32,15 +32,16 @@ module Bobbin
         end
       rescue ArgumentError, OptionParser::ParseError => error
         raise UsageError, error.message
+      end
+
+      # The block's value (an exit status), waiting only briefly for a lock another session holds on Bobbin's tables
+      # (during a migration or a VACUUM FULL, when an operator needs these commands most): then said at once, with who
+      # holds it, instead of waiting in silence until it ends. Exit 75.
+      def unlocked(&)
+        Store.waiting_briefly_for_locks(&)
       rescue ActiveRecord::ActiveRecordError => error
         raise unless Store.locked?(error)
 
-        locked
-      end
-
-      # A lock on Bobbin's tables held by another session (during a migration or a VACUUM FULL, when an operator needs
-      # these commands most): said at once, with who holds it, instead of waiting in silence until it ends. Exit 75.
-      def locked
         said = Store.lock_holders
         warn(printable("bobbin: #{Store.lock_waited}#{": #{said}" unless said.empty?}; try again when it ends"))
         75

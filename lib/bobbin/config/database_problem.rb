@@ -13,7 +13,7 @@ module Bobbin
     def lasting!
       yield
     rescue ActiveRecord::ActiveRecordError => error
-      raise DatabaseUnreachable, read_only_server(first_line(error.cause || error)) if read_only_server?(error)
+      raise DatabaseUnreachable, describe(error) if read_only_server?(error)
       raise unless sqlite_unwritable?(error) || disk_full?(error) || denied?(error)
 
       raise ConfigurationError, describe(error)
@@ -47,6 +47,7 @@ module Bobbin
       elsif text.match?(/too many (connections|clients)/i) then too_many(text)
       elsif sqlite_unwritable?(error) then read_only(text)
       elsif denied?(error) then denied(text)
+      elsif read_only_server?(error) then read_only_server(text)
       elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last).delete_suffix(':')}): free space on it"
       elsif error.is_a?(ActiveRecord::ConnectionNotEstablished) && tls_unusable?(error)
         "the connection's SSL settings do not work with this server: #{text}; check sslmode, sslrootcert, sslcert and sslkey in #{where}"

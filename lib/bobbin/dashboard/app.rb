@@ -158,11 +158,12 @@ module Bobbin
         view(:refused, locals: { message: error.message })
       rescue *Store::CONNECTION_ERRORS => error # the details (hosts, sockets) go to the log, not to the page
         Bobbin.logger.warn("bobbin dashboard: database unavailable (#{Store.reason(error)})")
-        response.status = 503
-        response["Retry-After"] = "5"
-        view(:refused, locals: { message: "The database is unavailable (#{error.class}). This page works again once it is back." })
+        unavailable("The database is unavailable (#{error.class}). This page works again once it is back.")
       rescue ActiveRecord::StatementInvalid => error
-        next read_only_database if DatabaseProblem.read_only_server?(error)
+        if DatabaseProblem.read_only_server?(error) # a replica's URL, or a failover's old primary: an action was a plain 500
+          next unavailable("The database takes no writes (a replica, or a failover's old primary): nothing was changed. " \
+                           "Try again once it is the primary.")
+        end
         next locked_tables if Store.locked?(error)
 
         # Bobbin's tables not made yet (in development after the default production-only install, or before db:prepare)
@@ -181,22 +182,19 @@ module Bobbin
       private
         def dashboard = opts[:dashboard]
 
-        # An action sent to a database that takes no writes (a replica's URL, a failover's old primary) was a plain 500.
-        def read_only_database
+        # A page saying the database cannot serve it for now, and when to ask again.
+        def unavailable(message)
           response.status = 503
           response["Retry-After"] = "5"
-          view(:refused, locals: { message: "The database takes no writes (a replica, or a failover's old primary): nothing was changed. " \
-                                            "Try again once it is the primary." })
+          view(:refused, locals: { message: message })
         end
 
         # Bobbin's tables locked by another session past Store.lock_wait: who holds it goes to the log (its query may carry
         # data), the page says what it is and when to come back.
         def locked_tables
           Bobbin.logger.warn("bobbin dashboard: #{Printable.printable(request.path)}: #{Store.lock_waited}: #{Store.lock_holders}")
-          response.status = 503
-          response["Retry-After"] = "5"
-          view(:refused, locals: { message: "Bobbin's tables are locked by another session (a migration, a VACUUM FULL, a LOCK TABLE). " \
-                                            "This page works again once the lock is released." })
+          unavailable("Bobbin's tables are locked by another session (a migration, a VACUUM FULL, a LOCK TABLE). " \
+                      "This page works again once the lock is released.")
         end
 
         # Every POST: refused in read-only mode, else checked for its CSRF token.

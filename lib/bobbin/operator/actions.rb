@@ -68,11 +68,10 @@ module Bobbin
       # `selected`: the jobs a bulk action's filter selects, re-checked by the UPDATE (a job that left them between the
       # read and the write, a "clear queue" job that failed meanwhile, is left alone).
       def retry_ids(ids, by, selected = JobRecord)
+        retryable = selected.where(id: ids, state: RETRYABLE)
         retried = patiently do
-          selected.where(id: ids, state: RETRYABLE)
-                  .update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
-                              max_attempts: fresh_max_attempts(selected.where(id: ids, state: RETRYABLE)), claimed_by: nil, claimed_at: nil,
-                              **stamp("retried", by))
+          retryable.update_all(state: Arel.sql(Store::WAITING), run_at: Time.now.utc, attempts: 0, crashes: 0, finished_at: nil,
+                               max_attempts: fresh_max_attempts(retryable), claimed_by: nil, claimed_at: nil, **stamp("retried", by))
         end
         let_through(ids) if retried.positive?
         Stats.forget_throughput if retried.positive? # a failed job retried leaves its minute's count
@@ -93,11 +92,11 @@ module Bobbin
         budget.else(column[:max_attempts])
       end
 
-      # The Bobbin::Job class of that name, if this process has it or can load it; nil otherwise.
+      # The Bobbin::Job class of that name, if this process has it or can load it (as a worker looks it up); nil otherwise.
       def loaded_class(name)
-        job_class = Object.const_get(name)
-        job_class if job_class.is_a?(Class) && job_class.include?(Bobbin::Job)
-      rescue StandardError, ScriptError
+        job_class = Worker::Execution.job_class(name)
+        job_class if job_class.include?(Bobbin::Job)
+      rescue StandardError
         nil
       end
 

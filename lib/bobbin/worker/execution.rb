@@ -62,6 +62,31 @@ module Bobbin
         false
       end
 
+      # The job class named `name` (a Bobbin::Job or an Active Job class), loaded if need be; UnrunnableJob for a name that
+      # is no job class's, UnknownJobClass for one this process cannot load (a deploy may bring it).
+      def self.job_class(name)
+        # No deploy brings a class of a name Ruby cannot have (written to the row from outside): it fails at once.
+        raise UnrunnableJob, "#{name.inspect} is not a class name" unless name.match?(CLASS_NAME)
+
+        job_class = Object.const_get(name)
+        raise UnrunnableJob, "#{name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)" unless runnable?(job_class)
+
+        job_class
+      rescue NameError => error
+        hint = AppExecutor.rails? ? "is it defined in this app (app/jobs)?" : "require its file in the worker process (bobbin start --require FILE)"
+        raise UnknownJobClass, "unknown job class #{name} (#{error.message.lines.first.strip}); #{hint}"
+      rescue ScriptError => error # its file (autoloaded) requires a missing gem, or does not parse: a deploy may fix it
+        raise UnknownJobClass, "job class #{name} could not be loaded (#{error.class}: #{error.message.lines.first.strip})"
+      end
+
+      def self.runnable?(job_class)
+        return false unless job_class.is_a?(Class)
+
+        job_class.include?(Bobbin::Job) || active_job_class?(job_class)
+      end
+
+      def self.active_job_class?(job_class) = defined?(ActiveJob::Base) && job_class < ActiveJob::Base
+
       # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
       # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
       def initialize(interrupted: ->(_id) { false }, hooks: Bobbin.config.perform_hooks, logger: Bobbin.logger)
@@ -249,28 +274,9 @@ module Bobbin
           @classes[job.class_name] ||= lookup(job.class_name)
         end
 
-        def lookup(name)
-          # No deploy brings a class of a name Ruby cannot have (written to the row from outside): it fails at once.
-          raise UnrunnableJob, "#{name.inspect} is not a class name" unless name.match?(CLASS_NAME)
+        def lookup(name) = Execution.job_class(name)
 
-          job_class = Object.const_get(name)
-          raise UnrunnableJob, "#{name} is not a job class (include Bobbin::Job or inherit ActiveJob::Base)" unless runnable?(job_class)
-
-          job_class
-        rescue NameError => error
-          hint = AppExecutor.rails? ? "is it defined in this app (app/jobs)?" : "require its file in the worker process (bobbin start --require FILE)"
-          raise UnknownJobClass, "unknown job class #{name} (#{error.message.lines.first.strip}); #{hint}"
-        rescue ScriptError => error # its file (autoloaded) requires a missing gem, or does not parse: a deploy may fix it
-          raise UnknownJobClass, "job class #{name} could not be loaded (#{error.class}: #{error.message.lines.first.strip})"
-        end
-
-        def runnable?(job_class)
-          return false unless job_class.is_a?(Class)
-
-          job_class.include?(Bobbin::Job) || active_job_class?(job_class)
-        end
-
-        def active_job_class?(job_class) = defined?(ActiveJob::Base) && job_class < ActiveJob::Base
+        def active_job_class?(job_class) = Execution.active_job_class?(job_class)
 
         # A row without an Active Job payload runs its class's `perform` directly: only a Bobbin::Job's (an Active Job
         # class's would skip its callbacks, retry_on and GlobalID arguments).

@@ -27,11 +27,13 @@ module Bobbin
                         "to run jobs on Bobbin there too: bin/rails generate bobbin:install --environments all"
       # A line setting (or, commented out, suggesting) Active Job's adapter, as `rails new` and Solid Queue write it.
       ADAPTER_LINE = /^([ \t]*)#?[ \t]*config\.active_job\.queue_adapter[ \t]*=.*$/
-      # A line (not commented out) setting another adapter than Bobbin's: `:sidekiq`, `"good_job"`, or computed.
-      OTHER_ADAPTER = /^([ \t]*)config\.active_job\.queue_adapter[ \t]*=(?![ \t]*[:"']bobbin\b)[ \t]*(.*?)[ \t]*(?:#[^"']*)?$/
+      # `.queue_adapter = ` another adapter than Bobbin's (`:sidekiq`, `"good_job"`, or computed), the value captured.
+      SETS_OTHER_ADAPTER = /\.queue_adapter[ \t]*=(?![ \t]*[:"']bobbin\b)[ \t]*(.*?)[ \t]*(?:#[^"']*)?$/
+      # A line (not commented out) setting another adapter than Bobbin's.
+      OTHER_ADAPTER = /^([ \t]*)config\.active_job#{SETS_OTHER_ADAPTER}/
       # An initializer's line setting another adapter (Sidekiq's `Rails.application.config.active_job.queue_adapter = :sidekiq`):
       # initializers run after config/application.rb and the environments' files, so it wins in every environment.
-      INITIALIZER_ADAPTER = /^[ \t]*(?:Rails\.application\.config\.active_job|config\.active_job|(?:::)?ActiveJob::Base)\.queue_adapter[ \t]*=(?![ \t]*[:"']bobbin\b)[ \t]*(.*?)[ \t]*(?:#[^"']*)?$/
+      INITIALIZER_ADAPTER = /^[ \t]*(?:Rails\.application\.config\.active_job|config\.active_job|(?:::)?ActiveJob::Base)#{SETS_OTHER_ADAPTER}/
       # A line setting Bobbin's adapter.
       BOBBIN_ADAPTER = /^[ \t]*config\.active_job\.queue_adapter[ \t]*=[ \t]*[:"']bobbin\b/
       # structure.sql: Rails then loads db/queue_structure.sql, never db/queue_schema.rb.
