@@ -29,8 +29,10 @@ class MigrateOutageTest < Bobbin::TestCase
     holder = PG.connect(TestDatabase.url) # a session of its own, outside the test's pool
     holder.exec("SELECT pg_advisory_lock(#{Bobbin::Schema::LOCK})") # another migrate's turn: this one waits
     migrate = Thread.new { run_bobbin("migrate", "-d", "#{TestDatabase.url_with_pool}&application_name=#{name}") }
-    count = "SELECT count(*) FROM pg_stat_activity WHERE application_name = '#{name}'"
-    wait_for("the migrate's session") { ActiveRecord::Base.connection.select_value(count).positive? }
+    # Waiting its turn: its session has asked for the lock. Seen as it connected, a session ended there was opened again
+    # by Active Record's own retry (the project's CI, on a slow host: the migrate then waited its turn for good).
+    count = "SELECT count(*) FROM pg_stat_activity WHERE application_name = '#{name}' AND query LIKE '%pg_try_advisory_lock%'"
+    wait_for("the migrate waiting its turn") { ActiveRecord::Base.connection.select_value(count).positive? }
     ActiveRecord::Base.connection.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '#{name}'")
 
     status, _, err = migrate.value
