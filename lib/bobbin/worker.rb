@@ -280,6 +280,7 @@ module Bobbin
       @outcomes.stop
       @outcomes.flush
       finish(stuck_loop: true)
+      @claimer&.close # its thread gone, so is any hold on the claimer's session: not left open for the process's life
     end
 
     # When a stop is done with: its wait for running jobs, then STOP_GRACE for the interrupted ones to unwind (monotonic;
@@ -341,7 +342,10 @@ module Bobbin
           serve(drain, services)
         end
       ensure
-        finish
+        # A job's Thread.exit or Thread#kill ends a fiber pool's thread (this one) under its loop, perhaps with a claim's
+        # statement in flight: the heartbeat finishes for it once the thread is gone (loop_lost). Finished here as well,
+        # the two raced, and a beat between this removal of the row and the heartbeat's look registered it again, for good.
+        finish unless Thread.current.status == "aborting" && @heartbeat_thread&.alive?
         @working = false
         Worker.mark_stopping(self, false) # a stop asked as it finished
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)

@@ -329,6 +329,43 @@ class MisbehavingJobsTest < Bobbin::TestCase
     thread&.kill
   end
 
+  # Ends its thread once the worker's claim loop waits on the lock the test holds on bobbin_jobs: its statement in flight.
+  class ExitMidClaimJob
+    include Bobbin::Job
+    bobbin_options retries: 0
+
+    WAITING = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND " \
+              "(query LIKE 'WITH claimed AS%' OR query LIKE 'SELECT EXTRACT(EPOCH FROM run_at)%')"
+
+    def perform(key)
+      StartEntry.create!(key: key)
+      sleep(0.02) until ActiveRecord::Base.connection.select_value(WAITING).positive?
+      LedgerEntry.create!(key: key, pid: Process.pid)
+      Thread.exit
+    end
+  end
+
+  # The worker's end, run on the dying thread, released its jobs on the claimer's session, where the cut-short claim
+  # was still in flight: "another command is already in progress", and the row stayed for good (the project's CI).
+  test "PostgreSQL: a fiber job's Thread.exit as its worker's claim waits on a lock: the worker's row still goes" do
+    skip_unless_postgres
+    Bobbin.config.set(heartbeat_interval: 20, process_alive_threshold: 60) # lock_wait 5 s: the claim waits out the test's lock
+    worker = Bobbin::Worker.new(fibers: 2, polling_interval: 0.05, notified_polling_interval: 0.05)
+    thread = Thread.new { worker.run }
+    id = ExitMidClaimJob.enqueue("mid-claim")
+    wait_for("the job to start") { StartEntry.exists?(key: "mid-claim") }
+    holder = PG.connect(TestDatabase.url)
+    holder.exec("BEGIN; LOCK TABLE bobbin_jobs IN ACCESS EXCLUSIVE MODE")
+    wait_for("the job to see the claim wait") { LedgerEntry.exists?(key: "mid-claim") }
+    holder.exec("COMMIT")
+    assert thread.join(30), "the worker's thread ended with the job's Thread.exit"
+    wait_for("the worker's row to go") { !Bobbin::ProcessRecord.exists?(id: worker.process_id) }
+    assert_equal [ "failed", "Bobbin::ThreadKilled" ], state_of(id)
+  ensure
+    holder&.close
+    thread&.kill
+  end
+
   test "bobbin start: a job that ignores its interrupt is back in the queue as its worker exits, not only at the next start" do
     id = StubbornJob.enqueue("stubborn-supervised")
     LedgerJob.enqueue("beside")

@@ -46,15 +46,21 @@ module Bobbin
         def guard(name)
           back = @broken # read without the lock: at worst one wake more, or one less (the claim loop's backoff still ends)
           @lock.synchronize do
+            ended = false
             reconnect if @broken || dropped_while_idle?
-            yield
+            yield.tap { ended = true }
           rescue StandardError => error
+            ended = true
             raise Locked, "#{name} #{Store.lock_waited} (CREATE INDEX without CONCURRENTLY, VACUUM FULL, ALTER TABLE, LOCK TABLE?)" if Store.locked?(error)
             raise unless Store.outage?(error)
 
             @broken = true
             raise Unavailable, "database unavailable during #{name}: #{Store.reason(error)}"
           ensure
+            # Cut short (a Thread#raise, its task stopped, its thread killed: no StandardError), a call may leave its statement
+            # in flight, and each call after failed "another command is already in progress" (a fiber job's Thread.exit as
+            # its worker claimed: the worker's release at its end failed, and its row stayed). The next opens a new session.
+            @broken = true unless ended
             @used_at = Bobbin.monotonic
           end.tap { @on_back&.call if back }
         end
