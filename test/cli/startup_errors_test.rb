@@ -241,6 +241,24 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
+  # A process stopped or frozen mid-write (SIGSTOP, a debugger) keeps SQLite's write lock: a process starting then waited
+  # out its busy timeout and crashed with a backtrace, exit 1 (a stressed run of the suite).
+  test "a SQLite database another process keeps locked past the busy timeout: one line saying so, exit 69" do
+    once_per_run
+    with_tmpdir do |dir|
+      path = File.join(dir, "jobs.sqlite3")
+      assert run_bobbin("migrate", env: { "DATABASE_URL" => sqlite_url(path) }).first.success?
+      holder = SQLite3::Database.new(path)
+      holder.execute("BEGIN IMMEDIATE")
+      %w[start work].each do |command|
+        assert_config_exit(run_bobbin(command, "--threads", "1", env: { "DATABASE_URL" => "#{sqlite_url(path)}?timeout=200" }),
+                           %r{\Abobbin: the SQLite database #{path} stayed locked past its busy timeout \(database is locked\): another process holds its write lock}, exitstatus: 69)
+      end
+    ensure
+      holder&.close
+    end
+  end
+
   test "a SQLite path in a directory that does not exist is not created" do
     once_per_run
     with_tmpdir do |dir|

@@ -8,12 +8,12 @@ module Bobbin
     # Runs the block (a process registering itself); a database error that no waiting mends (an SQLite file this user
     # cannot write, a full disk) becomes a ConfigurationError saying so: one line and exit 78 from the command line,
     # not a backtrace. A PostgreSQL that takes no writes (a replica, a failover's old primary) is a DatabaseUnreachable:
-    # one line and exit 69, as a server that is down (it exited 1 with a backtrace). Others pass: an outage at boot is
-    # waited out by whoever restarts the process.
+    # one line and exit 69, as a server that is down (it exited 1 with a backtrace); so is an SQLite file another process
+    # keeps locked past the busy timeout. Others pass: an outage at boot is waited out by whoever restarts the process.
     def lasting!
       yield
     rescue ActiveRecord::ActiveRecordError => error
-      raise DatabaseUnreachable, describe(error) if read_only_server?(error)
+      raise DatabaseUnreachable, describe(error) if read_only_server?(error) || sqlite_busy?(error)
       raise unless sqlite_unwritable?(error) || disk_full?(error) || denied?(error)
 
       raise ConfigurationError, describe(error)
@@ -46,6 +46,7 @@ module Bobbin
       if error.is_a?(ActiveRecord::NoDatabaseError) && text.match?(/does not exist|not found|no such file/i) then no_database(where)
       elsif text.match?(/too many (connections|clients)/i) then too_many(text)
       elsif sqlite_unwritable?(error) then read_only(text)
+      elsif sqlite_busy?(error) then busy(text)
       elsif denied?(error) then denied(text)
       elsif read_only_server?(error) then read_only_server(text)
       elsif disk_full?(error) then "the disk holding the database #{database} is full (#{first_line(causes(error).last).delete_suffix(':')}): free space on it"
@@ -94,6 +95,12 @@ module Bobbin
         "directory, where SQLite creates the -wal and -shm files"
     end
 
+    # Another process kept SQLite's write lock for longer than this one waits (its busy timeout).
+    def busy(text)
+      "the SQLite database #{database} stayed locked past its busy timeout (#{text}): another process holds its write lock " \
+        "(one stopped or frozen as it wrote, a long transaction); start again once it lets go"
+    end
+
     # Bobbin's database name or SQLite path, if Active Record got that far: the queue database when the app gives
     # Bobbin one of its own (config.bobbin.connects_to), not the app's primary.
     def database
@@ -108,6 +115,8 @@ module Bobbin
 
       causes(error).any? { |e| e.is_a?(SQLite3::ReadOnlyException) || e.is_a?(SQLite3::CantOpenException) }
     end
+
+    def sqlite_busy?(error) = defined?(SQLite3::BusyException) && causes(error).any?(SQLite3::BusyException)
 
     # The database role lacks a privilege: a least-privilege role a DBA made (a trial got a backtrace and exit 1).
     def denied(text)
