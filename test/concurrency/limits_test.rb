@@ -254,7 +254,7 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
       holder = wait_for("the holder to start", timeout: 60) { LedgerEntry.find_by(key: "hung started") }
       HolderJob.enqueue("waiter", 120)
       assert_equal "blocked", Bobbin::JobRecord.order(:id).last.state, "the waiter waits while the holder runs"
-      Process.kill(:STOP, holder.pid)
+      freeze(holder.pid)
       waiter = wait_for("the waiter to take the slot after the holder's 2 s", timeout: 60) { LedgerEntry.find_by(key: "waiter started") }
       assert_not_equal holder.pid, waiter.pid
     end

@@ -167,7 +167,7 @@ class LivenessTest < Bobbin::TestCase
       pids << start_supervisor(fibers: 1, processes: 1, log: frozen_log, heartbeat: [ 0.4, 2 ])
       wait_for("the job running on the host about to freeze") { StartEntry.count == 1 }
       frozen = Bobbin::ProcessRecord.find_by!(kind: "worker").id
-      Process.kill(:STOP, -pids.first) # the whole host: its supervisor and its worker
+      freeze(-pids.first) # the whole host: its supervisor and its worker
       pids << start_supervisor(fibers: 1, processes: 1, log: log, heartbeat: [ 0.4, 2 ])
       wait_for("the frozen host's job recovered and run here", timeout: 30, interval: 0.2) { LedgerEntry.count == 1 }
       stop(pids.last)

@@ -70,6 +70,33 @@ module TestProcesses
     result
   end
 
+  # Stops `target` (a pid, or -pgid for a whole host) with SIGSTOP, as a machine or process that froze. On SQLite one
+  # stopped as it wrote keeps the file's write lock, and no other process can write until it goes on (a stressed run:
+  # the other host's supervisor could not register, and crashed): it goes on and is stopped again until it holds none.
+  def freeze(target)
+    50.times do
+      Process.kill(:STOP, target)
+      return if TestDatabase.postgres? || !sqlite_write_locked?
+
+      Process.kill(:CONT, target)
+      sleep(0.02)
+    end
+    flunk("#{target} was stopped holding SQLite's write lock 50 times")
+  end
+
+  # True when SQLite's write lock stays taken for 0.2 s (a write of a live process is over by then).
+  def sqlite_write_locked?
+    database = SQLite3::Database.new(TestDatabase.sqlite_path)
+    database.busy_timeout = 200
+    database.execute("BEGIN IMMEDIATE")
+    database.execute("ROLLBACK")
+    false
+  rescue SQLite3::BusyException
+    true
+  ensure
+    database&.close
+  end
+
   # Waits for `pid` to exit; returns its Process::Status, or nil after `timeout`.
   def wait_exit(pid, timeout: 30)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
