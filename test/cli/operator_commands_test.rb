@@ -149,6 +149,10 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_raises(ArgumentError, match: /is a pattern/) { Bobbin::Operator.pause("llm_*") }
     assert_equal [ 0, "paused reports_eu\n" ], run_bobbin("pause", "reports_eu").then { |s, o, _| [ s.exitstatus, o ] }
     assert_equal [ "reports_eu" ], Bobbin::QueuePause.pluck(:queue)
+    # resume("*") returned 0: nothing was resumed, and nothing said why.
+    assert_config_exit(run_bobbin("resume", "reports_*"), /\Abobbin: resume: a resume names one queue; "reports_\*" is a pattern .*`bobbin queues` lists them\)\n\z/, exitstatus: 64)
+    assert_raises(ArgumentError, match: /is a pattern/) { Bobbin::Operator.resume("*") }
+    assert_equal [ "reports_eu" ], Bobbin::QueuePause.pluck(:queue)
   end
 
   test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do

@@ -12,18 +12,25 @@ module Bobbin
       queue = checked(queue)
       # A worker's queue list reads `reports_*` as every queue starting with `reports_`; a pause names one queue, and
       # `bobbin pause 'reports_*'` said "paused reports_*" while every reports_ queue went on being claimed (a review).
-      if queue.end_with?("*")
-        raise ArgumentError, "a pause names one queue; #{Printable.printable(queue[0, 80].inspect)} is a pattern (as a worker's " \
-                             "queues read it): pause each queue it matches (`bobbin queues` lists them)"
-      end
+      raise ArgumentError, pattern_named("pause", queue) if queue.end_with?("*")
+
       insert_all([ { queue: queue, created_at: Time.now.utc } ], unique_by: :bobbin_pauses_queue)
         .length.tap { Wakeups.announce([ queue ], paused: true) }
     end
 
-    # Resumes `queue` (idempotent) and wakes the workers that take it; returns 1, or 0 when it was not paused.
+    # Resumes `queue` (idempotent) and wakes the workers that take it; returns 1, or 0 when it was not paused. A pattern
+    # no pause has (none takes one) is refused as a pause's is: `resume("*")` returned 0, and said nothing was resumed.
     def self.resume(queue)
       queue = checked(queue)
-      where(queue: queue).delete_all.tap { |resumed| Wakeups.announce([ queue ], paused: false) if resumed.positive? }
+      resumed = where(queue: queue).delete_all
+      raise ArgumentError, pattern_named("resume", queue) if resumed.zero? && queue.end_with?("*")
+
+      resumed.tap { Wakeups.announce([ queue ], paused: false) if resumed.positive? }
+    end
+
+    def self.pattern_named(action, queue)
+      "a #{action} names one queue; #{Printable.printable(queue[0, 80].inspect)} is a pattern (as a worker's queues read it): " \
+        "#{action} each queue it matches (`bobbin queues` lists them)"
     end
 
     # `queue` as a String that can name a queue: not blank, at most the bytes an enqueue allows (no job is in a longer
