@@ -28,10 +28,12 @@ module Bobbin
       resumed.tap { Wakeups.announce([ queue ], paused: false) if resumed.positive? }
     end
 
+    # A pause or resume (`action`) refused for naming a pattern.
     def self.pattern_named(action, queue)
       "a #{action} names one queue; #{Printable.printable(queue[0, 80].inspect)} is a pattern (as a worker's queues read it): " \
         "#{action} each queue it matches (`bobbin queues` lists them)"
     end
+    private_class_method :pattern_named
 
     # `queue` as a String that can name a queue: not blank, at most the bytes an enqueue allows (no job is in a longer
     # one, and the dashboard's notice repeating a 5,000-byte name overflowed its cookie); else ArgumentError.
