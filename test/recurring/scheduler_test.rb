@@ -177,6 +177,21 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_equal [ "42 done [:a]" ], LedgerEntry.pluck(:key).map { |key| key.delete_suffix(key[/ \S+\z/]) }.uniq
   end
 
+  # Active Job's set(queue:) gives the queue the app's queue_name_prefix, as Solid Queue's recurring tasks do; a tick's job
+  # went to the bare "reports", where no worker of the app's prefixed queues (myapp_*) ever took it (a review).
+  test "an Active Job task's queue takes the app's queue_name_prefix, as perform_later's set(queue:) does" do
+    ActiveJob::Base.queue_name_prefix = "myapp"
+    task = Bobbin::Recurring::Task.parse("prefixed", { schedule: "every second", class: "ProviderIdActiveJob", args: [ "tick" ], queue: "reports", priority: 5 }, "t")
+    scheduler, now = Bobbin::Recurring::Scheduler.new([ task ]), Time.now.floor
+    scheduler.pass(now) && scheduler.pass(now + 1)
+    assert_equal [ [ "myapp_reports", 5 ] ], Bobbin::JobRecord.where(class_name: "ProviderIdActiveJob").pluck(:queue, :priority)
+    assert_equal "myapp_reports", ProviderIdActiveJob.set(queue: "reports").perform_later("later").queue_name
+    drain(threads: 1, queues: [ "myapp_reports" ])
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.where(class_name: "ProviderIdActiveJob").distinct.pluck(:state)
+  ensure
+    ActiveJob::Base.queue_name_prefix = nil
+  end
+
   test "the clock lets blocked jobs through while the recurring pass keeps failing" do
     ConcurrencyCounter.create_table
     3.times { |i| LimitedJob.enqueue("clock", i) }

@@ -184,10 +184,11 @@ module Bobbin
 
         def wall(time) = ::EtOrbi::EoTime.new(time.to_f, cron.timezone).strftime("%F %T")
 
+        # The queue and priority as Active Job's set(queue:, priority:) gives them, as Solid Queue's recurring tasks do: the
+        # queue with the app's queue_name_prefix (written as is, a tick's job went to the bare queue, which no worker of the
+        # app's prefixed queues took: a review).
         def active_job_row(job_class)
-          job = job_class.new(*active_job_arguments)
-          job.queue_name = queue if queue
-          job.priority = priority if priority
+          job = job_class.new(*active_job_arguments).set(overrides)
           ::ActiveJob::QueueAdapters::BobbinAdapter.new.row(job, nil)
         end
     end
