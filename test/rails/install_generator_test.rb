@@ -137,6 +137,25 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_no_match(/Active Job was left out/, generate)
   end
 
+  # rails new --skip-active-record: the install wrote connects_to and its files, said "installed", and the app no longer
+  # booted ("The `queue` database is not configured").
+  test "an app that left Active Record out (rails new --skip-active-record) is refused, saying what it needs, and nothing is written" do
+    application = "require \"rails\"\n# require \"active_record/railtie\"\nrequire \"active_job/railtie\"\n" + File.read(path("config/application.rb"))
+    write("config/application.rb", application)
+    write("config/environments/production.rb", "Rails.application.configure do\nend\n")
+    before = files("**/*")
+    out, err = capture_io { Bobbin::Generators::InstallGenerator.start([ "--environments", "all" ], destination_root: @app) }
+    assert_match(/Bobbin keeps its jobs in a database through Active Record, which this app leaves out/, err)
+    assert_match(/Nothing was changed/, err)
+    assert_no_match(/Bobbin is installed/, out)
+    assert_equal before, files("**/*"), "no file added"
+    assert_equal application, File.read(path("config/application.rb"))
+    assert_equal "Rails.application.configure do\nend\n", File.read(path("config/environments/production.rb"))
+
+    write("config/application.rb", application.sub("require \"rails\"\n", "require \"rails\"\nrequire \"active_record/railtie\"\n"))
+    assert_match(/Bobbin is installed/, generate, "with Active Record required (its commented line left) it installs")
+  end
+
   # `--database jobs` wrote connects_to { writing: :jobs } and db/jobs_schema.rb beside a `queue:` entry in
   # config/database.yml: the app then stopped at boot ("The `jobs` database is not configured").
   test "config/puma.rb that loads the plugin already, in its own words, gets no second plugin line" do

@@ -36,8 +36,25 @@ module Bobbin
       INITIALIZER_ADAPTER = /^[ \t]*(?:Rails\.application\.config\.active_job|config\.active_job|(?:::)?ActiveJob::Base)#{SETS_OTHER_ADAPTER}/
       # A line setting Bobbin's adapter.
       BOBBIN_ADAPTER = /^[ \t]*config\.active_job\.queue_adapter[ \t]*=[ \t]*[:"']bobbin\b/
+      # Active Record's require in config/application.rb, commented out (rails new --skip-active-record) or not.
+      WITHOUT_ACTIVE_RECORD = /^[ \t]*#[ \t]*require[ \t]+["']active_record\/railtie["']/
+      WITH_ACTIVE_RECORD = /^[ \t]*require[ \t]+["'](?:active_record\/railtie|rails\/all)["']/
       # structure.sql: Rails then loads db/queue_structure.sql, never db/queue_schema.rb.
       SQL_SCHEMA = /^[ \t]*config\.active_record\.schema_format[ \t]*=[ \t]*(?::sql|["']sql["'])/
+
+      # Bobbin keeps its jobs in a database through Active Record. In an app that leaves it out (rails new
+      # --skip-active-record: its require commented out in config/application.rb), the install wrote its files and
+      # connects_to, said "Bobbin is installed" and to run db:prepare (a command that app does not have), and the app no
+      # longer booted ("The `queue` database is not configured"; a review). It stops first, writing nothing.
+      def check_active_record
+        path = "config/application.rb"
+        return unless exist?(path) && read(path).match?(WITHOUT_ACTIVE_RECORD) && !read(path).match?(WITH_ACTIVE_RECORD)
+
+        raise Thor::Error, "Bobbin keeps its jobs in a database through Active Record, which this app leaves out " \
+                           "(config/application.rb: # require \"active_record/railtie\"). Require it there, add a database " \
+                           "gem (pg or sqlite3) and config/database.yml, then run bin/rails generate bobbin:install again. " \
+                           "Nothing was changed."
+      end
 
       def create_config_files
         template "config/bobbin.yml", skip: true
