@@ -2,6 +2,7 @@
 
 require "prometheus/client"
 require "prometheus/client/formats/text"
+require "prometheus/client/data_stores/synchronized"
 
 module Bobbin
   # The Prometheus text exposition of what the operator layer sees: jobs by state and by queue, queue latency,
@@ -50,6 +51,16 @@ module Bobbin
       end
     end
 
+    # A gauge of this scrape's `registry` whose values live in it alone. Left to Prometheus::Client.config.data_store, they
+    # went to the store the app set for its own metrics: with prometheus-client's DirectFileStore (multi-process Puma),
+    # every queue and process ever scraped stayed in its files and in every later scrape with its last numbers (a queue
+    # emptied long ago still "ready 3"), each a series per web process (a `pid` label), the files growing with each queue.
+    def gauge(registry, name, **)
+      gauge = Prometheus::Client::Gauge.new(name, **)
+      gauge.send(:replace_internal_store, Prometheus::Client::DataStores::Synchronized.new.for_metric(name, metric_type: :gauge))
+      registry.register(gauge)
+    end
+
     # An auth hook's answer that refuses: false/nil, or a blank String (a REMOTE_USER or a header left empty); the
     # dashboard's hook is judged by it too.
     def refused?(verdict) = !verdict || (verdict.is_a?(String) && verdict.strip.empty?)
@@ -60,7 +71,7 @@ module Bobbin
     BY_QUEUE = Operator::Stats::QUEUE_COUNTS.map(&:to_s).freeze
 
     def jobs(registry, now, queues)
-      gauge = registry.gauge(:bobbin_jobs, docstring: "Jobs by state; a count of succeeded or discarded jobs above 10,000 is an estimate on " \
+      gauge = gauge(registry, :bobbin_jobs, docstring: "Jobs by state; a count of succeeded or discarded jobs above 10,000 is an estimate on " \
                                                       "PostgreSQL (the planner's, which can be 10-20% off), as the dashboard's ≈ says",
                                            labels: [ :state ])
       summed = BY_QUEUE.to_h { |state| [ state, queues.sum { |queue| queue.public_send(state) } ] }
@@ -69,9 +80,9 @@ module Bobbin
     end
 
     def queues(registry, queues)
-      size = registry.gauge(:bobbin_queue_jobs, docstring: "Jobs of a queue by state (ready = due now)", labels: [ :queue, :state ])
-      latency = registry.gauge(:bobbin_queue_latency_seconds, docstring: "Age of the queue's oldest due job (0 when none waits)", labels: [ :queue ])
-      paused = registry.gauge(:bobbin_queue_paused, docstring: "1 when the queue is paused", labels: [ :queue ])
+      size = gauge(registry, :bobbin_queue_jobs, docstring: "Jobs of a queue by state (ready = due now)", labels: [ :queue, :state ])
+      latency = gauge(registry, :bobbin_queue_latency_seconds, docstring: "Age of the queue's oldest due job (0 when none waits)", labels: [ :queue ])
+      paused = gauge(registry, :bobbin_queue_paused, docstring: "1 when the queue is paused", labels: [ :queue ])
       queues.each do |queue|
         labels = { queue: Printable.utf8(queue.name) } # one queue's bad bytes failed the whole scrape
         Operator::Stats::QUEUE_COUNTS.each { |state| size.set(queue.public_send(state), labels: labels.merge(state: state)) }
@@ -81,7 +92,7 @@ module Bobbin
     end
 
     def throughput(registry, now)
-      gauge = registry.gauge(:bobbin_jobs_finished_last_minute, docstring: "Jobs that finished in the last complete minute, by outcome",
+      gauge = gauge(registry, :bobbin_jobs_finished_last_minute, docstring: "Jobs that finished in the last complete minute, by outcome",
                                                                 labels: [ :outcome ])
       _, succeeded, failed = Operator::Stats.throughput(minutes: 2, now: now).first
       gauge.set(succeeded, labels: { outcome: "succeeded" })
@@ -103,7 +114,7 @@ module Bobbin
 
     def processes(registry, now)
       labels = %i[process kind name hostname os_pid mode] # `pid` is the client library's own label
-      gauges = PROCESS_GAUGES.to_h { |name, (doc, _)| [ name, registry.gauge(:"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
+      gauges = PROCESS_GAUGES.to_h { |name, (doc, _)| [ name, gauge(registry, :"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
       Operator::ProcessView.all(now).each do |view|
         text = { kind: view.kind, name: view.name, hostname: view.hostname, mode: view.mode }.transform_values { |value| Printable.utf8(value) }
         set = { process: view.id, os_pid: view.pid, **text }

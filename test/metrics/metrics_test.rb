@@ -53,6 +53,28 @@ class MetricsTest < Bobbin::TestCase
     assert_match(/mode="fibers"/, process.keys.first)
   end
 
+  test "a scrape reports the database as it is now, whatever data store the app configured for its own metrics" do
+    require "prometheus/client"
+    require "prometheus/client/data_stores/direct_file_store"
+    app_store = Prometheus::Client.config.data_store
+    Dir.mktmpdir do |dir|
+      # prometheus-client's store for multi-process servers (Puma's workers), set by the app for its own metrics.
+      Prometheus::Client.config.data_store = Prometheus::Client::DataStores::DirectFileStore.new(dir: dir)
+      reports = insert_jobs(3, queue: "reports")
+      assert_equal 3.0, samples(Bobbin::Metrics.text)['bobbin_queue_jobs{queue="reports",state="ready"}']
+
+      Bobbin::JobRecord.where(id: reports).delete_all
+      insert_jobs(1, queue: "mail")
+      values = samples(Bobbin::Metrics.text)
+      assert_equal 1.0, values['bobbin_queue_jobs{queue="mail",state="ready"}']
+      assert_equal 1.0, values['bobbin_jobs{state="ready"}']
+      assert_empty values.keys.grep(/reports/), "a queue emptied since the last scrape is still reported: #{values.keys.grep(/reports/)}"
+      assert_empty Dir.children(dir), "the scrapes wrote into the app's metric files"
+    end
+  ensure
+    Prometheus::Client.config.data_store = app_store
+  end
+
   test "the dashboard serves it at /metrics behind its auth hook" do
     insert_jobs(2)
     app = Bobbin::Dashboard.new(environment: "production", auth: ->(request) { request.get_header("HTTP_AUTHORIZATION") == "Bearer scrape" })
