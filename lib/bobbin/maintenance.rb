@@ -63,6 +63,10 @@ module Bobbin
     # each run, every second through a 6-minute outage, made half of a worker's log: a trial).
     def outage(who) = (@outages ||= {})[who] ||= OutageLog.new("bobbin #{who}: maintenance")
 
+    # Forgets `who`'s outage log as it stops keeping house (a worker's, named by its id): kept for the life of the process,
+    # a process running embedded workers one after another (run_until_empty in a loop) kept one more for each.
+    def forget(who) = @outages&.delete(who)
+
     # Runs one service; an error that is not an outage is logged and the next service runs (an outage, or a pool with
     # no free connection, stops them all).
     def service(who, what)

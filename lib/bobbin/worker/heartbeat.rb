@@ -50,6 +50,7 @@ module Bobbin
         end
       ensure
         @clock&.stop
+        Maintenance.forget("worker #{@worker.process_id}") if @maintain
       end
 
       # Makes `run` return.
