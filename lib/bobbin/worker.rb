@@ -345,7 +345,8 @@ module Bobbin
         # A job's Thread.exit or Thread#kill ends a fiber pool's thread (this one) under its loop, perhaps with a claim's
         # statement in flight: the heartbeat finishes for it once the thread is gone (loop_lost). Finished here as well,
         # the two raced, and a beat between this removal of the row and the heartbeat's look registered it again, for good.
-        finish unless Thread.current.status == "aborting" && @heartbeat_thread&.alive?
+        # Not when the process exits under the worker: Ruby is killing the heartbeat too, which then finished nothing.
+        finish unless Thread.current.status == "aborting" && @heartbeat_thread&.alive? && Thread.main.alive?
         @working = false
         Worker.mark_stopping(self, false) # a stop asked as it finished
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
