@@ -23,6 +23,8 @@ module Bobbin
     @source = nil
     @inserted_here = []
     @inserting = 0
+    @forking = nil
+    @idle = ConditionVariable.new
     @paused = [].freeze
 
     module_function
@@ -109,17 +111,51 @@ module Bobbin
     # Rolled back (a transaction open on `connection`), the ids are forgotten again: SQLite gives them to the next
     # insert, maybe another process's, whose jobs the Watcher passed over as this one's (they waited for a poll).
     def inserting(connection = nil)
-      @lock.synchronize { @inserting += 1 }
-      ids = yield
-      if ids.any? && @source.is_a?(Watcher)
-        range = ids.min..ids.max
-        @lock.synchronize { @inserted_here << range }
-        connection&.current_transaction&.after_rollback { @lock.synchronize { @inserted_here.delete(range) } }
+      @lock.synchronize do
+        @idle.wait(@lock) while @forking && !@forking.equal?(Thread.current)
+        @inserting += 1
       end
-      ids
-    ensure
-      @lock.synchronize { @inserting -= 1 }
+      Thread.current[:bobbin_inserting] = Thread.current[:bobbin_inserting].to_i + 1 # fiber-local
+      begin
+        ids = yield
+        if ids.any? && @source.is_a?(Watcher)
+          range = ids.min..ids.max
+          @lock.synchronize { @inserted_here << range }
+          connection&.current_transaction&.after_rollback { @lock.synchronize { @inserted_here.delete(range) } }
+        end
+        ids
+      ensure
+        Thread.current[:bobbin_inserting] -= 1
+        @lock.synchronize { @idle.broadcast if (@inserting -= 1).zero? }
+      end
     end
+
+    # Runs the block (a fork) once no other thread or fiber of this process is inside an SQLite insert of jobs, holding
+    # off any that would start one meanwhile. The sqlite3 gem closes the connections a child inherits, and a connection
+    # whose mutex a thread the child does not have held (its enqueue waiting for another process's write lock) hung the
+    # child for ever before it ran any code: a Puma worker, a `fork` in a rake task or a job, beside threads enqueuing.
+    # An insert waits at most SQLite's busy timeout for its lock, so the fork waits no longer.
+    def forking
+      @lock.synchronize do
+        own = Thread.current[:bobbin_inserting].to_i
+        @idle.wait(@lock) while (@forking && !@forking.equal?(Thread.current)) || @inserting > own
+        @forking = Thread.current
+      end
+      yield
+    ensure
+      @lock.synchronize do
+        next unless @forking.equal?(Thread.current)
+
+        @forking = nil
+        @idle.broadcast
+      end
+    end
+
+    # Forks (Kernel#fork, Process.fork, Puma's, Unicorn's) go through `forking` (see there).
+    module ForkGate
+      def _fork = Wakeups.forking { super }
+    end
+    ::Process.singleton_class.prepend(ForkGate)
 
     # True while this process has an insert whose ids are not noted yet.
     def inserting? = @lock.synchronize { @inserting.positive? }
