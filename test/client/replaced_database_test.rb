@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "open3"
+require_relative "../rails/rails_app_processes"
 
 # SQLite goes on with the file a process opened. A web process whose database file was deleted (or a backup moved over
 # it) went on enqueuing into the old file, each call returning an id, while the workers, which notice, had exited
@@ -45,6 +46,41 @@ class ReplacedDatabaseTest < Bobbin::TestCase
                    "it still has open, which workers that have not noticed yet (a second or two) may still run, and then none will; " \
                    "start this process again to open the file at the path", lines[1]
       assert_match(/: 2 jobs \(3…4\) went into the old file/, lines[2])
+    end
+  end
+
+  RAILS_SCRIPT = <<~RUBY
+    require File.join(ARGV.fetch(0), "config/environment")
+    Bobbin.migrate!
+    class NoteJob < ActiveJob::Base
+      def perform = nil
+    end
+    puts "first \#{NoteJob.perform_later.provider_job_id}"
+    path = Rails.root.join("db/jobs.sqlite3").to_s
+    File.rename(path, "\#{path}.moved")
+    File.write(path, "")
+    begin
+      puts "second enqueue returned \#{NoteJob.perform_later.provider_job_id}"
+    rescue Bobbin::EnqueueError => error
+      puts error.message
+    end
+  RUBY
+
+  test "SQLite in a Rails app started from another directory: database.yml's relative path is watched from Rails.root" do
+    once_per_run
+    extend RailsAppProcesses
+    with_app_copy do |app|
+      Dir.mktmpdir do |elsewhere| # systemd's WorkingDirectory unset, `puma -C /app/config/puma.rb` run from another directory
+        environment = { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"), "RAILS_ENV" => "test", "DATABASE_URL" => nil,
+                        "BOBBIN_RAILS_APP_DATABASE_URL" => "sqlite3:db/jobs.sqlite3" }
+        out, status = Bundler.with_original_env do
+          Open3.capture2e(environment, "bundle", "exec", "ruby", "-I", File.join(ROOT, "lib"), "-e", RAILS_SCRIPT, app, chdir: elsewhere)
+        end
+        assert status.success?, out
+        assert_match(/^first \d+$/, out)
+        assert_no_match(/second enqueue returned/, out)
+        assert_match %r{the SQLite database \S*/db/jobs\.sqlite3 was moved, deleted or replaced since this process opened it: job 2}, out
+      end
     end
   end
 end

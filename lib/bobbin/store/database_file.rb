@@ -9,10 +9,15 @@ module Bobbin
       # Exit status of a worker that stopped for it (EX_TEMPFAIL: start it again, and it opens the file at the path).
       EXIT_REPLACED = 75
 
-      # For Bobbin's database when it is an SQLite file; nil otherwise.
+      # For Bobbin's database when it is an SQLite file; nil otherwise. A relative path is the one Active Record opens:
+      # from Rails.root in a Rails app (database.yml's `storage/production.sqlite3`), not from the working directory. From
+      # there, a web server started elsewhere (systemd's `/`, `puma -C /app/config/puma.rb`) watched a file that is not
+      # there, and enqueued into a replaced database without a word (a review).
       def self.open(db_config = Record.connection_db_config)
         path = db_config.database.to_s
-        new(path) if db_config.adapter.to_s.match?(/sqlite/i) && !path.empty? && !path.start_with?(":memory:", "file:")
+        return unless db_config.adapter.to_s.match?(/sqlite/i) && !path.empty? && !path.start_with?(":memory:", "file:")
+
+        new(File.expand_path(path, (::Rails.root if defined?(::Rails.root)) || Dir.pwd))
       end
 
       # What a restart on the file now at the path needs first: SQLite's -wal and -shm files belong to the path, and
