@@ -230,8 +230,10 @@ module Bobbin
     def self.group_commit
       return @group_commit if @group_commit_pid == ::Process.pid
 
-      @group_commit_pid = ::Process.pid
+      # Made before the pid is noted: the other way round, a second thread of a new child could take the parent's meanwhile.
       @group_commit = Client::GroupCommit.new { |rows| Record.with_connection { |connection| write(connection, rows) } }
+      @group_commit_pid = ::Process.pid
+      @group_commit
     end
 
     # What new rows announce: the queues of those due now; the queues of those due later, with the earliest of their
