@@ -407,6 +407,32 @@ class SupervisorTest < Bobbin::TestCase
     end
   end
 
+  # A watchdog a job left running raised into the job's thread (a fiber pool's: its worker's) an exception that is no
+  # StandardError: the slot's thread ended with it, the supervisor's reap raised it again, and the whole process exited,
+  # every pool gone, nothing restarted.
+  %w[Exception Interrupt].each do |error|
+    test "async mode: #{error} raised into a worker's thread ends that worker alone, and the supervisor starts it again" do
+      log = "tmp/async-raised-#{error}-#{Process.pid}.log"
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("start", "--mode", "async", "--fibers", "2", "--polling-interval", "0.05", log: log)
+        wait_for("the worker to start") { worker_pids.size == 1 }
+        first = Bobbin::ProcessRecord.where(kind: "worker").pick(:id)
+        WatchdogRaisingJob.enqueue(error)
+        wait_for("another worker in its place", seen: -> { File.read(log) }) { Bobbin::ProcessRecord.where(kind: "worker").where.not(id: first).exists? }
+        LedgerJob.enqueue("after")
+        wait_for("the new worker to run a job") { LedgerEntry.exists?(key: "after") }
+        Process.kill(:TERM, pids.first)
+        assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops cleanly:\n#{File.read(log)}"
+      end
+      assert_match(/bobbin worker thread crashed: #{error}: the watchdog's #{error}/, File.read(log))
+      assert_match(/bobbin supervisor: worker fibers-2#0 \(thread, queues \*\) exited \(crashed\)/, File.read(log))
+      assert_equal 0, Bobbin::ProcessRecord.count
+    ensure
+      FileUtils.rm_f(log) if passed?
+    end
+  end
+
   # Its worker thread ended once the stop gave up on the job (killed, it ran on in its C call): the process then waited at
   # exit for the call to return (for ever, for one that never does), and the job stayed claimed by a row the worker had
   # removed, for any host to give to another worker while it still ran.

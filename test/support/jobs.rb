@@ -296,6 +296,21 @@ class PoisonJob
   end
 end
 
+# Returns at once, leaving a watchdog thread that raises `error` ("Interrupt" or "Exception", neither a StandardError)
+# into the thread the job ran on a moment later: in a fiber pool, the thread of its worker's loop.
+class WatchdogRaisingJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(error)
+    target = Thread.current
+    Thread.new do
+      sleep(0.3)
+      target.raise(Object.const_get(error), "the watchdog's #{error}")
+    end
+  end
+end
+
 # Blocks the event loop (a C call that releases the GVL but does not yield to the fiber scheduler).
 class LoopBlockingJob
   include Bobbin::Job

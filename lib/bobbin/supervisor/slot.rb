@@ -149,13 +149,16 @@ module Bobbin
           Bobbin.logger.error("#{who} crashed: #{lines.join("\n    ")}")
         end
 
+        # Any exception ends the worker as a crash of its thread alone: one that is not a StandardError (an Interrupt or
+        # Exception a job's watchdog thread raised into the worker's thread, a stack overflow) came out of `@thread.value`
+        # in the supervisor's loop, and ended the whole process, every pool with it (a review).
         def run_thread(supervisor)
           @worker = new_worker(supervisor.merge(pid: nil))
           @worker.quiet if @quiet
           @worker.stop(**@stop) if @stop
           @worker.run
           :stopped
-        rescue StandardError => error
+        rescue Exception => error # rubocop:disable Lint/RescueException -- a worker thread's end must not be the supervisor's
           log_crash("bobbin worker thread", error)
           :crashed
         end
