@@ -433,6 +433,39 @@ class SupervisorTest < Bobbin::TestCase
     end
   end
 
+  # A fiber job's Thread.exit ends its worker's thread, which has no value then: the slot took it for a thread still
+  # running, so the supervisor never said the worker exited and restarted it with no delay, however fast it kept dying.
+  test "async mode: a worker whose thread a job ended is said to have exited, and is started again" do
+    log = "tmp/async-killed-#{Process.pid}.log"
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--mode", "async", "--fibers", "2", "--polling-interval", "0.05", log: log)
+      wait_for("the worker to start") { worker_pids.size == 1 }
+      first = Bobbin::ProcessRecord.where(kind: "worker").pick(:id)
+      id = ExitJob.enqueue("thread_exit")
+      wait_for("another worker in its place") { Bobbin::ProcessRecord.where(kind: "worker").where.not(id: first).exists? }
+      LedgerJob.enqueue("after")
+      wait_for("the new worker to run a job") { LedgerEntry.exists?(key: "after") }
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops cleanly:\n#{File.read(log)}"
+      assert_equal [ "failed", "Bobbin::ThreadKilled" ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class)
+    end
+    assert_equal 1, File.read(log).scan(/bobbin supervisor: worker fibers-2#0 \(thread, queues \*\) exited \(killed\)/).size, File.read(log)
+  ensure
+    FileUtils.rm_f(log) if passed?
+  end
+
+  test "async mode: a slot whose worker thread a job ended reports it killed" do
+    slot = Bobbin::Supervisor::Slot.new(Bobbin::Pool.parse({ "fibers" => 2, "polling_interval" => 0.05 }, "test"), 0)
+    slot.start({ id: nil, async: true })
+    ExitJob.enqueue("thread_exit")
+    wait_for("the worker thread to end") { !slot.alive? }
+    assert_equal :killed, slot.exited
+    assert_not slot.running?
+  ensure
+    slot&.worker&.stop(timeout: 0)
+  end
+
   # Its worker thread ended once the stop gave up on the job (killed, it ran on in its C call): the process then waited at
   # exit for the call to return (for ever, for one that never does), and the job stayed claimed by a row the worker had
   # removed, for any host to give to another worker while it still ran.

@@ -172,10 +172,12 @@ module Bobbin
           @status = :gone
         end
 
+        # A thread killed (a fiber job's Thread.exit or Thread#kill ends its worker's thread) has no value: it was taken
+        # for one still running, so its end was never said and it was restarted at once, however fast it kept dying.
         def reap_thread
           return if @thread.nil? || @thread.alive?
 
-          result = @thread.value
+          result = @thread.value || :killed
           @thread = nil
           result
         end
