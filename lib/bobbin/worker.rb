@@ -274,9 +274,12 @@ module Bobbin
     # nothing, and the row, pruned as dead, was registered again beside its replacement (async mode, a review). The
     # outcomes it has are written and its row removed; the jobs that ended with the thread are a dead process's to
     # recover, or (a fiber pool's jobs, cancelled beside the one that ended the thread: FiberExecutor#run_one) to hand back.
+    # A loop ended by an exception (raised into its thread from outside, past the claim loop's own rescue) is said as such:
+    # it was blamed on a job's Thread.exit, after the crash's own line (a review).
     def loop_lost
-      Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended (a job's Thread.exit or Thread#kill); " \
-                          "stopping, the jobs it ran beside that one go back to ready")
+      why = @loop_error ? "by #{@loop_error.class}: #{Printable.printable(@loop_error.message.to_s.lines.first.to_s.strip[0, 200])}" : "(a job's Thread.exit or Thread#kill)"
+      Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended #{why}; " \
+                          "stopping, the jobs it ran #{@loop_error ? 'go' : 'beside that one go'} back to ready")
       @outcomes.stop
       @outcomes.flush
       finish(stuck_loop: true)
@@ -342,6 +345,7 @@ module Bobbin
           serve(drain, services)
         end
       ensure
+        @loop_error = $!
         # A job's Thread.exit or Thread#kill ends a fiber pool's thread (this one) under its loop, perhaps with a claim's
         # statement in flight: the heartbeat finishes for it once the thread is gone (loop_lost). Finished here as well,
         # the two raced, and a beat between this removal of the row and the heartbeat's look registered it again, for good.

@@ -329,6 +329,28 @@ class MisbehavingJobsTest < Bobbin::TestCase
     thread&.kill
   end
 
+  # An exception raised into a fiber pool's thread from outside (a job's watchdog thread) ends its loop past the claim
+  # loop's rescue: the heartbeat then finished for it, blaming a job's Thread.exit, after the crash was logged as such.
+  test "a worker thread ended by an exception raised into it is not said to be a job's Thread.exit" do
+    Bobbin.config.set(heartbeat_interval: 0.2, process_alive_threshold: 30)
+    other = CrashSafeJob.enqueue(30, "beside-raised")
+    worker = Bobbin::Worker.new(fibers: 2, polling_interval: 0.05)
+    log = bobbin_log do |so_far|
+      thread = Thread.new { worker.run }
+      thread.report_on_exception = false
+      wait_for("the other job to start") { StartEntry.exists?(key: "beside-raised") }
+      WatchdogRaisingJob.enqueue("RuntimeError")
+      assert_raises(RuntimeError) { thread.join(30) }
+      wait_for("the heartbeat to finish for the ended loop") { so_far.call.include?("the thread running its loop ended") }
+    ensure
+      thread&.kill
+    end
+    assert_match(/bobbin worker #{worker.process_id}: the thread running its loop ended by RuntimeError: the watchdog's RuntimeError; stopping, the jobs it ran go back to ready/, log)
+    refute_match(/Thread\.exit/, log)
+    wait_for("the worker's row to go") { !Bobbin::ProcessRecord.exists?(id: worker.process_id) }
+    assert_equal [ "ready", 0 ], Bobbin::JobRecord.where(id: other).pick(:state, :attempts), "the job beside it went back, its attempt given back: #{Bobbin::JobRecord.where(id: other).pick(:last_error_class, :last_error_message, :crashes)}"
+  end
+
   # Ends its thread once the worker's claim loop waits on the lock the test holds on bobbin_jobs: its statement in flight.
   class ExitMidClaimJob
     include Bobbin::Job
