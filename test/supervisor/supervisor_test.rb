@@ -413,18 +413,7 @@ class SupervisorTest < Bobbin::TestCase
   %w[Exception Interrupt].each do |error|
     test "async mode: #{error} raised into a worker's thread ends that worker alone, and the supervisor starts it again" do
       log = "tmp/async-raised-#{error}-#{Process.pid}.log"
-      pids = []
-      ensure_killed(pids) do
-        pids << spawn_bobbin("start", "--mode", "async", "--fibers", "2", "--polling-interval", "0.05", log: log)
-        wait_for("the worker to start") { worker_pids.size == 1 }
-        first = Bobbin::ProcessRecord.where(kind: "worker").pick(:id)
-        WatchdogRaisingJob.enqueue(error)
-        wait_for("another worker in its place", seen: -> { File.read(log) }) { Bobbin::ProcessRecord.where(kind: "worker").where.not(id: first).exists? }
-        LedgerJob.enqueue("after")
-        wait_for("the new worker to run a job") { LedgerEntry.exists?(key: "after") }
-        Process.kill(:TERM, pids.first)
-        assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops cleanly:\n#{File.read(log)}"
-      end
+      async_worker_replaced(log) { WatchdogRaisingJob.enqueue(error) }
       assert_match(/bobbin worker thread crashed: #{error}: the watchdog's #{error}/, File.read(log))
       assert_match(/bobbin supervisor: worker fibers-2#0 \(thread, queues \*\) exited \(crashed\)/, File.read(log))
       assert_equal 0, Bobbin::ProcessRecord.count
@@ -437,19 +426,9 @@ class SupervisorTest < Bobbin::TestCase
   # running, so the supervisor never said the worker exited and restarted it with no delay, however fast it kept dying.
   test "async mode: a worker whose thread a job ended is said to have exited, and is started again" do
     log = "tmp/async-killed-#{Process.pid}.log"
-    pids = []
-    ensure_killed(pids) do
-      pids << spawn_bobbin("start", "--mode", "async", "--fibers", "2", "--polling-interval", "0.05", log: log)
-      wait_for("the worker to start") { worker_pids.size == 1 }
-      first = Bobbin::ProcessRecord.where(kind: "worker").pick(:id)
-      id = ExitJob.enqueue("thread_exit")
-      wait_for("another worker in its place") { Bobbin::ProcessRecord.where(kind: "worker").where.not(id: first).exists? }
-      LedgerJob.enqueue("after")
-      wait_for("the new worker to run a job") { LedgerEntry.exists?(key: "after") }
-      Process.kill(:TERM, pids.first)
-      assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops cleanly:\n#{File.read(log)}"
-      assert_equal [ "failed", "Bobbin::ThreadKilled" ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class)
-    end
+    id = nil
+    async_worker_replaced(log) { id = ExitJob.enqueue("thread_exit") }
+    assert_equal [ "failed", "Bobbin::ThreadKilled" ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class)
     assert_equal 1, File.read(log).scan(/bobbin supervisor: worker fibers-2#0 \(thread, queues \*\) exited \(killed\)/).size, File.read(log)
   ensure
     FileUtils.rm_f(log) if passed?
@@ -505,6 +484,23 @@ class SupervisorTest < Bobbin::TestCase
   end
 
   private
+    # Starts `bobbin start --mode async` with one fiber pool (its output in `log`), runs the block (which enqueues a job
+    # that ends the worker's thread), waits for another worker in its place to run a job, and stops the supervisor.
+    def async_worker_replaced(log)
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("start", "--mode", "async", "--fibers", "2", "--polling-interval", "0.05", log: log)
+        wait_for("the worker to start") { worker_pids.size == 1 }
+        first = Bobbin::ProcessRecord.where(kind: "worker").pick(:id)
+        yield
+        wait_for("another worker in its place", seen: -> { File.read(log) }) { Bobbin::ProcessRecord.where(kind: "worker").where.not(id: first).exists? }
+        LedgerJob.enqueue("after")
+        wait_for("the new worker to run a job") { LedgerEntry.exists?(key: "after") }
+        Process.kill(:TERM, pids.first)
+        assert wait_exit(pids.first, timeout: 30)&.success?, "the supervisor stops cleanly:\n#{File.read(log)}"
+      end
+    end
+
     # A -r file that gives Bobbin's tables a pool of their own on BOBBIN_TEST_QUEUE_URL, as config.bobbin.connects_to does.
     def write_queue_database_file
       Tempfile.create([ "queue", ".rb" ]).tap do |file|
