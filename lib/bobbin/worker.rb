@@ -337,6 +337,7 @@ module Bobbin
         ConnectionBudget.check!(@executor.mode, @executor.capacity)
         boot
         @loop_thread = Thread.current
+        @loop_error = nil
         @executor.run do
           # Beating before the heap settles: a slow boot on a loaded host (these collections) was silence to prune.
           services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
@@ -344,8 +345,10 @@ module Bobbin
           @detector&.booted
           serve(drain, services)
         end
+      rescue Exception => error # rubocop:disable Lint/RescueException -- only noted (for loop_lost's line), and raised on
+        @loop_error = error # not `$!` in the ensure: that is also a caller's exception when `run` is called from a rescue
+        raise
       ensure
-        @loop_error = $!
         # A job's Thread.exit or Thread#kill ends a fiber pool's thread (this one) under its loop, perhaps with a claim's
         # statement in flight: the heartbeat finishes for it once the thread is gone (loop_lost). Finished here as well,
         # the two raced, and a beat between this removal of the row and the heartbeat's look registered it again, for good.
