@@ -10,6 +10,7 @@ require_relative "worker/resume_stamps"
 require_relative "worker/stall_detector"
 require_relative "worker/stall_log"
 require_relative "worker/offload"
+require_relative "worker/event_loop"
 require_relative "worker/fiber_executor"
 require_relative "worker/thread_executor"
 require_relative "worker/lanes"
@@ -322,7 +323,7 @@ module Bobbin
         threshold = Bobbin.config.stall_threshold if threshold.nil?
         lane = Bobbin.config.thread_lane if lane.nil?
         fibers = FiberExecutor.new(size, on_done: method(:job_done), stall_threshold: threshold, offload: Bobbin.config.offload_threads,
-                                         on_stall: ->(stall) { @stall_log&.<<(stall) })
+                                         on_stall: ->(stall) { @stall_log&.<<(stall) }, on_interrupt: method(:loop_interrupted))
         @detector = fibers.detector
         return fibers if lane.zero?
 
@@ -338,6 +339,7 @@ module Bobbin
         boot
         @loop_thread = Thread.current
         @loop_error = nil
+        @loop_interrupted = false
         @executor.run do
           # Beating before the heap settles: a slow boot on a loaded host (these collections) was silence to prune.
           services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
@@ -419,7 +421,11 @@ module Bobbin
 
       # Claims until stopped, then shuts down. A claim loop that fails (a bug, or a database error that is not an
       # outage) shuts down the same way before the error goes on: running jobs finish, outcomes are written, and only
-      # jobs that never started go back to ready.
+      # jobs that never started go back to ready. An exception raised into the loop's thread from outside (Ctrl-C into
+      # `run`, which leaves signals to its caller; a Timeout around it) is the caller's stop, at once: the running jobs
+      # are interrupted and go back to ready with their attempt before it goes on. A thread pool's jobs ran on unowned
+      # (killed a second later, and failed for it), and a fiber pool's were failed with the Async::Cancel async gives
+      # every task on Interrupt (EventLoop).
       def serve(drain, services)
         claim_loop(drain)
       rescue StandardError => error
@@ -427,8 +433,37 @@ module Bobbin
         ThreadErrors.report(error, task: "bobbin worker #{@process_id}: claim loop")
         shut_down(services)
         raise
+      rescue Exception => error # rubocop:disable Lint/RescueException -- the caller's stop; raised on once it is done
+        # Not: an exception raised into a stop already under way (its own ensure finishes the worker), nor the end of the
+        # thread or loop under the worker (a job's Thread.exit, or an exception that ended the loop: the loop's close
+        # cancels this task too, and the heartbeat finishes for it, Worker#loop_lost).
+        raise if @stop_began || Thread.current.status == "aborting" || (error.is_a?(Async::Cancel) && !@loop_interrupted)
+
+        Bobbin.logger.warn("bobbin worker #{@process_id}: #{raised_into(error)} raised into the thread running its loop; " \
+                           "stopping at once, its running jobs go back to ready")
+        stop(timeout: 0)
+        shut_down(services)
+        raise
       else
         shut_down(services)
+      end
+
+      # A fiber pool's loop got an Interrupt, and async is about to cancel every task on it (EventLoop; also called once
+      # the loop has nothing left): the running jobs, a thread lane's too, are named and interrupted first, as at a
+      # stop's timeout, so that they go back to ready rather than fail with that Async::Cancel.
+      def loop_interrupted
+        @loop_interrupted = true
+        return if @executor.runners.empty?
+
+        interrupting
+        @executor.interrupt_all
+      end
+
+      # The exception that stopped the loop from outside, as the log names it: what async cancelled its tasks for (an
+      # Interrupt) rather than the Async::Cancel each got.
+      def raised_into(error)
+        error = error.cause while error.is_a?(Async::Cancel) && error.cause.is_a?(Exception)
+        error.is_a?(Interrupt) ? "Interrupt (Ctrl-C: `run` leaves signals to its caller)" : error.class.name
       end
 
       def claim_loop(drain)

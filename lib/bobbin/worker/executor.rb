@@ -57,11 +57,13 @@ module Bobbin
         dropped
       end
 
-      # Interrupts every running job (shutdown): each gets the executor's stop exception and stays claimed.
+      # Interrupts every running job (shutdown): each gets the executor's stop exception and stays claimed. A job already
+      # interrupted is left to unwind: a second exception would land in its `ensure` blocks (a fiber pool's loop
+      # interrupted its jobs before the stop that follows did: EventLoop).
       def interrupt_all
         drop_queued
-        running = @lock.synchronize { @running.each_value { |id| @interrupted[id] = true }.to_a }
-        running.each { |runner, _id| interrupt(runner) }
+        running = @lock.synchronize { @running.reject { |_runner, id| @interrupted.key?(id) }.each { |_runner, id| @interrupted[id] = true } }
+        running.each_key { |runner| interrupt(runner) }
       end
 
       # True when the executor interrupted job `id` (so its stop exception is a shutdown, not the job's own).

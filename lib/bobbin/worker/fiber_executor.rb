@@ -49,12 +49,14 @@ module Bobbin
       attr_reader :detector
 
       # `stall_threshold`: seconds a job may hold the loop before it is reported (false: no detector); `on_stall`
-      # gets each StallDetector::Stall. `offload`: threads for offload-safe C calls (Offload).
-      def initialize(capacity, on_done:, stall_threshold: false, on_stall: ->(_stall) { }, offload: 0)
+      # gets each StallDetector::Stall. `offload`: threads for offload-safe C calls (Offload). `on_interrupt` is called
+      # when the loop is interrupted (EventLoop), before its tasks are cancelled; by default it interrupts the running jobs.
+      def initialize(capacity, on_done:, stall_threshold: false, on_stall: ->(_stall) { }, offload: 0, on_interrupt: nil)
         self.class.check!(capacity)
         super(capacity, on_done: on_done)
         @detector = StallDetector.new(stall_threshold, jobs: method(:job), on_stall: on_stall) if stall_threshold
         @offload = offload
+        @on_interrupt = on_interrupt || method(:interrupt_all)
       end
 
       # :fibers
@@ -67,7 +69,7 @@ module Bobbin
         return in_loop(Async::Task.current, &body) if Async::Task.current?
 
         Fiber.blocking do
-          Async::Reactor.new(worker_pool: worker_pool).run(finished: false) { |task| in_loop(task, &body) }.wait
+          EventLoop.new(interrupt: @on_interrupt, worker_pool: worker_pool).run(finished: false) { |task| in_loop(task, &body) }.wait
         rescue Exception # rubocop:disable Lint/RescueException -- only noted, and raised on
           # An exception raised into this thread from outside (a job's watchdog thread's Thread#raise) ends the loop under
           # its jobs, which the scheduler's close below cancels: as beside a job's Thread.exit, they count as interrupted
