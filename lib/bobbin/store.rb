@@ -290,6 +290,23 @@ module Bobbin
       end
     end
 
+    # Seconds until the earliest blocked job set to run later falls due, by the clock PROMOTE judges by (the database's
+    # on PostgreSQL, this host's on SQLite); nil when none waits for its time. The Clock wakes then: at its once-a-second
+    # pass, a limited job's `wait:` (or its retry's backoff) ran up to a second late, where an unlimited one starts on time.
+    def self.next_blocked_due
+      Record.with_connection do |connection|
+        if postgresql?
+          connection.select_all(<<~SQL, "Bobbin Next Blocked", allow_retry: true).rows.first.first&.to_f
+            SELECT EXTRACT(EPOCH FROM MIN(run_at) - now() AT TIME ZONE 'UTC')::float8 FROM bobbin_jobs
+            WHERE state = 'blocked' AND run_at > now() AT TIME ZONE 'UTC'
+          SQL
+        else
+          now = Time.now.utc
+          JobRecord.where(state: "blocked", run_at: (now + 0.000001)..).minimum(:run_at)&.then { |first| first - now }
+        end
+      end
+    end
+
     # Promotes `keys`' blocked jobs on `connection`, PROMOTE_SLICE keys per transaction, and announces them; returns how many.
     def self.promote_on(connection, keys)
       sql = for_adapter(connection.adapter_name)

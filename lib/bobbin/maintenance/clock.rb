@@ -3,10 +3,16 @@
 module Bobbin
   module Maintenance
     # The host's fast housekeeping, on a thread of its own and its own timing: it wakes for each recurring tick
-    # (so an every-second task ticks every second) and at least once a second lets blocked jobs whose key has
-    # room through (a holder's duration ran out, a crashed holder was recovered, a retry came due).
+    # (so an every-second task ticks every second), when a blocked job set to run later falls due (so a limited job's
+    # `wait:` starts on time), and at least once a second lets blocked jobs whose key has room through (a holder's
+    # duration ran out, a crashed holder was recovered).
     class Clock
       TICK = 1.0
+      # Wakes this much after a blocked job's due time, so the database's clock has passed it too (as Worker::Pacer).
+      SLACK = 0.001
+      # Seconds at least between passes woken for blocked jobs' due times: limited jobs set to run a millisecond apart
+      # make at most 100 passes a second, not one each.
+      BLOCKED_GAP = 0.01
 
       # Starts the clock thread; `who` names the process in log lines.
       def self.start(who, **) = new(who, **).tap(&:start)
@@ -63,6 +69,7 @@ module Bobbin
         def guarded(&) = @guard ? @guard.querying(&) : yield
 
         # The recurring pass, then the promotion whatever the pass did; then the pass's error, if any, for the log.
+        # Returns when to run next: the next recurring tick or the next blocked job's due time, whichever comes first.
         def services
           next_tick = begin
             @scheduler&.pass
@@ -70,7 +77,8 @@ module Bobbin
             error
           end
           Store.promote_due
-          next_tick.is_a?(Exception) ? raise(next_tick) : next_tick
+          blocked_due = Store.next_blocked_due&.then { |seconds| Time.now + [ seconds + SLACK, BLOCKED_GAP ].max }
+          next_tick.is_a?(Exception) ? raise(next_tick) : [ next_tick, blocked_due ].compact.min
         end
     end
   end
