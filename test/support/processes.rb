@@ -40,6 +40,19 @@ module TestProcesses
     Process.spawn(env, *command, chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
   end
 
+  # Spawns a Ruby process running `script` in a process group of its own, after it has connected Bobbin to the test
+  # database (a pool of 25), loaded the test jobs and sent Bobbin's log to its output, which goes to `log`; returns its pid.
+  def spawn_script(script, log:)
+    preamble = <<~RUBY
+      $stdout.sync = true
+      Bobbin.config.logger = Logger.new($stdout)
+      Bobbin.connect(ENV.fetch("DATABASE_URL"))
+      require "./test/support/jobs"
+    RUBY
+    Process.spawn({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "-I", File.join(ROOT, "lib"), "-r", "bobbin", "-e", preamble + script,
+                  chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
+  end
+
   # Starts `bobbin *args` (shutdown_timeout 60 s) and, once `running` jobs run, sends it `first` and, when its log says
   # `begun`, `second`; asserts it exits cleanly well within that timeout; returns its log.
   def stop_twice(args, first, second, begun:, running:)

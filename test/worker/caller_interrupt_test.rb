@@ -14,18 +14,13 @@ class CallerInterruptTest < Bobbin::TestCase
       ids = Array.new(2) { |i| CrashSafeJob.enqueue(60, "interrupted-#{i}") }
       log = File.join(Dir.mktmpdir, "interrupted.log")
       script = <<~RUBY
-        $stdout.sync = true
-        Bobbin.config.logger = Logger.new($stdout)
-        Bobbin.connect(ENV.fetch("DATABASE_URL"))
-        require "./test/support/jobs"
         begin
           Bobbin::Worker.new(#{mode}: 2, polling_interval: 0.05).run_until_empty
         rescue Interrupt
           puts "Interrupt reached the caller"
         end
       RUBY
-      pid = Process.spawn({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "-I", File.join(ROOT, "lib"), "-r", "bobbin", "-e", script,
-                          chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
+      pid = spawn_script(script, log: log)
       ensure_killed(pid) do
         wait_for("both jobs to start") { StartEntry.count == 2 }
         Process.kill(:INT, pid)

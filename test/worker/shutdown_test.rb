@@ -174,17 +174,12 @@ class ShutdownTest < Bobbin::TestCase
     id = StubbornJob.enqueue("stubborn")
     log = File.join(Dir.mktmpdir, "embedded.log")
     script = <<~RUBY
-      $stdout.sync = true
-      Bobbin.config.logger = Logger.new($stdout)
-      Bobbin.connect(ENV.fetch("DATABASE_URL"))
-      require "./test/support/jobs"
       worker = Bobbin::Worker.new(fibers: 2, shutdown_timeout: 1, polling_interval: 0.05)
       trap("TERM") { worker.stop }
       worker.run
       puts "run returned"
     RUBY
-    pid = Process.spawn({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "-I", File.join(ROOT, "lib"), "-r", "bobbin", "-e", script,
-                        chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
+    pid = spawn_script(script, log: log)
     ensure_killed(pid) do
       wait_for("the job to start") { StartEntry.exists?(key: "stubborn") }
       Process.kill(:TERM, pid)
@@ -203,9 +198,6 @@ class ShutdownTest < Bobbin::TestCase
     ids = Array.new(2) { |i| CrashSafeJob.enqueue(60, "exit-#{i}") }
     log = File.join(Dir.mktmpdir, "embedded.log")
     script = <<~RUBY
-      Bobbin.config.logger = Logger.new($stdout)
-      Bobbin.connect(ENV.fetch("DATABASE_URL"))
-      require "./test/support/jobs"
       # Ruby kills every thread at once: which unwinds first, the pool's threads or the claim loop (which closes their
       # line, and no thread is replaced after), is up to its scheduling. The loop waits here for the pool's to end.
       Bobbin::Worker::ThreadExecutor.prepend(Module.new do
@@ -230,8 +222,7 @@ class ShutdownTest < Bobbin::TestCase
       Thread.new { worker.run }
       sleep(0.05) until StartEntry.count == 2
     RUBY
-    pid = Process.spawn({ "DATABASE_URL" => TestDatabase.url_with_pool }, *ruby, "-I", File.join(ROOT, "lib"), "-r", "bobbin", "-e", script,
-                        chdir: ROOT, [ :out, :err ] => [ log, "w" ], pgroup: true)
+    pid = spawn_script(script, log: log)
     ensure_killed(pid) do
       status = wait_exit(pid, timeout: 60)
       assert status&.success?, "the script ended (#{status.inspect}):\n#{File.read(log)}"
