@@ -395,7 +395,7 @@ module Bobbin
         @writer = Store.open(@selection)
         @writer.on_back = method(:database_back)
         @outcomes = OutcomeBuffer.new(@writer, @process_id, on_written: method(:outcomes_written))
-        @execution = Execution.new(interrupted: @executor.method(:interrupted?))
+        @execution = Execution.new(interrupted: @executor.method(:interrupted?), interruptible: @executor.method(:interruptible))
         @stall_log = StallLog.new(@process_id) if @detector
         @heartbeat = Heartbeat.new(self, @writer, supervisor_pid: @supervisor&.fetch(:pid), title: !@supervisor&.fetch(:async),
                                                   maintain: @supervisor.nil?, recurring: !@draining) # a drain adds no jobs of its own

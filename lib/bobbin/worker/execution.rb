@@ -87,10 +87,13 @@ module Bobbin
 
       def self.active_job_class?(job_class) = defined?(ActiveJob::Base) && job_class < ActiveJob::Base
 
-      # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown).
-      # `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
-      def initialize(interrupted: ->(_id) { false }, hooks: Bobbin.config.perform_hooks, logger: Bobbin.logger)
+      # `interrupted` answers, for a job id, whether the executor interrupted that job (shutdown); `interruptible` runs
+      # the block, a job's own code, as the one stretch of the job that the executor's interrupt may cut
+      # (Executor#interruptible). `hooks` wrap every job, outermost first (the app's reloader comes before them in a Rails app).
+      def initialize(interrupted: ->(_id) { false }, interruptible: ->(_id, &block) { block.call }, hooks: Bobbin.config.perform_hooks,
+                     logger: Bobbin.logger)
         @interrupted = interrupted
+        @interruptible = interruptible
         @hooks = hooks
         # Active Job's own execute callbacks wrap its jobs in the Rails app's reloader; Bobbin's jobs get it first here.
         @job_hooks = (AppExecutor.rails? ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
@@ -174,7 +177,9 @@ module Bobbin
               if job.active_job_id
                 perform_active_job(job)
               else
-                around(job, @job_hooks) { (job_class = plain_class(job)).new.perform(*Client::Arguments.load(job.arguments)) }
+                @interruptible.call(job.id) do
+                  around(job, @job_hooks) { (job_class = plain_class(job)).new.perform(*Client::Arguments.load(job.arguments)) }
+                end
               end
             end
           ensure
@@ -259,10 +264,12 @@ module Bobbin
         def perform_active_job(job)
           base = ActiveJob::Base # loads ActiveJob::Callbacks too, in apps that do not eager-load (development)
           ActiveJob::Callbacks.run_callbacks(:execute) do
-            around(job, @hooks) do
-              active_job = base.deserialize(active_job_payload(job))
-              active_job.provider_job_id = job.id
-              active_job.perform_now
+            @interruptible.call(job.id) do
+              around(job, @hooks) do
+                active_job = base.deserialize(active_job_payload(job))
+                active_job.provider_job_id = job.id
+                active_job.perform_now
+              end
             end
           end
         end

@@ -69,6 +69,12 @@ module Bobbin
       # True when the executor interrupted job `id` (so its stop exception is a shutdown, not the job's own).
       def interrupted?(id) = @lock.synchronize { @interrupted.key?(id) }
 
+      # Runs the job's own code (its hooks and `perform`, for job `id`): the one stretch a stop's interrupt may cut. Once
+      # it has returned the job is done, and what follows (its outcome worked out and handed to the writer, the
+      # subscribers to its end) must run whole: an interrupt landing there handed a finished job back to ready, to run
+      # again (a review). Subclasses keep their interrupt to this stretch.
+      def interruptible(_id) = yield
+
       # Ends jobs that ignored their interrupt, where that can be done for certain (threads; with `fibers`, the fibers of a
       # pool that no process exit can end: see FiberExecutor#kill_stuck).
       def kill_stuck(fibers: false) = nil

@@ -54,6 +54,7 @@ module Bobbin
       def initialize(capacity, on_done:, stall_threshold: false, on_stall: ->(_stall) { }, offload: 0, on_interrupt: nil)
         self.class.check!(capacity)
         super(capacity, on_done: on_done)
+        @in_job = {} # the tasks running their job's own code (interruptible); only the loop's thread reads or writes it
         @detector = StallDetector.new(stall_threshold, jobs: method(:job), on_stall: on_stall) if stall_threshold
         @offload = offload
         @on_interrupt = on_interrupt || method(:interrupt_all)
@@ -99,6 +100,18 @@ module Bobbin
         rescue FiberError # not killable from here: it stays stuck, and is reported so
           nil
         end
+      end
+
+      # The job's own code, the one stretch of a job's fiber that a stop's interrupt (an Async::Cancel at the fiber's next
+      # wait) may cut: a fiber that waits anywhere else (a contended lock as its outcome is handed on, a subscriber to
+      # perform.bobbin) is left to finish (see `interrupt`). A job interrupted before its code began stops here.
+      def interruptible(id)
+        task = Async::Task.current
+        @in_job[task] = true
+        task.stop(cause: Shutdown.new) if interrupted?(id) # raises here: its fiber is the current one
+        yield
+      ensure
+        @in_job.delete(task) # no lock: a wait for one here would be a wait the stop could land in
       end
 
       private
@@ -211,8 +224,9 @@ module Bobbin
         def current_runner = Async::Task.current
 
         # Raises Async::Cancel (Async::Stop) inside the job's fiber at its current wait, caused by a Shutdown: that
-        # cause is what tells an Active Job job it was interrupted (InterruptedJobs), not discarded.
-        def interrupt(task) = task.stop(cause: Shutdown.new)
+        # cause is what tells an Active Job job it was interrupted (InterruptedJobs), not discarded. Only while the job
+        # runs its own code: looked at here, on the loop, where no fiber moves between the look and the raise.
+        def interrupt(task) = (task.stop(cause: Shutdown.new) if @in_job.key?(task))
     end
   end
 end

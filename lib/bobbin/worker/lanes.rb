@@ -55,6 +55,9 @@ module Bobbin
       # Interrupts every running job in both.
       def interrupt_all = @both.each(&:interrupt_all)
 
+      # Runs job `id`'s own code under the interrupt of the executor that holds it.
+      def interruptible(id, &) = (@lane.job(id) ? @lane : @fibers).interruptible(id, &)
+
       # True when either interrupted job `id`.
       def interrupted?(id) = @both.any? { |executor| executor.interrupted?(id) }
 

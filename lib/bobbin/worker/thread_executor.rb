@@ -25,6 +25,9 @@ module Bobbin
         threads.each(&:kill).each { |thread| thread.join(1) }
       end
 
+      # The job's own code, where its Shutdown lands at once (held back everywhere else: see run_one).
+      def interruptible(_id, &) = Thread.handle_interrupt(Shutdown => :immediate, &)
+
       private
         def guarded_loop
           work_loop
@@ -66,6 +69,10 @@ module Bobbin
         def start_thread(name) = Thread.new { guarded_loop }.tap { |thread| thread.name = name }
 
         def current_runner = Thread.current
+
+        # A job's Shutdown is held back (it is a Thread#raise, landing wherever the thread is) except in its own code
+        # (`interruptible`): one sent as the job ended lands once the job is accounted for, and ends the thread's loop.
+        def run_one(id, block) = Thread.handle_interrupt(Shutdown => :never) { super }
 
         # Raises Worker::Shutdown inside the job's thread.
         def interrupt(thread) = thread.raise(Shutdown)
