@@ -453,6 +453,28 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_equal deploy, File.read(path("config/deploy.yml"))
   end
 
+  # A Solid Queue app on Heroku or Render runs `worker: bin/jobs` from its Procfile: after the install that supervisor
+  # claimed nothing (the adapter was :bobbin), production's jobs waited, and nothing said so.
+  test "a Procfile process that runs Solid Queue runs bin/bobbin start instead, named in the summary; one with more to it is named; again, nothing" do
+    write("Procfile", "web: bin/rails server\nworker: bin/jobs\nrelease: bin/rails db:migrate\nqueue: bundle exec rake solid_queue:start\n" \
+                      "jobs: bin/jobs --recurring_schedule_file=config/schedule.yml\n")
+    write("Procfile.dev", "web: bin/rails server\njobs: bin/jobs\n")
+    output = generate
+    assert_equal "web: bin/rails server\nworker: bin/bobbin start\nrelease: bin/rails db:migrate\nqueue: bin/bobbin start\n" \
+                 "jobs: bin/jobs --recurring_schedule_file=config/schedule.yml\n", File.read(path("Procfile"))
+    assert_match(%r{^Procfile:2 ran Solid Queue \(bin/jobs\): now bin/bobbin start\.$}, output)
+    assert_match(%r{^Procfile:4 ran Solid Queue \(bundle exec rake solid_queue:start\): now bin/bobbin start\.$}, output)
+    assert_match(%r{^Procfile:5 runs Solid Queue \(jobs: bin/jobs --recurring_schedule_file=config/schedule.yml\), which no longer gets any job: run bin/bobbin start there\.$}, output)
+    assert_equal "web: bin/rails server\njobs: bin/jobs\n", File.read(path("Procfile.dev")), "development keeps its adapter in a production-only install"
+
+    write("bin/dev", "#!/usr/bin/env sh\nexec foreman start -f Procfile.dev \"$@\"\n")
+    output = generate("--environments", "all")
+    assert_equal "web: bin/rails server\njobs: bin/bobbin start\n", File.read(path("Procfile.dev"))
+    assert_match(%r{^Procfile.dev:2 ran Solid Queue \(bin/jobs\): now bin/bobbin start\.$}, output)
+    assert_match(%r{bin/dev runs them \(Procfile\.dev\)}, output)
+    assert_no_match(/Procfile:2|Procfile.dev:2/, generate("--environments", "all"), "nothing left to change")
+  end
+
   def adapter_lines(file) = File.read(path(file)).lines.grep(/^[ \t]*config\.active_job\.queue_adapter/).map(&:strip)
 
   # A team leaving Sidekiq (or GoodJob, Resque) got Bobbin's line beside its old one, and whichever came last won (a trial).

@@ -34,6 +34,11 @@ module Bobbin
       # An initializer's line setting another adapter (Sidekiq's `Rails.application.config.active_job.queue_adapter = :sidekiq`):
       # initializers run after config/application.rb and the environments' files, so it wins in every environment.
       INITIALIZER_ADAPTER = /^[ \t]*(?:Rails\.application\.config\.active_job|config\.active_job|(?:::)?ActiveJob::Base)#{SETS_OTHER_ADAPTER}/
+      # A Procfile line whose command runs Solid Queue's supervisor: bin/jobs, or its rake task through rails or rake.
+      SOLID_QUEUE_COMMAND = %r{^[ \t]*[\w-]+[ \t]*:.*(?:\bbin/jobs\b|\bsolid_queue:start\b)}
+      # Such a line that is only that command (`worker: bin/jobs`, `worker: bundle exec rake solid_queue:start`), its
+      # `name: ` captured.
+      SOLID_QUEUE_PROCESS = %r{^([ \t]*[\w-]+[ \t]*:[ \t]*)(?:bundle[ \t]+exec[ \t]+)?(?:bin/jobs(?:[ \t]+start)?|(?:bin/)?(?:rails|rake)[ \t]+solid_queue:start)[ \t]*$}
       # A line setting Bobbin's adapter.
       BOBBIN_ADAPTER = /^[ \t]*config\.active_job\.queue_adapter[ \t]*=[ \t]*[:"']bobbin\b/
       # Active Record's require in config/application.rb, commented out (rails new --skip-active-record) or not.
@@ -137,6 +142,31 @@ module Bobbin
         write(path, text)
       end
 
+      # A Procfile (Heroku, Render, Dokku, foreman) whose process runs Solid Queue (`worker: bin/jobs`, as Solid Queue's
+      # README has it, or its rake task) ran a supervisor that claimed nothing once the adapter was :bobbin, and
+      # production's jobs waited with no error anywhere (as on Kamal above): that command becomes `bin/bobbin start`.
+      # Procfile.dev only where development moves to Bobbin too (--environments all). A line with more to it (options,
+      # a wrapper) is left as written and named in the summary.
+      def set_procfiles
+        @procfile_notes = []
+        (all? ? %w[Procfile Procfile.dev] : %w[Procfile]).each do |file|
+          next unless exist?(file)
+
+          lines = read(file).lines
+          lines.each_with_index do |line, index|
+            next unless line.match?(SOLID_QUEUE_COMMAND)
+
+            if (process = line[SOLID_QUEUE_PROCESS, 1])
+              lines[index] = "#{process}bin/bobbin start\n"
+              @procfile_notes << "#{file}:#{index + 1} ran Solid Queue (#{line[process.size..].strip}): now bin/bobbin start."
+            else
+              @procfile_notes << "#{file}:#{index + 1} runs Solid Queue (#{line.strip[0, 80]}), which no longer gets any job: run bin/bobbin start there."
+            end
+          end
+          write(file, lines.join)
+        end
+      end
+
       def summary
         say "\nBobbin is installed.", :green
         say <<~TEXT
@@ -150,6 +180,7 @@ module Bobbin
         TEXT
         adapter_notes.each { |note| say note }
         say "Kamal (config/deploy.yml) runs Bobbin now: BOBBIN_IN_PUMA, or bin/bobbin start on a job role." if @deploy_changed
+        @procfile_notes.each { |note| say note }
         say "Active Job was left out of this app (rails new --minimal): config/application.rb now requires active_job/railtie." if @active_job_enabled
         @database_notes&.each { |note| say "config/database.yml: #{note}." }
         say @migrations_note, :yellow if @migrations_note
@@ -372,7 +403,9 @@ module Bobbin
         def bin_dev_hint
           return "" unless all? && exist?("bin/dev")
 
-          exist?("Procfile.dev") ? "; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev" : "; with bin/dev: BOBBIN_IN_PUMA=1 bin/dev"
+          return "; with bin/dev: BOBBIN_IN_PUMA=1 bin/dev" unless exist?("Procfile.dev")
+
+          read("Procfile.dev").match?(%r{^[ \t]*[\w-]+[ \t]*:.*\bbin/bobbin[ \t]+start\b}) ? "; bin/dev runs them (Procfile.dev)" : "; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev"
         end
     end
   end
