@@ -182,6 +182,16 @@ class StartupErrorsTest < Bobbin::TestCase
     Bobbin.connect(TestDatabase.url_with_pool(name: TestDatabase.application_name))
   end
 
+  # `sqlite3:$JOBS_DB` with the variable unset: URI's error went out with a backtrace and exit 1 from the CLI, whose
+  # check of the SQLite path came before Bobbin.connect.
+  test "a SQLite URL without a path from the command line is one line saying it cannot read the URL, from -d or DATABASE_URL" do
+    once_per_run
+    assert_config_exit(run_bobbin("start", "--threads", "1", "-d", "sqlite3:", env: { "DATABASE_URL" => nil }),
+                       /\Abobbin: the -d URL is not a URL Active Record can read: write it postgres:.* or sqlite3:path/)
+    assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => "sqlite3:" }),
+                       /\Abobbin: DATABASE_URL is not a URL Active Record can read: write it postgres:.* or sqlite3:path/)
+  end
+
   test "a queue database of Bobbin's own that does not exist is named, not the app's (PostgreSQL)" do
     skip_unless_postgres
     Bobbin::Record.establish_connection(postgres_url(path: "/bobbin_no_such_queue_#{Process.pid}")) # as config.bobbin.connects_to does

@@ -45,6 +45,30 @@ class RailsInstallTest < Bobbin::TestCase
     assert_equal %w[bobbin test], adapters, "--environments all: Bobbin in development; tests keep the test adapter Rails' job test helpers need"
   end
 
+  # rails new without Kamal writes production's SQLite `database:` lines commented out (this app's primary; Solid
+  # Queue's queue entry, which the generator keeps, likewise): the adapter's ArgumentError at Bobbin's first query was a
+  # backtrace and exit 1, from bin/bobbin start and from the Puma plugin's (which stopped Puma).
+  test "bin/bobbin start where config/database.yml names no SQLite file (rails new's production without Kamal) is one line, exit 78" do
+    skip("the SQLite app's production entries; PostgreSQL's name their databases") if app.postgres?
+    production_rb, database_yml = app.read("config/environments/production.rb"), app.read("config/database.yml")
+    # Solid Queue's line the generator leaves (its summary says so) needs the gem, which this app (--skip-solid) lacks.
+    File.write(app.path("config/environments/production.rb"), production_rb.sub(/^\s*config\.solid_queue\..*\n/, ""))
+    without_queue_file = database_yml.sub(%r{^(\s+)(database: storage/production_queue\.sqlite3)$}, '\1# \2')
+    refute_equal database_yml, without_queue_file
+    { "primary" => without_queue_file, "queue" => without_queue_file.sub("# database: path/to/persistent/storage/production.sqlite3", "database: storage/production.sqlite3") }.each do |entry, yml|
+      File.write(app.path("config/database.yml"), yml)
+      %w[start doctor].each do |command|
+        output, status = app.capture("bin/bobbin", command, env: { "RAILS_ENV" => "production" })
+        assert_equal 78, status.exitstatus, output
+        assert_match(%r{\Abobbin: the production #{entry} database in config/database.yml names no SQLite file .*database: storage/production(_queue)?\.sqlite3}, output)
+        refute_match(/\.rb:\d+:in /, output, "no backtrace")
+      end
+    end
+  ensure
+    File.write(app.path("config/environments/production.rb"), production_rb) if production_rb
+    File.write(app.path("config/database.yml"), database_yml) if database_yml
+  end
+
   test "db:prepare puts Bobbin's tables in the queue database only; config/bobbin.yml is loaded at boot; " \
        "perform_later in a rolled-back transaction enqueues nothing; bin/bobbin start runs the job" do
     output = app.run!("bin/rails", "runner", <<~RUBY)

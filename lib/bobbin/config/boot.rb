@@ -17,6 +17,7 @@ module Bobbin
       where = source(database)
       connected = database_step(where) { connect(database, where, create: !tables) }
       check_connectable if connected
+      check_sqlite_files(where) if connected
       database_step(where) { requires.each { |file| load_file(file) } }
       raise ConfigurationError, no_database(requires) unless connected || connected?
       database_step(where) { check_tables } if tables
@@ -90,6 +91,19 @@ module Bobbin
       pools.each { |pool| ConnectionBudget.check_connectable!(pool.size, pool.db_config.name) }
     end
 
+    # A Rails app's SQLite entry that names no file: rails new (without Kamal) writes production's `database:` lines
+    # commented out, and the adapter's ArgumentError at the first query made `bobbin start` exit 1 with a backtrace
+    # (the Puma plugin's too, stopping Puma).
+    def check_sqlite_files(where)
+      [ ActiveRecord::Base, Record ].filter_map { |model| pool_of(model)&.db_config }.uniq.each do |config|
+        next unless config.adapter.to_s.include?("sqlite") && config.database.to_s.strip.empty?
+
+        example = "storage/#{config.env_name}#{"_#{config.name}" unless config.name == 'primary'}.sqlite3"
+        raise ConfigurationError, "the #{config.env_name} #{config.name} database in #{where} names no SQLite file (no database: " \
+                                  "or an empty one, as rails new leaves production's commented out): set one, database: #{example} say"
+      end
+    end
+
     def pool_of(model)
       model.connection_pool
     rescue ActiveRecord::ConnectionNotEstablished
@@ -129,7 +143,7 @@ module Bobbin
     def check_sqlite_file(url, where, create:)
       return unless url.start_with?("sqlite")
 
-      path = ActiveRecord::DatabaseConfigurations::ConnectionUrlResolver.new(url).to_hash[:database].to_s
+      path = sqlite_path(url, where)
       return if path.empty? || path == ":memory:" || path.start_with?("file:")
 
       directory = File.dirname(File.expand_path(path))
@@ -139,6 +153,14 @@ module Bobbin
       return if create || File.exist?(path)
 
       raise ConfigurationError, "the SQLite database #{path} does not exist (check the path in #{where}): to create it, #{Schema::INSTALL}"
+    end
+
+    # The path of a SQLite URL. One URI cannot read (`sqlite3:` with nothing after it, as `sqlite3:$JOBS_DB` gives with
+    # the variable unset) raised URI::InvalidURIError here with a backtrace, before Bobbin.connect could say so.
+    def sqlite_path(url, where)
+      ActiveRecord::DatabaseConfigurations::ConnectionUrlResolver.new(url).to_hash[:database].to_s
+    rescue URI::Error
+      raise ConfigurationError.new(DatabaseProblem.unreadable_url(where)), cause: nil
     end
 
     # Requires a -r file, saying which one when it is missing or cannot load what it requires.
