@@ -39,6 +39,8 @@ module Bobbin
       # Such a line that is only that command (`worker: bin/jobs`, `worker: bundle exec rake solid_queue:start`), its
       # `name: ` captured.
       SOLID_QUEUE_PROCESS = %r{^([ \t]*[\w-]+[ \t]*:[ \t]*)(?:bundle[ \t]+exec[ \t]+)?(?:bin/jobs(?:[ \t]+start)?|(?:bin/)?(?:rails|rake)[ \t]+solid_queue:start)[ \t]*$}
+      # A Procfile line that runs Bobbin (the install's own, or the user's).
+      PROCFILE_BOBBIN = %r{^[ \t]*[\w-]+[ \t]*:.*\bbin/bobbin[ \t]+start\b}
       # A line setting Bobbin's adapter.
       BOBBIN_ADAPTER = /^[ \t]*config\.active_job\.queue_adapter[ \t]*=[ \t]*[:"']bobbin\b/
       # Active Record's require in config/application.rb, commented out (rails new --skip-active-record) or not.
@@ -405,7 +407,7 @@ module Bobbin
 
           return "; with bin/dev: BOBBIN_IN_PUMA=1 bin/dev" unless exist?("Procfile.dev")
 
-          read("Procfile.dev").match?(%r{^[ \t]*[\w-]+[ \t]*:.*\bbin/bobbin[ \t]+start\b}) ? "; bin/dev runs them (Procfile.dev)" : "; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev"
+          read("Procfile.dev").match?(PROCFILE_BOBBIN) ? "; bin/dev runs them (Procfile.dev)" : "; with bin/dev, add `jobs: bin/bobbin start` to Procfile.dev"
         end
     end
   end
