@@ -161,14 +161,13 @@ class RailsInstallTest < Bobbin::TestCase
   test "the Puma plugin runs the supervisor beside Puma, and stops it with Puma" do
     app.run!("bin/rails", "runner", 'FileJob.perform_later("from-puma")')
     log = app.path("log/puma.log")
-    dump = app.path("tmp/dump-threads")
     pid = app.spawn("bin/rails", "server", "-b", "127.0.0.1", "-p", "0", "-P", app.path("tmp/pids/puma-test.pid"), log: log,
-                    env: { "BOBBIN_IN_PUMA" => "1", "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
+                    env: thread_dump_env(log).merge("BOBBIN_IN_PUMA" => "1"))
     ensure_killed(pid) do
       ran_in = wait_for_file("from-puma").split.last.to_i
       assert_not_equal pid, ran_in, "a worker process forked beside Puma ran it"
       Process.kill(:TERM, pid)
-      assert_puma_exits(pid, log, dump, "TERM")
+      wait_puma_exit(pid, log, "TERM")
       assert_match(/Stopping Bobbin/, File.read(log))
       assert_raises(Errno::ESRCH) { Process.kill(0, ran_in) }
     end
@@ -185,8 +184,7 @@ class RailsInstallTest < Bobbin::TestCase
       plugin :bobbin
     RUBY
     log = app.path("log/puma-cluster.log")
-    dump = app.path("tmp/dump-threads-cluster")
-    pid, first = clustered_puma(log, dump)
+    pid, first = start_puma("tmp/puma-cluster.rb", log)
     ensure_killed(pid) do
       Process.kill(:USR1, pid)
       second = wait_for("Bobbin started again after the phased restart", timeout: 90) { supervisors(log)[1] }
@@ -195,7 +193,7 @@ class RailsInstallTest < Bobbin::TestCase
       app.run!("bin/rails", "runner", 'FileJob.perform_later("after-phased")')
       wait_for_file("after-phased")
       Process.kill(:KILL, second)
-      assert_puma_exits(pid, log, dump, "its supervisor's death")
+      wait_puma_exit(pid, log, "its supervisor's death")
       assert_match(/Bobbin's supervisor \(pid #{second}\) exited; stopping Puma/, File.read(log))
       assert_equal 2, supervisors(log).size, "no supervisor started but these two"
     end
@@ -203,10 +201,10 @@ class RailsInstallTest < Bobbin::TestCase
     # A clustered Puma ran the plugin's after_stopped hook only once its workers had stopped: one stuck in Puma's own
     # shutdown kept Bobbin up for worker_shutdown_timeout (30 s; two trials). Bobbin now stops as Puma's workers do.
     File.write(log, "")
-    pid, supervisor = clustered_puma(log, dump)
+    pid, supervisor = start_puma("tmp/puma-cluster.rb", log)
     ensure_killed(pid) do
       Process.kill(:TERM, pid)
-      assert_puma_exits(pid, log, dump, "TERM")
+      wait_puma_exit(pid, log, "TERM")
       output = File.read(log)
       assert_operator output.index("Stopping Bobbin (pid #{supervisor}) beside Puma..."), :<, output.index("- Gracefully shutting down workers..."), output
       assert_no_match(/exited; stopping Puma/, output, "the stop it asked for is not taken for a crash")
@@ -214,32 +212,4 @@ class RailsInstallTest < Bobbin::TestCase
       assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
     end
   end
-
-  private
-    # The clustered Puma of tmp/puma-cluster.rb, its threads dumped to `dump` on TERM: [Puma's pid, the supervisor's].
-    def clustered_puma(log, dump)
-      start_puma("tmp/puma-cluster.rb", log, env: { "BOBBIN_THREAD_DUMP" => dump, "RUBYOPT" => "-r#{File.join(ROOT, "test/support/thread_dump.rb")}" })
-    end
-
-    # Puma 8.0.2's own TERM hang, plugin or not. Its single mode joins the server thread from the TERM trap while the
-    # main thread is already joining it (puma/puma#94), and now and then that join never returns: either the server
-    # thread waits forever in IO#close of the notify pipe (puma/puma#3677, fixed upstream by #3940, not yet released)
-    # or it is gone and the trap's join still waits. Plain Puma without the plugin hangs so in about 2 runs of 100 on a
-    # loaded machine. Recognised by where it happens: after every after_stopped hook had returned (Bobbin's "Stopping
-    # Bobbin", then Puma's own "Gracefully stopping"), with Puma's main thread in Puma::Server#stop.
-    def puma_own_hang?(output)
-      stopped = output.index("Stopping Bobbin") or return false
-      graceful = output.index("- Gracefully stopping", stopped) or return false
-      output.index("in 'Puma::Server#stop'", graceful).present?
-    end
-
-    def assert_puma_exits(pid, log, dump, cause)
-      return if wait_exit(pid, timeout: 60)
-
-      File.write(dump, "") # Puma's threads' backtraces: where it hangs
-      sleep 2
-      output = File.read(log)
-      flunk "Puma did not exit within 60 s of #{cause}:\n#{output}" unless puma_own_hang?(output)
-      warn("\nPuma hung in its own stop after the plugin had stopped Bobbin (puma/puma#94, #3677); the plugin's part passed")
-    end
 end

@@ -1,11 +1,12 @@
 # frozen_string_literal: true
 
-# Starts a generated app's Puma (`plugin :bobbin`) and waits for it and for Bobbin's supervisor beside it.
+# Starts a generated app's Puma (`plugin :bobbin`), waits for it and for Bobbin's supervisor beside it, and for Puma
+# to exit, telling Puma's own hang in its stop from the plugin's.
 module PumaBeside
   # Puma with `config` (a path in the app): [Puma's pid, the supervisor's]. A Puma that did not boot in time is not
   # left running.
   def start_puma(config, log, env: {})
-    pid = app.spawn("bundle", "exec", "puma", "-C", app.path(config), log: log, env: env)
+    pid = app.spawn("bundle", "exec", "puma", "-C", app.path(config), log: log, env: thread_dump_env(log).merge(env))
     supervisor = wait_for("Bobbin beside Puma", timeout: 90) { supervisors(log).first }
     wait_for("Puma booted") { File.read(log).include?("Use Ctrl-C to stop") }
     [ pid, supervisor ]
@@ -16,4 +17,39 @@ module PumaBeside
 
   # The supervisors the plugin started, in order, as their start lines in Puma's log name them.
   def supervisors(log) = File.read(log).scan(/^bobbin supervisor (\d+) \(fork\) starting/).flatten.map(&:to_i)
+
+  # For a Puma whose threads' backtraces may be needed (test/support/thread_dump.rb): they go to `log`, once
+  # wait_puma_exit writes the file this names (one an earlier Puma left is removed first).
+  def thread_dump_env(log)
+    FileUtils.rm_f("#{log}.dump")
+    { "BOBBIN_THREAD_DUMP" => "#{log}.dump", "RUBYOPT" => "-r#{File.join(TestProcesses::ROOT, "test/support/thread_dump.rb")}" }
+  end
+
+  # Puma's exit status once `cause` (a signal, its supervisor's death) has stopped it; nil when Puma hung in its own
+  # stop after the plugin had stopped Bobbin (puma_own_hang?), which fails nothing here but leaves the exit unchecked.
+  def wait_puma_exit(pid, log, cause)
+    status = wait_exit(pid, timeout: 60) and return status
+
+    File.write("#{log}.dump", "")
+    sleep(2)
+    output = File.read(log)
+    flunk("Puma did not exit within 60 s of #{cause}:\n#{output}") unless puma_own_hang?(output)
+    warn("\nPuma hung in its own stop after the plugin had stopped Bobbin (puma/puma#94, #3677); the plugin's part passed")
+  end
+
+  # Puma 8.0.2's own hang in its stop, plugin or not, recognised in its log by where it happens: after the plugin's
+  # "Stopping Bobbin" (or "…exited; stopping Puma"), with a thread of Puma's where no hook of the plugin runs. On a
+  # loaded machine, plain Puma hung so in about 2 runs of 100 after a TERM; with the plugin, 1 of 20 after an INT.
+  # - The server thread waits forever in IO#close of the pipe Puma's stop has just written to (puma/puma#3677, fixed
+  #   upstream by puma/puma#3940, in no release yet). After an INT, Puma's main thread waits for it in
+  #   Puma::Single#run, before any after_stopped hook; after a TERM, in Puma::Server#stop, after them.
+  # - A TERM's trap joins the server thread while the main thread joins it too (puma/puma#94): now and then the thread
+  #   has gone and the trap's join still waits, after every after_stopped hook (Puma's own "Gracefully stopping").
+  def puma_own_hang?(output)
+    stopped = output.index(/Stopping Bobbin|exited; stopping Puma/) or return false
+    return true if output.index(/in 'IO#close'\n\s+\S+:in 'block in Puma::Server#handle_servers'/, stopped)
+
+    graceful = output.index("- Gracefully stopping", stopped) or return false
+    output.index("in 'Puma::Server#stop'", graceful).present?
+  end
 end

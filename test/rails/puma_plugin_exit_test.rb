@@ -40,7 +40,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       ensure_killed(pid) do
         worker = job_started(name)
         Process.kill(:KILL, supervisor)
-        status = wait_exit(pid, timeout: 60) or flunk("Puma did not exit within 60 s of its supervisor's death:\n#{File.read(log)}")
+        status = wait_puma_exit(pid, log, "its supervisor's death") or skip("Puma hung in its own stop (puma/puma#3677), plugin or not")
         assert_not status.signaled?, "Puma exited, not by a signal: #{status.inspect}\n#{File.read(log)}"
         assert_equal 1, status.exitstatus, File.read(log)
         assert_match(/Bobbin's supervisor \(pid #{supervisor}\) exited; stopping Puma/, File.read(log))
@@ -90,13 +90,11 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     wait_for("Bobbin's worker to finish its job and exit", timeout: 60) { gone?(worker) } if worker&.positive?
   end
 
-  # Sends Puma (`pid`) TERM and asserts it exits and Bobbin's `supervisor` with it (skipped when Puma hangs in its own stop).
+  # Sends Puma (`pid`) TERM and asserts Bobbin's `supervisor` stops with it.
   def assert_stops_with_puma(pid, log, supervisor)
     Process.kill(:TERM, pid)
-    status = wait_exit(pid, timeout: 60)
-    skip("Puma hung in its own stop (puma/puma#3677), plugin or not") if status.nil? && File.read(log).include?("- Gracefully stopping")
-    assert status, File.read(log)
-    assert gone?(supervisor)
+    wait_puma_exit(pid, log, "TERM")
+    assert ended?(supervisor)
   end
 
   # Kills Puma (`pid`) while Bobbin's `worker` finishes a job, and asserts Puma's `port` can be bound again at once.
@@ -141,8 +139,8 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       assert_match(/Worker 0 \(PID: \d+\) booted .*phase: 1/, File.read(log))
       assert_no_match(/Terminating timed out worker/, File.read(log))
       Process.kill(:TERM, pid)
-      wait_exit(pid, timeout: 60)
-      wait_for("Bobbin to stop with Puma") { gone?(second) }
+      wait_puma_exit(pid, log, "TERM")
+      wait_for("Bobbin to stop with Puma") { ended?(second) }
     end
   end
 
@@ -231,6 +229,14 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     true
   end
 
+  # Gone, or exited and not yet reaped: Bobbin's supervisor is Puma's child, and a Puma that hung in its own stop
+  # (puma_own_hang?) never waits for it.
+  def ended?(pid)
+    gone?(pid) || File.read("/proc/#{pid}/stat")[/\) (\S)/, 1] == "Z"
+  rescue Errno::ENOENT, Errno::ESRCH
+    true
+  end
+
   # Puma's own TERM ends it by that signal (raise_exception_on_sigterm, its default), which systemd counts as a clean
   # stop; without it, with status 0. The plugin changes neither.
   { "true" => ->(status) { status.signaled? && status.termsig == 15 }, "false" => ->(status) { status.exited? && status.exitstatus.zero? } }.each do |raise_on_term, clean|
@@ -241,10 +247,10 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       pid, supervisor = start_puma("tmp/puma-term.rb", log)
       ensure_killed(pid) do
         Process.kill(:TERM, pid)
-        status = wait_exit(pid, timeout: 60)
-        skip("Puma hung in its own stop (puma/puma#3677), plugin or not") if status.nil? && File.read(log).include?("- Gracefully stopping")
+        status = wait_puma_exit(pid, log, "TERM")
+        assert ended?(supervisor)
+        skip("Puma hung in its own stop (puma/puma#3677), plugin or not") unless status
         assert clean.call(status), "#{status.inspect}\n#{File.read(log)}"
-        assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
       end
     end
   end
@@ -257,10 +263,11 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     pid, supervisor = start_puma("tmp/puma-single.rb", log)
     ensure_killed(pid) do
       Process.kill(:INT, pid)
-      status = wait_exit(pid, timeout: 60)
-      assert status&.success?, "#{status.inspect}\n#{File.read(log)}"
+      status = wait_puma_exit(pid, log, "INT")
       assert_match(/Stopping Bobbin \(pid #{supervisor}\) beside Puma.*bobbin supervisor: INT, stopping workers gracefully/m, File.read(log))
-      assert_raises(Errno::ESRCH) { Process.kill(0, supervisor) }
+      assert ended?(supervisor)
+      skip("Puma hung in its own stop (puma/puma#3677), plugin or not") unless status
+      assert status.success?, "#{status.inspect}\n#{File.read(log)}"
     end
   end
 end
