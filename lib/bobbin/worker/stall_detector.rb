@@ -105,8 +105,9 @@ module Bobbin
         return if now - since < @threshold
 
         # The clocks now, on the loop: the look that reports it may come much later, and what the process's threads
-        # did meanwhile (a loaded host: seconds) is no part of this stall, to excuse or not.
-        @unseen = { id: id, job: @jobs.call(id), since: since, ended: now, clocks_at_end: clocks }
+        # did meanwhile (a loaded host: seconds) is no part of this stall, to excuse or not. Those of the last look
+        # done: the look under way may have begun before the job did, and be reading them only now (see `remember`).
+        @unseen = { id: id, job: @jobs.call(id), since: since, ended: now, clocks: @previous, clocks_at_end: clocks }
       end
 
       # True while a job is known to hold the loop past the threshold (read from other threads: one boolean).
@@ -164,9 +165,12 @@ module Bobbin
           remember
         end
 
-        # The clocks of this look, for a job `ended` finds held the loop until the next (a suspect has its own).
+        # The clocks of this look (a suspect's, when it took them), for a job `ended` finds held the loop until the
+        # next. Reading them lets go of the GVL, and a job whose C call keeps it may run whole meanwhile, from its start
+        # to its end: with none kept after a look that suspected another job, such a stall went unreported (a loaded
+        # host, 4 drains of 30).
         def remember
-          @previous = @suspect ? nil : clocks
+          @previous = @suspect ? @suspect[:clocks] : clocks
         end
 
         # Reports the job `ended` found holding the loop since its start, measured from the previous look.
@@ -175,9 +179,10 @@ module Bobbin
           return unless unseen
 
           @unseen = nil
-          return unless @previous # no clocks from before it to excuse what was no job's doing: not blamed
+          before = unseen[:clocks] || @previous
+          return unless before # no clocks from before it to excuse what was no job's doing: not blamed
 
-          report(unseen.merge(at: unseen[:since], clocks: @previous), [], unseen[:ended])
+          report(unseen.merge(at: unseen[:since], clocks: before), [], unseen[:ended])
         end
 
         # When the running job changed between two looks, it started holding the loop somewhere between them: the
@@ -275,10 +280,10 @@ module Bobbin
         # Milliseconds between `before` and `now` (two `clocks` readings) that may be no job's doing: GC, then the waits — the loop
         # thread waiting for a CPU on a busy machine (Linux's schedstat), and the other threads of this process on a
         # CPU (a thread running Ruby holds the GVL the loop needs: a thread-pool lane job, Bobbin's outcome writer on
-        # SQLite).
+        # SQLite). None when `before` was read after `now` (a look's, across its own let-go of the GVL: see `remember`).
         def excused_since(before, now)
           others = now[:others].sum { |tid, ms| ms - before[:others].fetch(tid, 0) }
-          [ now[:gc] - before[:gc], now[:queued] - before[:queued] + others ]
+          [ now[:gc] - before[:gc], now[:queued] - before[:queued] + others ].map { |ms| ms.clamp(0, nil) }
         end
 
         def clocks
