@@ -46,8 +46,9 @@ module Bobbin
 
     attr_reader :read_only
 
-    # `secret`: 64+ bytes for the session cookie holding the CSRF key (default BOBBIN_DASHBOARD_SECRET or random
-    # per process; behind several processes set one, or forms from one are refused by another).
+    # `secret`: 64+ bytes for the session cookie holding the CSRF key. By default BOBBIN_DASHBOARD_SECRET, else in a
+    # Rails app one derived from its secret_key_base, else random per process: behind several processes without either,
+    # forms from one are refused by another (a clustered Puma's workers, each making its own, refused half the actions).
     def initialize(auth: nil, read_only: false, environment: nil, secret: ENV["BOBBIN_DASHBOARD_SECRET"])
       @auth = auth
       @read_only = read_only
@@ -57,7 +58,7 @@ module Bobbin
         raise ConfigurationError, "the dashboard's secret (BOBBIN_DASHBOARD_SECRET) must be at least 64 bytes, got #{secret.bytesize}: " \
                                   "`openssl rand -hex 64` makes one"
       end
-      @app = App.configured(self, secret || SecureRandom.hex(64))
+      @app = App.configured(self, secret || rails_secret || SecureRandom.hex(64))
     end
 
     # Why it would refuse every request, with no auth hook outside development and test, or nil.
@@ -84,6 +85,16 @@ module Bobbin
       def open_to?(request) = local_environment? && Dashboard.from_this_machine?(request.env)
 
       def local_environment? = @environments.all? { |name| LOCAL.include?(name) }
+
+      # The Rails app's own, as Rails derives its cookies' keys: every process and host that shares the app's
+      # secret_key_base reads the others' sessions. Nil outside Rails, or in an app that has no secret_key_base.
+      def rails_secret
+        return unless defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application.respond_to?(:key_generator)
+
+        ::Rails.application.key_generator.generate_key("bobbin/dashboard session", 64)
+      rescue ArgumentError # Rails' "Missing secret_key_base"
+        nil
+      end
 
       def environment_said = @environments.any? ? "this is #{@environments.join(' / ')}" : "no BOBBIN_ENV, RAILS_ENV or RACK_ENV is set"
 
