@@ -544,6 +544,7 @@ module Bobbin
 
         @full = false
         @pacer.refresh { @claimer.next_run_at }
+        @pacer.clock_offset = @claimer.clock_offset
         wait(@pacer.idle_wait)
       end
 

@@ -40,6 +40,29 @@ class ClockSkewTest < Bobbin::TestCase
     assert_operator output[/next in (-?[\d.]+)/, 1].to_f, :<=, 1.0, "the wait for the next tick is on the process's own clock: #{output}"
   end
 
+  # The database judges when a job is due, by its own clock. A worker 5 s ahead woke for a scheduled job by its own,
+  # found nothing due, then looked only for jobs due after its own time: the job waited for the next poll (a review).
+  test "a worker on a clock 5 s ahead starts a job scheduled 3 s ahead on the database's clock, without waiting for its poll" do
+    id = Bobbin::JobRecord.create!(queue: "skewed", class_name: "SkewedJob", arguments: "[]", priority: 0, run_at: database_now + 3, max_attempts: 1,
+                                   state: "ready", attempts: 0, enqueued_at: database_now).id
+    output = ahead(<<~RUBY, by: "+5s")
+      class SkewedJob
+        include Bobbin::Job
+        def perform = nil
+      end
+      worker = Bobbin::Worker.new(queues: [ "skewed" ], fibers: 2, polling_interval: 60, notified_polling_interval: 60)
+      Thread.new do
+        deadline = Bobbin.monotonic + 20 # a third of the poll
+        sleep(0.1) until Bobbin::JobRecord.where(id: #{id}, state: "succeeded").exists? || Bobbin.monotonic > deadline
+        worker.stop
+      end
+      worker.run
+    RUBY
+    state, run_at, started_at = Bobbin::JobRecord.where(id: id).pick(:state, :run_at, :started_at)
+    assert_equal "succeeded", state, "ran before the worker's poll: #{output}"
+    assert_operator started_at, :>=, run_at
+  end
+
   # A host 30 s ahead that recovered a dead host's jobs made them wait 30 s more (a trial).
   test "jobs a host 30 s ahead recovers are due at once" do
     process = Bobbin::ProcessRecord.register(kind: "worker", name: "gone", metadata: {})

@@ -42,6 +42,9 @@ module Bobbin
       # Closes the underlying connection.
       def close = @lock.synchronize { @store.close }
 
+      # The database's clock less this host's (a Float read, no lock).
+      def clock_offset = @store.clock_offset
+
       private
         def guard(name)
           back = @broken # read without the lock: at worst one wake more, or one less (the claim loop's backoff still ends)

@@ -323,7 +323,14 @@ module Bobbin
         @returned = PG::TypeMapByColumn.new(ClaimedJob.members.map { |member| PG::TextDecoder::Integer.new if INTEGERS.include?(member) })
         @prepared = @adapter.prepared_statements? ? {}.compare_by_identity : nil
         @session = nil
+        @clock_offset = 0.0
       end
+
+      # The database's clock less this host's, in seconds, as the last next_run_at measured it (to within half its round
+      # trip). The database judges when a job is due, by its own clock: a worker on a host 1 s ahead woke for a
+      # scheduled job 1 s early, found nothing due, looked for jobs due after its own time, and left the job to the next
+      # poll (a review).
+      attr_reader :clock_offset
 
       # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
       # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
@@ -374,9 +381,13 @@ module Bobbin
       end
 
       # The earliest run_at (epoch seconds) among this selection's ready jobs of unpaused queues due after `after`
-      # (epoch seconds); nil when none.
+      # (epoch seconds); nil when none. Both on the database's clock; measures clock_offset on the way.
       def next_run_at(after)
-        exec(@next_run_at_sql, [ after ]) { |result| result.ntuples.zero? ? nil : result.getvalue(0, 0).to_f }
+        sent = ::Process.clock_gettime(::Process::CLOCK_REALTIME)
+        exec(@next_run_at_sql, [ after ]) do |result|
+          @clock_offset = result.getvalue(0, 1).to_f - (sent + ::Process.clock_gettime(::Process::CLOCK_REALTIME)) / 2
+          result.getvalue(0, 0)&.to_f
+        end
       end
 
       # Announces `notice` (a Wakeups::Notice) to every listening process.
@@ -610,10 +621,12 @@ module Bobbin
           return prefix_next_run_at_sql if @selection.prefixes.any? && !@selection.all?
 
           <<~SQL
-            SELECT EXTRACT(EPOCH FROM run_at)::float8 FROM bobbin_jobs
-            WHERE state = 'ready' AND run_at > (to_timestamp($1::float8) AT TIME ZONE 'UTC') #{queue_condition}
-              AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
-            ORDER BY run_at LIMIT 1
+            SELECT (
+              SELECT EXTRACT(EPOCH FROM run_at)::float8 FROM bobbin_jobs
+              WHERE state = 'ready' AND run_at > (to_timestamp($1::float8) AT TIME ZONE 'UTC') #{queue_condition}
+                AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
+              ORDER BY run_at LIMIT 1
+            ), EXTRACT(EPOCH FROM clock_timestamp())::float8
           SQL
         end
 
@@ -623,14 +636,14 @@ module Bobbin
           queues << "SELECT unnest(ARRAY[#{@selection.names.map { |queue| literal(queue) }.join(', ')}]::text[])" if @selection.names.any?
           <<~SQL
             WITH RECURSIVE #{patterns.map { |name, pattern| prefix_queues(name, pattern) }.join(', ')}
-            SELECT EXTRACT(EPOCH FROM MIN(next.run_at))::float8 FROM (#{queues.join(' UNION ALL ')}) AS selected(queue)
+            SELECT EXTRACT(EPOCH FROM MIN(next.run_at))::float8, EXTRACT(EPOCH FROM clock_timestamp())::float8
+            FROM (#{queues.join(' UNION ALL ')}) AS selected(queue)
             CROSS JOIN LATERAL (
               SELECT run_at FROM bobbin_jobs
               WHERE state = 'ready' AND queue = selected.queue AND run_at > (to_timestamp($1::float8) AT TIME ZONE 'UTC')
               ORDER BY run_at LIMIT 1
             ) AS next
             WHERE selected.queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
-            HAVING MIN(next.run_at) IS NOT NULL
           SQL
         end
 

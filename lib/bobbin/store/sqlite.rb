@@ -179,6 +179,9 @@ module Bobbin
       # (epoch seconds); nil when none.
       def next_run_at(after) = db.get_first_value(@next_run_at_sql, [ Store.timestamp(Time.at(after)) ])
 
+      # The database's clock less this process's: none, SQLite's "now" is the process's own (PostgreSQL#clock_offset).
+      def clock_offset = 0.0
+
       # Announces `notice` to this process's workers (other processes' Wakeups::Watcher sees inserts for itself).
       def announce(notice) = Wakeups.deliver(notice.queues, notice.at, paused: notice.paused)
 

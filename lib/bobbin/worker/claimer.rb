@@ -71,12 +71,20 @@ module Bobbin
 
       # The earliest time a ready job of this worker's unpaused queues that the last claim could not take becomes due
       # (epoch seconds; a past one when it fell due since: a trial's second of two jobs 3 ms apart waited for the next
-      # poll); nil when none is waiting or the database is unavailable.
+      # poll); nil when none is waiting or the database is unavailable. On the database's clock (clock_offset), which
+      # the look measures: one that moved by more than LOOK_BACK meanwhile (the first, on a host whose clock is off)
+      # looks again by the new one.
       def next_run_at
-        @store.next_run_at((@last_claim_at || ::Process.clock_gettime(::Process::CLOCK_REALTIME)) - LOOK_BACK)
+        since = (@last_claim_at || ::Process.clock_gettime(::Process::CLOCK_REALTIME)) - LOOK_BACK
+        offset = clock_offset
+        found = @store.next_run_at(since + offset)
+        (clock_offset - offset).abs < LOOK_BACK ? found : @store.next_run_at(since + clock_offset)
       rescue Store::Unavailable
         nil
       end
+
+      # The database's clock less this host's, in seconds (Store::PostgreSQL#clock_offset).
+      def clock_offset = @store.clock_offset
 
       # Closes the claiming connection.
       def close = @store.close
