@@ -543,9 +543,8 @@ module Bobbin
         return wait(@pacer.poll_interval) unless room?
 
         @full = false
-        @pacer.refresh { @claimer.next_run_at }
-        @pacer.clock_offset = @claimer.clock_offset
-        wait(@pacer.idle_wait)
+        @pacer.refresh(@claimer.database_now) { @claimer.next_run_at }
+        wait(@pacer.idle_wait(@claimer.database_now))
       end
 
       def room? = @executor.busy < @executor.capacity

@@ -83,13 +83,16 @@ module Bobbin
         nil
       end
 
-      # The database's clock less this host's, in seconds (Store::PostgreSQL#clock_offset).
-      def clock_offset = @store.clock_offset
+      # Now on the database's clock (epoch seconds), as the last look for the next due time measured it.
+      def database_now = ::Process.clock_gettime(::Process::CLOCK_REALTIME) + clock_offset
 
       # Closes the claiming connection.
       def close = @store.close
 
       private
+        # The database's clock less this host's, in seconds (Store::PostgreSQL#clock_offset).
+        def clock_offset = @store.clock_offset
+
         # With work waiting, jobs that started together end together: rather than one claim per freed slot,
         # wait up to GATHER seconds for a quarter of the pool to free up, then claim them in one statement.
         def gather(wait)

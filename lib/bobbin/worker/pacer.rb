@@ -6,7 +6,8 @@ module Bobbin
     # `set(wait: 5.seconds)` starts at 5.00 s), or the next safety poll — every polling_interval, or every
     # notified_polling_interval (if longer) while notifications reach this process. Due times come from
     # announcements (any thread) and from the database: at boot, once the known one has passed, and at each poll.
-    # Due times are the database's, which judges when a job is due by its own clock: the pacer keeps time by it.
+    # Due times are the database's, which judges when a job is due by its own clock: `now` is on it too
+    # (Claimer#database_now).
     class Pacer
       # Wakes this much after a due time, so the database's clock has passed it too.
       SLACK = 0.001
@@ -17,11 +18,7 @@ module Bobbin
         @lock = Mutex.new
         @due = nil
         @refreshed_at = nil
-        @clock_offset = 0.0
       end
-
-      # The database's clock less this host's, in seconds (Claimer#clock_offset).
-      attr_writer :clock_offset
 
       # Seconds between safety polls while notifications do not reach this process.
       attr_reader :polling_interval
@@ -40,7 +37,7 @@ module Bobbin
 
       # Asks the block for the earliest due time in the database when the one known has passed or a poll
       # interval went by since the last look.
-      def refresh(now = database_now)
+      def refresh(now)
         due = refreshed_at = nil # read apart, no Array: the loop idles once per job
         @lock.synchronize do
           due = @due
@@ -57,7 +54,7 @@ module Bobbin
       end
 
       # Seconds to sleep with nothing to claim.
-      def idle_wait(now = database_now)
+      def idle_wait(now)
         poll = poll_interval
         due = @lock.synchronize { @due }
         due ? (due - now + SLACK).clamp(0.0, poll) : poll
@@ -65,9 +62,6 @@ module Bobbin
 
       # The safety poll's interval now.
       def poll_interval = Wakeups.listening? ? @notified_polling_interval : @polling_interval
-
-      private
-        def database_now = ::Process.clock_gettime(::Process::CLOCK_REALTIME) + @clock_offset
     end
   end
 end
