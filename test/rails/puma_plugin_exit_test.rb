@@ -40,7 +40,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       ensure_killed(pid) do
         worker = job_started(name)
         Process.kill(:KILL, supervisor)
-        status = wait_puma_exit(pid, log, "its supervisor's death") or skip("Puma hung in its own stop (puma/puma#3677), plugin or not")
+        status = wait_puma_exit(pid, log, "its supervisor's death") or skip(PUMA_OWN_HANG)
         assert_not status.signaled?, "Puma exited, not by a signal: #{status.inspect}\n#{File.read(log)}"
         assert_equal 1, status.exitstatus, File.read(log)
         assert_match(/Bobbin's supervisor \(pid #{supervisor}\) exited; stopping Puma/, File.read(log))
@@ -249,7 +249,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
         Process.kill(:TERM, pid)
         status = wait_puma_exit(pid, log, "TERM")
         assert ended?(supervisor)
-        skip("Puma hung in its own stop (puma/puma#3677), plugin or not") unless status
+        skip(PUMA_OWN_HANG) unless status
         assert clean.call(status), "#{status.inspect}\n#{File.read(log)}"
       end
     end
@@ -266,7 +266,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
       status = wait_puma_exit(pid, log, "INT")
       assert_match(/Stopping Bobbin \(pid #{supervisor}\) beside Puma.*bobbin supervisor: INT, stopping workers gracefully/m, File.read(log))
       assert ended?(supervisor)
-      skip("Puma hung in its own stop (puma/puma#3677), plugin or not") unless status
+      skip(PUMA_OWN_HANG) unless status
       assert status.success?, "#{status.inspect}\n#{File.read(log)}"
     end
   end
