@@ -9,22 +9,25 @@ require_relative "../wakeups/silent_proxy"
 # any outage. Played here with a network namespace whose only link to the database is a veth pair that the test
 # takes down: packets are then dropped without a word, as on a real cut.
 class NetworkCutTest < Bobbin::TestCase
-  HOST_IP = "10.213.0.1"
-  WORKER_IP = "10.213.0.2"
+  NAMESPACE = /^bobbin-cut-(\d+)/
 
   def ip(*args) = system("ip", *args, out: File::NULL, err: File::NULL)
 
   setup do
     skip_unless_postgres
     skip("needs root to make a network namespace") unless Process.uid.zero?
+    remove_left_behind
     @namespace = "bobbin-cut-#{Process.pid}"
-    @link = "bcut#{Process.pid % 100_000}"
+    @link = link_of(Process.pid)
+    # A /30 of 10.213.0.0/16 of this run's own, so it never shares a route with another run's link.
+    subnet = (Process.pid % 16_384) * 4
+    host_ip, worker_ip = [ 1, 2 ].map { |host| "10.213.#{subnet / 256}.#{subnet % 256 + host}" }
     skip("this machine cannot make network namespaces") unless ip("netns", "add", @namespace)
     assert ip("link", "add", @link, "type", "veth", "peer", "name", "#{@link}n", "netns", @namespace)
-    assert ip("addr", "add", "#{HOST_IP}/30", "dev", @link) && ip("link", "set", @link, "up")
+    assert ip("addr", "add", "#{host_ip}/30", "dev", @link) && ip("link", "set", @link, "up")
     inside = [ "netns", "exec", @namespace, "ip" ]
-    assert ip(*inside, "addr", "add", "#{WORKER_IP}/30", "dev", "#{@link}n") && ip(*inside, "link", "set", "#{@link}n", "up")
-    @forwarder = SilentProxy.new(Bobbin::Record.connection_db_config.configuration_hash, bind: HOST_IP) # never cut: a forwarder
+    assert ip(*inside, "addr", "add", "#{worker_ip}/30", "dev", "#{@link}n") && ip(*inside, "link", "set", "#{@link}n", "up")
+    @forwarder = SilentProxy.new(Bobbin::Record.connection_db_config.configuration_hash, bind: host_ip) # never cut: a forwarder
   end
 
   teardown do
@@ -32,6 +35,19 @@ class NetworkCutTest < Bobbin::TestCase
     ip("link", "del", @link) if @link
     ip("netns", "del", @namespace) if @namespace
     FileUtils.rm_f(@log) if @log && passed?
+  end
+
+  def link_of(pid) = "bcut#{pid % 100_000}"
+
+  # A run killed before its teardown (a CI job stopped mid-test) leaves its namespace and link, and its link's route
+  # would take this run's replies: the worker's first connection then waits for ever. Ends those whose run is gone.
+  def remove_left_behind
+    IO.popen([ "ip", "netns", "list" ], err: File::NULL, &:read).scan(NAMESPACE).flatten.map(&:to_i).each do |pid|
+      next if pid == Process.pid || alive?(pid)
+
+      ip("link", "del", link_of(pid))
+      ip("netns", "del", "bobbin-cut-#{pid}")
+    end
   end
 
   test "PostgreSQL: a worker whose database host vanishes notices within seconds, and runs jobs again once it is reachable" do
