@@ -16,13 +16,13 @@ class NetworkCutTest < Bobbin::TestCase
   setup do
     skip_unless_postgres
     skip("needs root to make a network namespace") unless Process.uid.zero?
-    remove_left_behind
     @namespace = "bobbin-cut-#{Process.pid}"
     @link = link_of(Process.pid)
     # A /30 of 10.213.0.0/16 of this run's own, so it never shares a route with another run's link.
     subnet = (Process.pid % 16_384) * 4
     host_ip, worker_ip = [ 1, 2 ].map { |host| "10.213.#{subnet / 256}.#{subnet % 256 + host}" }
     skip("this machine cannot make network namespaces") unless ip("netns", "add", @namespace)
+    remove_left_behind
     assert ip("link", "add", @link, "type", "veth", "peer", "name", "#{@link}n", "netns", @namespace)
     assert ip("addr", "add", "#{host_ip}/30", "dev", @link) && ip("link", "set", @link, "up")
     inside = [ "netns", "exec", @namespace, "ip" ]
