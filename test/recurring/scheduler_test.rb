@@ -8,6 +8,8 @@ class RecurringSchedulerTest < Bobbin::TestCase
 
   def ticks = Bobbin::RecurringRun.where(task_key: "every_second").order(:run_at).pluck(:run_at, :job_id)
 
+  teardown { FileUtils.rm_f(@logs) if @logs && passed? }
+
   test "two schedulers racing over 3 s enqueue each tick exactly once, with its job" do
     schedulers = Array.new(2) { Bobbin::Recurring::Scheduler.new([ every_second ]) }
     deadline = Time.now + 3
@@ -249,11 +251,14 @@ class RecurringSchedulerTest < Bobbin::TestCase
   test "two supervisors on one database enqueue every tick of an every-second task exactly once" do
     seconds = Integer(ENV.fetch("BOBBIN_RECURRING_SECONDS", 12))
     boot = File.join(TestProcesses::ROOT, "test/support/recurring_boot.rb")
-    pids = Array.new(2) { spawn_bobbin("start", "--threads", "2", "--queues", "ticks", "--polling-interval", "0.1", "--require", boot) }
+    logs = @logs = Array.new(2) { |index| "tmp/recurring-two-#{Process.pid}-#{index}.log" }
+    pids = logs.map { |log| spawn_bobbin("start", "--threads", "2", "--queues", "ticks", "--polling-interval", "0.1", "--require", boot, log: log) }
+    # A CI run once saw no tick in 60 s, with nothing to tell why: the supervisors' logs say it next time.
+    seen = -> { logs.map { |log| "#{log}:\n#{File.read(log).lines.last(30).join}" }.join("\n") }
     ensure_killed(pids) do
-      wait_for("the first tick", timeout: 60) { Bobbin::RecurringRun.exists? }
+      wait_for("the first tick", timeout: 60, seen: seen) { Bobbin::RecurringRun.exists? }
       first = Bobbin::RecurringRun.minimum(:run_at)
-      wait_for("#{seconds} s of ticks", timeout: seconds + 60, interval: 0.5) { ticks.last&.first.to_i >= first.to_i + seconds }
+      wait_for("#{seconds} s of ticks", timeout: seconds + 60, interval: 0.5, seen: seen) { ticks.last&.first.to_i >= first.to_i + seconds }
       pids.each { |pid| Process.kill(:TERM, pid) }
       pids.each { |pid| wait_exit(pid, timeout: 60) }
     end
