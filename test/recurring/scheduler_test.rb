@@ -254,7 +254,10 @@ class RecurringSchedulerTest < Bobbin::TestCase
     logs = @logs = Array.new(2) { |index| "tmp/recurring-two-#{Process.pid}-#{index}.log" }
     pids = logs.map { |log| spawn_bobbin("start", "--threads", "2", "--queues", "ticks", "--polling-interval", "0.1", "--require", boot, log: log) }
     # A CI run once saw no tick in 60 s, with nothing to tell why: the supervisors' logs say it next time.
-    seen = -> { logs.map { |log| "#{log}:\n#{File.read(log).lines.last(30).join}" }.join("\n") }
+    seen = lambda do
+      ([ "this test's connection in a transaction (it would not see new rows): #{Bobbin::Record.connection.transaction_open?}" ] +
+        logs.map { |log| "#{log}:\n#{File.read(log).lines.last(30).join}" }).join("\n")
+    end
     ensure_killed(pids) do
       wait_for("the first tick", timeout: 60, seen: seen) { Bobbin::RecurringRun.exists? }
       first = Bobbin::RecurringRun.minimum(:run_at)
