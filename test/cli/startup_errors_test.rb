@@ -338,6 +338,7 @@ class StartupErrorsTest < Bobbin::TestCase
   test "missing tables say to run bobbin migrate (PostgreSQL)" do
     skip_unless_postgres
     schema = "bobbin_cli_empty_#{Process.pid}"
+    ActiveRecord::Base.connection.execute("DROP SCHEMA IF EXISTS #{schema} CASCADE") # named after this pid: one there is a killed run's
     ActiveRecord::Base.connection.execute("CREATE SCHEMA #{schema}")
     url = TestDatabase.url_with_pool + "&schema_search_path=#{schema}"
     assert_config_exit(run_bobbin("start", "--threads", "1", env: { "DATABASE_URL" => url }), /tables are missing .*run `bobbin migrate`/)
@@ -376,6 +377,7 @@ class StartupErrorsTest < Bobbin::TestCase
   # connects as it; the role is dropped after.
   def with_role(name, attributes)
     role = "#{name}_#{Process.pid}"
+    ActiveRecord::Base.connection.execute("DROP ROLE IF EXISTS #{role}") # named after this pid: one there is a killed run's
     ActiveRecord::Base.connection.execute("CREATE ROLE #{role} #{attributes} PASSWORD 'secret'")
     yield role, "postgres://#{role}:secret@127.0.0.1:#{postgres_port}#{URI(TestDatabase.url).path}"
   ensure

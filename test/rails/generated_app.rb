@@ -33,6 +33,7 @@ class GeneratedApp
   def postgres? = TestDatabase.postgres?
 
   def install
+    drop_left_behind if postgres?
     rails_new
     File.write(path("config/environments/production.rb"), read("config/environments/production.rb").sub("# config.active_job.queue_adapter = :resque", SOLID_QUEUE_LINES))
     @snapshots[:before] = snapshot
@@ -94,6 +95,19 @@ class GeneratedApp
   end
 
   private
+    # A run killed before its after_run (a CI job stopped mid-suite) leaves its app's databases, named after its pid,
+    # and a later run with that pid (machines that boot alike hand out alike pids) would find them set up. Drops those
+    # of runs that are gone, and any of this pid: this run has made none yet.
+    def drop_left_behind
+      connection = Bobbin::Record.connection
+      connection.select_values("SELECT datname FROM pg_database WHERE datname ~ '^bobbin_app_[0-9]+_'").each do |name|
+        pid = name[/\Abobbin_app_(\d+)_/, 1].to_i
+        next if pid != Process.pid && TestProcesses.alive?(pid)
+
+        connection.execute("DROP DATABASE IF EXISTS #{connection.quote_table_name(name)} WITH (FORCE)")
+      end
+    end
+
     def environment
       env = { "BUNDLE_GEMFILE" => path("Gemfile"), "BUNDLE_PATH" => File.join(ROOT, "vendor/bundle"), "RAILS_ENV" => "development",
               "DATABASE_URL" => nil, "BUNDLE_FROZEN" => nil }

@@ -29,6 +29,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     connection = Bobbin::Record.connection
     skip("needs a role that may create roles") unless connection.select_value("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")
     role = "bobbin_#{name.tr('-', '_')}_#{Process.pid}"
+    connection.execute("DROP ROLE IF EXISTS #{role}") # named after this pid: one there is a killed run's
     connection.execute("CREATE ROLE #{role} LOGIN PASSWORD 'secret' #{attributes} IN ROLE #{connection.quote_column_name(connection.select_value('SELECT current_user'))}")
     database = connection.select_value("SELECT current_database()")
     application_name = "bobbin-#{name}-#{Process.pid}"

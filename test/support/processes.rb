@@ -29,6 +29,8 @@ module TestProcesses
   rescue Errno::ESRCH
     false
   end
+  module_function :alive?
+  public :alive?
 
   # Spawns `exe/bobbin ARGS` against the test database, loading the test jobs; returns its pid.
   # `prefix` runs it through another command (e.g. `ip netns exec NAME`).
