@@ -16,7 +16,7 @@ class NetworkCutTest < Bobbin::TestCase
   setup do
     skip_unless_postgres
     skip("needs root to make a network namespace") unless Process.uid.zero?
-    @namespace = "bobbin-cut-#{Process.pid}"
+    @namespace = namespace_of(Process.pid)
     @link = link_of(Process.pid)
     # A /30 of 10.213.0.0/16 of this run's own, so it never shares a route with another run's link.
     subnet = (Process.pid % 16_384) * 4
@@ -37,6 +37,7 @@ class NetworkCutTest < Bobbin::TestCase
     FileUtils.rm_f(@log) if @log && passed?
   end
 
+  def namespace_of(pid) = "bobbin-cut-#{pid}"
   def link_of(pid) = "bcut#{pid % 100_000}"
 
   # A run killed before its teardown (a CI job stopped mid-test) leaves its namespace and link, and its link's route
@@ -46,7 +47,7 @@ class NetworkCutTest < Bobbin::TestCase
       next if pid == Process.pid || alive?(pid)
 
       ip("link", "del", link_of(pid))
-      ip("netns", "del", "bobbin-cut-#{pid}")
+      ip("netns", "del", namespace_of(pid))
     end
   end
 

@@ -51,7 +51,7 @@ class UnansweredStatementsTest < Bobbin::TestCase
                                                                                env: { "DATABASE_URL" => "#{@proxy.url("bobbin-unanswered-reconnect")}&pool=5" })
       # The claimer's session (its claims, or an idle worker's next due time), then the writer's (heartbeats, lost
       # claims' release): each is ended, and the session opened in its place goes silent as Active Record readies it.
-      [ "WITH claimed AS%' OR query LIKE 'SELECT (%EXTRACT(EPOCH FROM clock_timestamp())%",
+      [ "#{TestDatabase::CLAIM_QUERY}' OR query LIKE '#{TestDatabase::NEXT_DUE_QUERY}",
         "UPDATE bobbin_processes SET last_heartbeat_at%' OR query LIKE 'UPDATE bobbin_jobs SET state = CASE%" ].each do |statement|
         backend = wait_for("the worker's session running #{statement}", timeout: 60) do
           Bobbin::Record.connection.select_value("SELECT pid FROM pg_stat_activity WHERE application_name = 'bobbin-unanswered-reconnect' " \

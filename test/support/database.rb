@@ -4,6 +4,11 @@ require "logger"
 
 # Connects to the database the Rakefile chose (BOBBIN_TEST_DATABASE) and keeps it clean between tests.
 module TestDatabase
+  # How pg_stat_activity shows a worker's claim and its look for the next due time (Store::PostgreSQL), for LIKE.
+  # Anchored at the start: unanchored, a test's own pg_stat_activity query matches itself once its session is idle.
+  CLAIM_QUERY = "WITH claimed AS%"
+  NEXT_DUE_QUERY = "SELECT (%EXTRACT(EPOCH FROM clock_timestamp())%"
+
   module_function
 
   # SQLite waits up to 20 s for its write lock here (Bobbin's default is 5): the suites share 2 cores with PostgreSQL's,

@@ -55,7 +55,7 @@ class LostClaimsTest < Bobbin::TestCase
       backend = wait_for("the claimer's session, idle after its look for the next due time") do
         pids = query { Bobbin::Record.connection.select_values(<<~SQL) }
           SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle'
-            AND query LIKE 'SELECT (%EXTRACT(EPOCH FROM clock_timestamp())%'
+            AND query LIKE '#{TestDatabase::NEXT_DUE_QUERY}'
         SQL
         pids.sole if pids.one?
       end

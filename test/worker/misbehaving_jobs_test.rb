@@ -357,7 +357,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
     bobbin_options retries: 0
 
     WAITING = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND " \
-              "(query LIKE 'WITH claimed AS%' OR query LIKE 'SELECT (%EXTRACT(EPOCH FROM clock_timestamp())%')"
+              "(query LIKE '#{TestDatabase::CLAIM_QUERY}' OR query LIKE '#{TestDatabase::NEXT_DUE_QUERY}')"
 
     def perform(key)
       StartEntry.create!(key: key)
