@@ -47,16 +47,20 @@ class LostClaimsTest < Bobbin::TestCase
     skip_unless_postgres
     Bobbin.config.set(heartbeat_interval: 0.5, process_alive_threshold: 2, notifications: false)
     gate = GatedJob.gate("lost-claims-frozen")
+    began = query { Bobbin::Record.connection.select_value("SELECT now()::text") }
     bobbin_log do |log|
       start_worker(threads: 1, polling_interval: 60) # no poll meanwhile: it claims when the test says
       # Frozen once the worker idles: its first claim is followed by a look for the next due time on the same session,
       # which swallows an outage (a read, nothing in doubt) and reconnects silently; frozen between the two, the claim
-      # this test sends went to a new session and nothing was logged (CI 134).
-      backend = wait_for("the claimer's session, idle after its look for the next due time") do
-        pids = query { Bobbin::Record.connection.select_values(<<~SQL) }
-          SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle'
-            AND query LIKE '#{TestDatabase::NEXT_DUE_QUERY}'
-        SQL
+      # this test sends went to a new session and nothing was logged (CI 134). This process's sessions opened since the
+      # test began only: an earlier test's idle worker (another process, on its way out) looks the same, and frozen in
+      # this worker's place, the worker claimed on its own healthy session and said nothing (stop 51).
+      idle = <<~SQL
+        SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' AND backend_start >= '#{began}'
+          AND application_name = '#{TestDatabase.application_name}' AND query LIKE '#{TestDatabase::NEXT_DUE_QUERY}'
+      SQL
+      backend = wait_for("the claimer's session, idle after its look for the next due time", seen: -> { query { Bobbin::Record.connection.select_values(idle) } }) do
+        pids = query { Bobbin::Record.connection.select_values(idle) }
         pids.sole if pids.one?
       end
       Process.kill(:STOP, backend)

@@ -356,8 +356,8 @@ class MisbehavingJobsTest < Bobbin::TestCase
     include Bobbin::Job
     bobbin_options retries: 0
 
-    WAITING = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND " \
-              "(query LIKE '#{TestDatabase::CLAIM_QUERY}' OR query LIKE '#{TestDatabase::NEXT_DUE_QUERY}')"
+    WAITING = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = '#{TestDatabase.application_name}' " \
+              "AND (query LIKE '#{TestDatabase::CLAIM_QUERY}' OR query LIKE '#{TestDatabase::NEXT_DUE_QUERY}')"
 
     def perform(key)
       StartEntry.create!(key: key)
