@@ -16,6 +16,10 @@ module Bobbin
     # transaction, in a lock table shared by the whole cluster (max_locks_per_transaction × max_connections: 6,400
     # by default); tens of thousands of keys in one transaction filled it ("out of shared memory").
     PROMOTE_SLICE = 500
+    # Seconds before its run_at, by the database's clock, that a claim takes a job at the most (a claim's `through`,
+    # Worker::Pacer::LEAD ahead of it): a host whose idea of that clock is off (its own stepped since it last measured)
+    # then holds a job in a slot for this long, not for as long as its error.
+    AHEAD_AT_MOST = 0.1
 
     # Formats a Time the way both databases compare and Active Record reads it back.
     def self.timestamp(time)

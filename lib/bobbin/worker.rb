@@ -479,7 +479,9 @@ module Bobbin
           end
           @unheard = false # the claim sees what was announced so far, if it looks (job_done checks that it did)
           @full = false
-          jobs = @claiming.synchronize { @claimer.next_jobs(wait: wait).each { |job| @executor.post(job) { perform(job) } } }
+          through = @pacer.horizon(@claimer.database_now) # woken LEAD ahead of a due time: its jobs are claimed now
+          jobs = @claiming.synchronize { @claimer.next_jobs(wait: wait, through: through).each { |job| @executor.post(job) { perform(job) } } }
+          @pacer.claimed_through(through) if through
           release_lost_wanted if @lost_wanted
           next if @claimer.backlog? || @claimer.unavailable?
           break if drain && jobs.empty? && @executor.busy.zero? && drained?
@@ -517,6 +519,7 @@ module Bobbin
       # retries as if it had raised, instead of staying claimed with no outcome; a thread the executor killed (a job
       # that ignored its interrupt at shutdown) is released instead.
       def perform(job)
+        hold(job) if job.due
         outcome = begin
           @execution.call(job)
         rescue StandardError => error # Bobbin's own handling of the job's end failed; the executor's interrupt passes
@@ -531,6 +534,12 @@ module Bobbin
         # A job the process's exit killed (its main thread gone) did not end its own thread: it is handed back at the
         # worker's finish, or recovered as a crashed process's (it failed as Bobbin::ThreadKilled, blamed for the exit).
         Fiber.blocking { @outcomes << @execution.killed(job) } if outcome.nil? && $!.nil? && !@executor.interrupted?(job.id) && Thread.main.alive?
+      end
+
+      # A job claimed ahead of its run_at (Pacer::LEAD) starts at it, not before (ClaimedJob#due).
+      def hold(job)
+        left = job.due - Bobbin.monotonic
+        sleep(left) if left.positive?
       end
 
       # Nothing more to claim now: sleep until woken (new work, a freed slot, a stop), a job falls due, or the next poll.

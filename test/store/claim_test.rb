@@ -31,6 +31,32 @@ class ClaimTest < Bobbin::TestCase
     assert_equal [ ids[4], older, ids[2], ids[1], ids[0], ids[3] ], store.claim(@process_id, 10).map(&:id)
   end
 
+  # A worker woken a little before a due time claims the jobs due by then (Worker::Pacer::LEAD), so that the claim's
+  # round trip is not part of their lateness: each comes back with when it may start (its run_at by the database's
+  # clock, counted from the answer), and its row says it started at its run_at. Never more than AHEAD_AT_MOST ahead.
+  test "a claim through a due time also takes the jobs due by then, ahead of their run_at, and says when each may start" do
+    due_now = SleepJob.enqueue(0)
+    far = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 1 ], run_at: Time.now + 60)
+    far_run_at = Bobbin::JobRecord.find(far).run_at.to_f
+    assert_equal [ [ due_now, nil ] ], store.claim(@process_id, 10, through: far_run_at).map { |job| [ job.id, job.due ] },
+                 "what is due now, and not a job #{Bobbin::Store::AHEAD_AT_MOST}s or more ahead, whatever the claim's due time"
+
+    soon = Bobbin::Client::Enqueuer.enqueue(SleepJob, [ 2 ], run_at: Time.now + Bobbin::Store::AHEAD_AT_MOST * 0.9)
+    run_at = Bobbin::JobRecord.find(soon).run_at
+    before = Bobbin.monotonic
+    expected = before + (run_at.to_f - Process.clock_gettime(Process::CLOCK_REALTIME)) # its run_at as a monotonic time
+    claimed = store.claim(@process_id, 10, through: run_at.to_f)
+    took = Bobbin.monotonic - before
+    assert_equal [ soon ], claimed.map(&:id), "the job due by then, not the one due after it"
+    claimed_at, started_at = Bobbin::JobRecord.where(id: soon).pick(:claimed_at, :started_at)
+    if claimed_at < run_at # as it is unless this machine took the job's 90 ms to get here
+      assert_in_delta expected, claimed.first.due, took + 0.002, "may start at its run_at, counted from the claim's answer"
+      assert_equal run_at, started_at, "started at its run_at"
+    else
+      assert_nil claimed.first.due, "due when claimed: starts at once"
+    end
+  end
+
   test "a claim never returns more than asked, and a job is claimed once" do
     Bobbin.enqueue_all(Array.new(25) { |i| [ SleepJob, [ i ] ] })
     batches = Array.new(4) { store.claim(@process_id, 10) }
@@ -111,7 +137,7 @@ class ClaimTest < Bobbin::TestCase
     connection = Bobbin::Record.connection
     connection.execute("ANALYZE bobbin_jobs")
     sql = Bobbin::Store::PostgreSQL.new(connection, Bobbin::Store::QueueSelection.new([ "quick" ])).send(:claim_sql)
-    nodes = TestDatabase.generic_plan_nodes(sql, [ @process_id, 10, true ])
+    nodes = TestDatabase.generic_plan_nodes(sql, [ @process_id, 10, true, "NULL" ])
     removed = nodes.sum { |node| node["Rows Removed by Filter"].to_i }
     assert_operator removed, :<, 300, "the generic plan read the other queue's 3,000 jobs: #{nodes.map { |node| node.except("Plans") }}"
   end
@@ -128,7 +154,7 @@ class ClaimTest < Bobbin::TestCase
     connection.execute("SET enable_sort = off")
     { [ "quick_*" ] => quick.first(3), [ "urgent", "quick_*", "backlog" ] => quick.first(3) }.each do |queues, claimed|
       sql = Bobbin::Store::PostgreSQL.new(connection, Bobbin::Store::QueueSelection.new(queues)).send(:claim_sql)
-      nodes = TestDatabase.generic_plan_nodes(sql, [ @process_id, 3, true ])
+      nodes = TestDatabase.generic_plan_nodes(sql, [ @process_id, 3, true, "NULL" ])
       read = nodes.sum { |node| node["Rows Removed by Filter"].to_i + node["Rows Removed by Join Filter"].to_i }
       assert_operator read, :<, 300, "#{queues}: the plan read the other queue's 3,000 jobs: #{nodes.map { |node| node.except("Plans") }}"
       assert_equal claimed, store(queues).claim(@process_id, 3).map(&:id), "#{queues}: the wildcard's first jobs by priority"
@@ -180,7 +206,7 @@ class ClaimTest < Bobbin::TestCase
     read = lambda do
       store.claim(@process_id, 0) # the store's next statement
       raw.exec("BEGIN")
-      plan = JSON.parse(raw.exec("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE #{name}(#{@process_id}, 10, true)").getvalue(0, 0))
+      plan = JSON.parse(raw.exec("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE #{name}(#{@process_id}, 10, true, NULL)").getvalue(0, 0))
       raw.exec("ROLLBACK")
       nodes = ->(node) { [ node, *Array(node["Plans"]).flat_map(&nodes) ] }
       nodes.(plan.first["Plan"]).sum { |node| node["Rows Removed by Filter"].to_i + node["Rows Removed by Join Filter"].to_i }

@@ -13,11 +13,16 @@ module Recorder
     attr_reader :max_in_flight, :calls
 
     def reset
-      @lock.synchronize { @in_flight = 0; @max_in_flight = 0; @calls = [] }
+      @lock.synchronize { @in_flight = 0; @max_in_flight = 0; @calls = []; @started = {} }
     end
+
+    # When the job recorded as `name` began its work (epoch seconds, this host's clock: a database on this host keeps
+    # the same). A row's started_at says when it was claimed, or its run_at for a job claimed ahead of it.
+    def started(name) = @lock.synchronize { @started[name] }
 
     def around(name)
       @lock.synchronize do
+        @started[name] ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         @in_flight += 1
         @max_in_flight = [ @max_in_flight, @in_flight ].max
         @calls << name

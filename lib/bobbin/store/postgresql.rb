@@ -19,6 +19,10 @@ module Bobbin
       RETURNED = "id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key"
       # RETURNED's integer columns (ClaimedJob's members), which pg decodes to Integers: no String per value to parse.
       INTEGERS = %i[id attempts max_attempts crashes].freeze
+      # When a claimed job is due: now, or by the claim's $4 (epoch seconds, NULL for none), a due time the worker woke
+      # for a little ahead of (Worker::Pacer::LEAD), so that the claim's round trip is not part of its lateness; at
+      # most AHEAD_AT_MOST from now.
+      DUE_BY = "((now() + LEAST(GREATEST($4::float8 - EXTRACT(EPOCH FROM now())::float8, 0), #{AHEAD_AT_MOST}) * interval '1 second') AT TIME ZONE 'UTC')"
 
       # An outcome lands on a row this worker still holds: running, or given back to ready by a recovery (which clears
       # claimed_at, as a retry written by the worker does not) and claimed by no one since. A worker judged dead while
@@ -320,7 +324,11 @@ module Bobbin
         @claim_sql = claim_sql
         @next_run_at_sql = next_run_at_sql
         @array = PG::TextEncoder::Array.new
-        @returned = PG::TypeMapByColumn.new(ClaimedJob.members.map { |member| PG::TextDecoder::Integer.new if INTEGERS.include?(member) })
+        @returned = PG::TypeMapByColumn.new(ClaimedJob.members.map do |member|
+          next PG::TextDecoder::Float.new if member == :due
+
+          PG::TextDecoder::Integer.new if INTEGERS.include?(member)
+        end)
         @prepared = @adapter.prepared_statements? ? {}.compare_by_identity : nil
         @session = nil
         @clock_offset = 0.0
@@ -333,11 +341,14 @@ module Bobbin
       attr_reader :clock_offset
 
       # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
-      # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
-      def claim(process_id, limit, suspects: true)
-        exec(@claim_sql, [ process_id, limit, suspects ]) do |result|
+      # in flight at repeated crashes, see Recovery) are left out unless `suspects`. `through` (epoch seconds on the
+      # database's clock, or nil): jobs due by then count as due, claimed ahead of their run_at (ClaimedJob#due).
+      def claim(process_id, limit, suspects: true, through: nil)
+        exec(@claim_sql, [ process_id, limit, suspects, through ]) do |result|
           result.type_map = @returned
-          Array.new(result.ntuples) { |row| ClaimedJob.new(*result.tuple_values(row)) }
+          jobs = Array.new(result.ntuples) { |row| ClaimedJob.new(*result.tuple_values(row)) }
+          read = Bobbin.monotonic
+          jobs.each { |job| job.due += read if job.due } # seconds until its run_at, as answered (claimed ahead)
         end
       end
 
@@ -521,12 +532,13 @@ module Bobbin
           <<~SQL
             WITH claimed AS (
               UPDATE bobbin_jobs SET state = 'running', claimed_by = $1, attempts = attempts + 1,
-                claimed_at = now() AT TIME ZONE 'UTC', started_at = now() AT TIME ZONE 'UTC'
+                claimed_at = now() AT TIME ZONE 'UTC', started_at = GREATEST(now() AT TIME ZONE 'UTC', run_at)
               WHERE id = ANY(ARRAY(#{ranks ? ranked_choice : entry_choice(@selection.to_s, queue_condition)}))
                 AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
               RETURNING #{RETURNED}, priority, run_at
             )
-            SELECT #{RETURNED} FROM claimed ORDER BY #{"#{rank_of(ranks)}, " if ranks}priority, run_at, id
+            SELECT #{RETURNED}, CASE WHEN run_at > now() AT TIME ZONE 'UTC' THEN EXTRACT(EPOCH FROM run_at - (clock_timestamp() AT TIME ZONE 'UTC'))::float8 END
+            FROM claimed ORDER BY #{"#{rank_of(ranks)}, " if ranks}priority, run_at, id
           SQL
         end
 
@@ -534,7 +546,7 @@ module Bobbin
         def choice(condition)
           <<~SQL.strip
             SELECT id FROM bobbin_jobs
-            WHERE state = 'ready' AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{condition}
+            WHERE state = 'ready' AND run_at <= #{DUE_BY} AND (crashes < #{Recovery::SUSPECT} OR $3) #{condition}
               AND queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
             ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
           SQL
@@ -560,14 +572,14 @@ module Bobbin
             WITH RECURSIVE #{prefix_queues("names", pattern)}, candidates AS MATERIALIZED (
               SELECT due.id FROM names CROSS JOIN LATERAL (
                 SELECT id, priority, run_at FROM bobbin_jobs
-                WHERE state = 'ready' AND queue = names.queue AND run_at <= now() AT TIME ZONE 'UTC' AND (crashes < #{Recovery::SUSPECT} OR $3) #{condition}
+                WHERE state = 'ready' AND queue = names.queue AND run_at <= #{DUE_BY} AND (crashes < #{Recovery::SUSPECT} OR $3) #{condition}
                 ORDER BY priority, run_at, id LIMIT $2
               ) AS due
               WHERE names.queue IS NOT NULL AND names.queue <> ALL(ARRAY(SELECT queue FROM bobbin_pauses))
               ORDER BY due.priority, due.run_at, due.id LIMIT $2
             ), taken AS MATERIALIZED (
               SELECT id, priority, run_at FROM bobbin_jobs WHERE id = ANY(ARRAY(SELECT id FROM candidates))
-                AND COALESCE(state, '') = 'ready' AND run_at <= now() AT TIME ZONE 'UTC'
+                AND COALESCE(state, '') = 'ready' AND run_at <= #{DUE_BY}
               FOR UPDATE SKIP LOCKED
             )
             (SELECT id FROM taken ORDER BY priority, run_at, id)

@@ -116,15 +116,18 @@ module Bobbin
       end
 
       # Marks up to `limit` due jobs running for `process_id` and returns them, in one statement; suspects (jobs
-      # in flight at repeated crashes, see Recovery) are left out unless `suspects`.
-      def claim(process_id, limit, suspects: true)
-        now = Store.timestamp(Time.now)
-        rows = transaction { execute(@claim_sql, [ process_id, now, suspects ? 1 : 0, limit ]) }
+      # in flight at repeated crashes, see Recovery) are left out unless `suspects`. `through` (epoch seconds, or nil):
+      # jobs due by then count as due, claimed ahead of their run_at (ClaimedJob#due).
+      def claim(process_id, limit, suspects: true, through: nil)
+        time = Time.now
+        now = Store.timestamp(time)
+        due_by = through && through > time.to_f ? Store.timestamp(Time.at([ through, time.to_f + AHEAD_AT_MOST ].min).round(6)) : now # as a float it may read 1 µs less
+        rows = transaction { execute(@claim_sql, [ process_id, now, suspects ? 1 : 0, limit, due_by ]) }
         # RETURNING gives the table's order: they start as chosen
         rows = rows.sort_by { |row| [ @selection.rank(row["queue"]), row["priority"], row["run_at"], row["id"] ] }
         rows.map do |row|
           ClaimedJob.new(row["id"], row["queue"], row["class_name"], row["arguments"], row["attempts"],
-                         row["max_attempts"], row["active_job_id"], row["crashes"], row["concurrency_key"])
+                         row["max_attempts"], row["active_job_id"], row["crashes"], row["concurrency_key"], (ahead(row["run_at"]) if row["run_at"] > now))
         end
       end
 
@@ -217,20 +220,30 @@ module Bobbin
           raise
         end
 
-        # ?1 the process, ?2 now, ?3 whether suspects may be claimed, ?4 how many.
+        # ?1 the process, ?2 now, ?3 whether suspects may be claimed, ?4 how many, ?5 when a job counts as due (now, or
+        # a due time the worker woke a little ahead of).
         def claim_sql
           <<~SQL
-            UPDATE bobbin_jobs SET state = 'running', claimed_by = ?1, attempts = attempts + 1, claimed_at = ?2, started_at = ?2
+            UPDATE bobbin_jobs SET state = 'running', claimed_by = ?1, attempts = attempts + 1, claimed_at = ?2, started_at = MAX(?2, run_at)
             WHERE id IN (#{@selection.ranks ? ranked_choice : choice(queue_condition)})
             RETURNING id, queue, class_name, arguments, attempts, max_attempts, active_job_id, crashes, concurrency_key, priority, run_at
           SQL
         end
 
-        # Up to ?4 due jobs of unpaused queues that `condition` selects, lower priority (then older) first.
+        # When a job claimed ahead of `run_at` (as stored) may start (ClaimedJob#due): its run_at by this host's clock,
+        # which judged it due, as a Bobbin.monotonic time. The monotonic clock is read second: a pause between the two
+        # reads (a GC, another thread's turn) makes the job start that much later, not earlier (read the other way round,
+        # a test's job once began 3 ms before its run_at, on a loaded machine).
+        def ahead(run_at)
+          left = Store.epoch(run_at) - ::Process.clock_gettime(::Process::CLOCK_REALTIME)
+          Bobbin.monotonic + left
+        end
+
+        # Up to ?4 jobs of unpaused queues that `condition` selects and due by ?5, lower priority (then older) first.
         def choice(condition, columns = "id")
           <<~SQL.strip
             SELECT #{columns} FROM bobbin_jobs
-            WHERE state = 'ready' AND run_at <= ?2 AND (crashes < #{Recovery::SUSPECT} OR ?3) #{condition}
+            WHERE state = 'ready' AND run_at <= ?5 AND (crashes < #{Recovery::SUSPECT} OR ?3) #{condition}
               AND queue NOT IN (SELECT queue FROM bobbin_pauses)
             ORDER BY priority, run_at, id LIMIT ?4
           SQL

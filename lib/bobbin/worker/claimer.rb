@@ -31,12 +31,13 @@ module Bobbin
       attr_reader :claims, :last_claim_at, :store
 
       # Claims what this worker has room for now (waiting up to GATHER for a wave of slots while work is
-      # waiting); returns the claimed jobs, [] when there is no room, no work, or no database.
-      def next_jobs(wait:)
+      # waiting); returns the claimed jobs, [] when there is no room, no work, or no database. `through`: jobs due by
+      # then (epoch seconds, the database's clock) are taken too, ahead of their run_at (Pacer#horizon).
+      def next_jobs(wait:, through: nil)
         gather(wait) if @backlog
         room = self.room
         @looked = false
-        jobs = room.positive? ? claim(room, wait) : []
+        jobs = room.positive? ? claim(room, wait, through) : []
         @backlog = room.positive? && jobs.size == room
         jobs
       end
@@ -117,11 +118,11 @@ module Bobbin
           (@rate * PREFETCH_WINDOW).floor.clamp(0, @executor.capacity / 4)
         end
 
-        def claim(limit, wait)
+        def claim(limit, wait, through)
           @claims += 1
           @last_claim_at = ::Process.clock_gettime(::Process::CLOCK_REALTIME)
           started = Bobbin.monotonic
-          jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?))
+          jobs = quarantine(@store.claim(@worker.process_id, limit, suspects: suspect_free?, through: through))
           @looked = true
           @failures = reconcile(jobs) if @failures
           jobs = settle_held(jobs)
