@@ -2,40 +2,83 @@
 
 module Bobbin
   class Supervisor
-    # Keeps a supervisor's forks apart from its threads' SQLite calls. A worker forked while another thread of the
-    # supervisor was inside one (its clock or heartbeat waiting on another process's write lock) hung for ever before
-    # running any of its code: the sqlite3 gem closes the connections a child inherits, and that connection's mutex was
-    # held by a thread the child does not have. The supervisor counted a worker that never ran a job. PostgreSQL's
-    # driver has no such lock, and there a fork does not wait for a heartbeat held up by a frozen server.
+    # Keeps a supervisor's forks apart from its threads' database calls that a child could not survive.
+    #
+    # SQLite: a worker forked while another thread of the supervisor was inside a query (its clock or heartbeat
+    # waiting on another process's write lock) hung for ever before running any of its code: the sqlite3 gem closes
+    # the connections a child inherits, and that connection's mutex was held by a thread the child does not have. The
+    # supervisor counted a worker that never ran a job.
+    #
+    # PostgreSQL: the same with a connect. libpq, on a TCP connection, asks GSSAPI whether the user has Kerberos
+    # credentials, and GSSAPI takes a process-wide mutex to do so. A worker forked while another thread of the
+    # supervisor was connecting (a heartbeat or recovery after the server closed an idle session) inherited that mutex
+    # held, and hung in its own first connect, for ever (a trial: once in ~115 worker kills; a script connecting in a
+    # thread while forking hangs about one child in 60). Queries there hold no such lock, so a fork does not wait for
+    # a heartbeat held up by a frozen server, only for a connect (which gives up after connect_timeout, when set).
     class ForkLock
+      class << self
+        # The lock PostgreSQL connects in this process count with (nil: none).
+        attr_accessor :current
+      end
+
+      # Counts an Active Record PostgreSQL adapter's connects (new sessions and resets) with ForkLock.current.
+      module Connects
+        private
+          def connect(...) = ForkLock.connecting { super }
+          def reconnect(...) = ForkLock.connecting { super }
+      end
+
+      # Runs the block, a connect, outside any fork of this process's supervisor.
+      def self.connecting(&)
+        lock = current
+        lock ? lock.counted(&) : yield
+      end
+
       # `forks`: the supervisor forks its workers (in async mode they are threads, and nothing needs keeping apart).
-      def initialize(forks:)
-        @guarded = forks && Record.connection_db_config.adapter == "sqlite3"
+      def initialize(forks:, adapter: Record.connection_db_config.adapter)
+        sqlite = adapter == "sqlite3"
+        @queries = forks && sqlite
+        @pid = ::Process.pid
+        @lock = Mutex.new
+        @busy = 0
         # The sqlite3 gem closes the writable connections a worker inherits (which this lock makes safe) and warns, at
         # each fork, that it is "unsafe … possible data corruption". Active Record 8 silences that warning; on 7.2 it
         # was printed as every worker started.
-        SQLite3::ForkSafety.suppress_warnings! if forks && defined?(SQLite3::ForkSafety)
-        @lock = Mutex.new
-        @querying = 0
+        SQLite3::ForkSafety.suppress_warnings! if forks && sqlite && defined?(SQLite3::ForkSafety)
+        watch_connects if forks && !sqlite
       end
 
-      # Runs the block, a thread's database work, outside any fork.
-      def querying
-        @lock.synchronize { @querying += 1 }
+      # Runs the block, a thread's database work, outside any fork (SQLite).
+      def querying(&)
+        @queries ? counted(&) : yield
+      end
+
+      # Runs the block with forks held off until it ends (in this process: a child's copy of the lock counts nothing).
+      def counted
+        return yield unless ::Process.pid == @pid
+
+        @lock.synchronize { @busy += 1 }
         begin
           yield
         ensure
-          @lock.synchronize { @querying -= 1 }
+          @lock.synchronize { @busy -= 1 }
         end
       end
 
-      # Yields (to fork) unless a thread is inside a query, holding off any that would start one meanwhile; the
-      # caller tries again on its next turn.
+      # Yields (to fork) unless a thread is inside a query (SQLite) or a connect (PostgreSQL), holding off any that
+      # would start one meanwhile; the caller tries again on its next turn.
       def quietly
-        return yield unless @guarded
-
-        @lock.synchronize { yield if @querying.zero? }
+        @lock.synchronize { yield if @busy.zero? }
       end
+
+      private
+        def watch_connects
+          return unless defined?(ActiveRecord::ConnectionAdapters::PostgreSQLAdapter)
+
+          adapter = ActiveRecord::ConnectionAdapters::PostgreSQLAdapter
+          adapter.prepend(Connects) unless adapter <= Connects
+          ForkLock.current = self
+        end
     end
   end
 end
