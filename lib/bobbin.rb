@@ -94,6 +94,10 @@ module Bobbin
       self
     rescue ActiveRecord::NoDatabaseError => error # Active Record's own advice is for a Rails app (config/database.yml)
       raise ConfigurationError, DatabaseProblem.describe(error)
+    rescue ActiveRecord::StatementInvalid => error # an SQLite file (or its directory) this user cannot write: SQLite's words alone
+      raise unless DatabaseProblem.sqlite_unwritable?(error)
+
+      raise ConfigurationError, DatabaseProblem.describe(error)
     rescue ActiveRecord::ConnectionNotEstablished => error # "There is an issue connecting with your hostname: …": and what the driver said
       said = Store.driver_said(error)
       raise if said.empty?

@@ -182,6 +182,14 @@ module Bobbin
         @problems << "fiber pools need config.active_support.isolation_level = :fiber (it is #{level.inspect})" unless level == :fiber
         FiberSafety.warnings.each { |line| @out.puts("  ! #{line}") }
         report_fiber_settings
+        report_fiber_stacks
+      end
+
+      # Whether this machine can give each worker process its fibers' stacks (vm.max_map_count).
+      def report_fiber_stacks
+        Worker::FiberExecutor.check_stacks!(Worker::FiberExecutor.per_process(@pools, @mode))
+      rescue ConfigurationError => error
+        @problems << error.message
       end
 
       # Whether new jobs wake idle workers at once: a NOTIFY from one session reaching a LISTEN on another, end to end.

@@ -34,7 +34,7 @@ module Bobbin
     # before its traps (`bobbin start` booting the app: CLI#hold_signals), and are acted on as its first.
     def start(held_signals: [])
       ConnectionBudget.check_pools!(@pools, @mode)
-      Worker::FiberExecutor.selector if @pools.any? { |pool| pool.mode == :fibers } # before forking, not in each child
+      Worker::FiberExecutor.check_pools!(@pools, @mode) # before forking, not in each child
       @process = DatabaseProblem.lasting! { ProcessRecord.register(kind: "supervisor", name: "supervisor", metadata: { mode: @mode, pools: @pools.map(&:to_s) }) }
       Record.load_schemas # before the workers fork, so they and the supervisor's housekeeping have them
       ConnectionBudget.warn_server(@pools, @mode, "bobbin supervisor") # PostgreSQL's max_connections cannot hold what they may open

@@ -66,6 +66,22 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
+  # `bobbin start` checked this only in each worker it forked: every worker crashed as it started, and the supervisor
+  # restarted them for ever while `doctor` called the configuration fine (a trial).
+  test "more fibers than this machine's vm.max_map_count can give stacks: start and work refuse at once, doctor says why" do
+    once_per_run
+    fibers = File.read("/proc/sys/vm/max_map_count").to_i.to_s
+    %w[work start].each do |command|
+      assert_config_exit(run_bobbin(command, "--fibers", fibers), /\Abobbin: fibers: #{fibers} needs about \d+ more memory mappings but vm.max_map_count is/)
+    end
+    assert_not Bobbin::ProcessRecord.exists?, "no worker started"
+    status, out, err = run_bobbin("doctor", "--fibers", fibers)
+    assert_equal 1, status.exitstatus, err
+    assert_match(/✗ fibers: #{fibers} needs about \d+ more memory mappings/, out)
+    status, out, err = run_bobbin("doctor", "--fibers", "2")
+    refute_match(/memory mappings/, out + err)
+  end
+
   test "an empty DATABASE_URL" do
     once_per_run
     assert_config_exit(run_bobbin("counts", env: { "DATABASE_URL" => "" }), /no database: DATABASE_URL is unset or empty; set it/)
@@ -361,6 +377,11 @@ class StartupErrorsTest < Bobbin::TestCase
                          %r{cannot write the SQLite database #{dir}/jobs\.sqlite3 .*write access to the file and to its directory})
       assert_config_exit(run_bobbin("migrate", env: env.merge("DATABASE_URL" => sqlite_url("#{dir}/new.sqlite3")), prefix: prefix),
                          %r{cannot write the SQLite database #{dir}/new\.sqlite3})
+      # A script's Bobbin.connect: SQLite's own "attempt to write a readonly database: SELECT sqlite_version(*)" went out
+      # as ActiveRecord::StatementInvalid (a trial).
+      script = "begin; Bobbin.connect(ARGV[0]); rescue Bobbin::ConfigurationError => e; puts(e.message); end"
+      said, = Open3.capture2e(env, *prefix, *ruby, "-I", File.join(ROOT, "lib"), "-r", "bobbin", "-e", script, sqlite_url("#{dir}/jobs.sqlite3"), chdir: dir)
+      assert_match(%r{\Acannot write the SQLite database #{dir}/jobs\.sqlite3 .*write access to the file and to its directory}, said)
 
       File.chmod(0o777, dir) # the file read-only, its directory not: it opens, reads, and its first write is refused
       File.chmod(0o444, "#{dir}/jobs.sqlite3")

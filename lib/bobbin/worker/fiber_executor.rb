@@ -34,6 +34,25 @@ module Bobbin
       # selector IO_EVENT_SELECTOR names.
       def self.check!(capacity)
         selector
+        check_stacks!(capacity)
+      end
+
+      # Like check!, before a supervisor starts `pools` (Pool) in `mode`: a worker process of fork mode runs one pool,
+      # the one process of async mode all of them. Checked in each worker process only, a pool too large for the
+      # machine crashed every worker as it started, and the supervisor restarted them for ever (a trial).
+      def self.check_pools!(pools, mode)
+        fibers = per_process(pools, mode)
+        check!(fibers) if fibers.positive?
+      end
+
+      # The most fibers one worker process of `pools` in `mode` runs.
+      def self.per_process(pools, mode)
+        pools = pools.select { |pool| pool.mode == :fibers }
+        mode.to_sym == :async ? pools.sum { |pool| pool.size * pool.processes } : pools.map(&:size).max.to_i
+      end
+
+      # Raises ConfigurationError when this machine cannot give `capacity` more fibers their stacks (vm.max_map_count).
+      def self.check_stacks!(capacity)
         limit = File.exist?(MAP_COUNT) ? File.read(MAP_COUNT).to_i : nil
         return if limit.nil?
 
