@@ -105,6 +105,9 @@ module Bobbin
       previous = handlers.to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
       held_signals.each { |signal| handlers[signal]&.call }
       @owns_process = true
+      # A service's lines go out as they happen: Ruby buffers stdout that is a pipe or a file (systemd, Docker), and a
+      # script's worker said nothing until it exited (`bobbin start` sets this too).
+      $stdout.sync = true
       run
     ensure
       previous&.each { |signal, handler| trap(signal, handler || "DEFAULT") }
