@@ -232,11 +232,12 @@ module Bobbin
       short!(size, name, job_connections(largest.mode, largest.size), "a #{largest.mode} pool of #{largest.size}")
     end
 
+    # Outside Rails there is no database.yml: the refusal named one to a plain Ruby script (a trial).
     def short!(size, name, needed, what, url: "DATABASE_URL")
       zero = " (a RAILS_MAX_THREADS that is not a number reads as 0)" if size.zero?
-      raise ConfigurationError, "the Active Record pool of #{name.inspect} has #{size} connections#{zero} " \
-                                "but #{what} needs #{needed}; set pool: #{needed} in database.yml #{POOL_KEY}" \
-                                "(or ?#{URL_POOL_KEY}=#{needed} in #{url})"
+      where = AppExecutor.rails? ? "database.yml #{POOL_KEY}" : "the database config "
+      raise ConfigurationError, "the Active Record pool of #{name.inspect} has #{size} connections#{zero} but #{what} needs #{needed}; " \
+                                "set pool: #{needed} in #{where}(or ?#{URL_POOL_KEY}=#{needed} in #{url})"
     end
 
     # Rails 8.1's database.yml names the pool's size max_connections: (pool: still works).

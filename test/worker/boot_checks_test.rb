@@ -11,7 +11,8 @@ class BootChecksTest < Bobbin::TestCase
 
   test "a thread pool larger than the Active Record pool is refused at boot with the numbers" do
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(threads: 40).run_until_empty }
-    assert_match(/has 25 connections but a threads pool of 40 needs 40; set pool: 40/, error.message)
+    assert_match(/has 25 connections but a threads pool of 40 needs 40; set pool: 40 in the database config \(or \?\w+=40 in DATABASE_URL\)/, error.message)
+    refute_match(/database\.yml/, error.message, "no database.yml outside Rails")
     assert_equal 0, Bobbin::ProcessRecord.count, "nothing registered"
   end
 
