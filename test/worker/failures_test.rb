@@ -132,6 +132,9 @@ class FailuresTest < Bobbin::TestCase
     row = ->(id) { Bobbin::JobRecord.find(id) }
     assert_equal [ [ "ready", 1 ], [ "ready", 1 ], [ "ready", 21 ], [ "failed", 25 ] ], [ plain, active_job, late, last ].map { |id| [ row.(id).state, row.(id).attempts ] }
     assert_equal [ "Bobbin::UnknownJobClass" ] * 4, [ plain, active_job, late, last ].map { |id| row.(id).last_error_class }
+    assert_equal [ 25, 25, 25, 25 ], [ plain, active_job, late, last ].map { |id| row.(id).attempts_allowed },
+                 "what lists show as the attempts it may make: the log's \"attempt 1/25\", not its raised max_attempts (2)"
+    assert_equal [ 2, 2, 2 ], [ plain, active_job, late ].map { |id| row.(id).max_attempts }
     assert_operator row.(late).run_at - now, :<=, 300, "at most 5 minutes away, not 2^20 s"
     assert_operator row.(late).run_at - now, :>, 200
   end

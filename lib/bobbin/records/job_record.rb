@@ -32,6 +32,16 @@ module Bobbin
       state == "running" ? started_at || run_at : finished_at || started_at || run_at
     end
 
+    # The attempts the job may make, as its worker counts them ("failed attempt 4/25" in the log): a job whose class no
+    # worker could load is tried up to Worker::Execution::UNKNOWN_CLASS_ATTEMPTS times, each try raising max_attempts
+    # by the attempt it gave back, so lists showed max_attempts one above attempts at every try ("4/5", then "12/13")
+    # while it went on to 25 (two trials).
+    def attempts_allowed
+      return max_attempts unless last_error_class == UnknownJobClass.name && state != "succeeded"
+
+      [ max_attempts, Worker::Execution::UNKNOWN_CLASS_ATTEMPTS ].max
+    end
+
     # The error a list shows for the job, its first line: a failed job's, and a waiting retry's (why it runs again).
     def shown_error
       return unless last_error_class && (state == "failed" || (WAITING.include?(state) && attempts.positive?))
