@@ -145,7 +145,8 @@ class RecurringTaskTest < Bobbin::TestCase
       { "\"every day at 3am\"" => /production.nightly: a recurring task must be a mapping of schedule, class/,
         "" => /production.nightly: a recurring task must be a mapping of schedule, class/,
         "[ TickJob ]" => /production.nightly: a recurring task must be a mapping of schedule, class/,
-        "{ class: TickJob, schedule: every minute, 1: x }" => /production.nightly: unknown key "1"/ }.each do |task, message|
+        "{ class: TickJob, schedule: every minute, 1: x }" => /production.nightly: unknown key "1"/,
+        "{ class: TickJob, schedule: every minute }\n  nightly: { class: TickJob, schedule: every hour }" => /"nightly" is given twice in one mapping \(lines 2 and 3\)/ }.each do |task, message|
         File.write(path, "production:\n  nightly: #{task}\n")
         error = assert_raises(Bobbin::ConfigurationError, task) { Bobbin::Recurring.load_file(path, env: "production") }
         assert_match message, error.message

@@ -104,6 +104,24 @@ class ConfigFileTest < Bobbin::TestCase
     assert_config_error(/invalid YAML: .* at line 3/, "production:\n  workers:\n    - { fibers: 1\n")
   end
 
+  test "a key given twice in one mapping is refused with both lines, not kept as the last silently" do
+    assert_config_error(/"shutdown_timeout" is given twice in one mapping \(lines 2 and 4\)/,
+                        "production:\n  shutdown_timeout: 5\n  workers: [{ fibers: 1 }]\n  shutdown_timeout: 9\n")
+    assert_config_error(/"production" is given twice/, "production:\n  shutdown_timeout: 5\nproduction:\n  shutdown_timeout: 9\n")
+    load(<<~YAML) # the same key in two mappings, and a merge key overridden, are fine
+      defaults: &defaults
+        shutdown_timeout: 5
+      production:
+        <<: *defaults
+        shutdown_timeout: 7
+        workers: [{ fibers: 1 }]
+      development:
+        <<: *defaults
+    YAML
+    assert_equal 7, Bobbin.config.shutdown_timeout
+    assert_equal({}, Bobbin::ConfigFile.parse(@path.tap { File.write(@path, "# only comments\n") }), "a file of comments only is empty")
+  end
+
   test "an ERB error is named with the file, a require of a missing gem too, not raised as it was" do
     assert_config_error(/could not be read \(NameError: undefined local variable or method 'nope'/, "production:\n  shutdown_timeout: <%= nope %>\n")
     assert_config_error(/could not be read \(LoadError: cannot load such file -- bobbin_no_such_gem\)/,

@@ -53,13 +53,33 @@ module Bobbin
 
     def parse(path)
       exists!(path)
-      YAML.safe_load(ERB.new(File.read(path)).result, aliases: true, filename: path) || {}
+      text = ERB.new(File.read(path)).result
+      once_each_key!(text, path)
+      YAML.safe_load(text, aliases: true, filename: path) || {}
     rescue Psych::SyntaxError => error
       raise ConfigurationError, "#{path}: invalid YAML: #{error.problem} at line #{error.line} column #{error.column}"
     rescue ConfigurationError
       raise
     rescue StandardError, ScriptError => error # ScriptError: a SyntaxError in its ERB, or a LoadError from a require there
       raise ConfigurationError, "#{path}: could not be read (#{error.class}: #{error.message})"
+    end
+
+    # Raises when a mapping of the file names a key twice: YAML keeps the last and drops the first without a word (a
+    # recurring task of the same name as another, pasted below it, replaced it: a trial).
+    def once_each_key!(text, path)
+      document = Psych.parse(text, filename: path) or return # a file of comments only (the generator's recurring.yml)
+
+      document.each do |node|
+        next unless node.is_a?(Psych::Nodes::Mapping)
+
+        node.children.each_slice(2).map(&:first).grep(Psych::Nodes::Scalar).reject { |key| key.value == "<<" }
+            .group_by(&:value).each_value do |keys|
+          next if keys.one?
+
+          raise ConfigurationError, "#{path}: #{keys.first.value.inspect} is given twice in one mapping (lines " \
+                                    "#{keys.map { |key| key.start_line + 1 }.join(' and ')}); YAML would keep only the last"
+        end
+      end
     end
 
     def section(document, path, env)
