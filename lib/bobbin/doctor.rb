@@ -51,6 +51,7 @@ module Bobbin
       report_notifications
       report_job_files # first: report_active_job looks at the job classes they define
       report_active_job
+      report_recurring
       report_adapter_settings
       report_unselected_queues
       @out.puts(@problems.empty? ? "OK: this configuration fits." : "#{@problems.size} problem(s):")
@@ -314,6 +315,20 @@ module Bobbin
       # In a Rails app that loads its code lazily (eager_load off: development, and any environment that sets it so), a
       # job file that does not load (a syntax error, ENV.fetch of a variable not set) passed doctor and failed its jobs
       # later (a trial); where code is eager-loaded the app would not boot. Each file under app/jobs is loaded here.
+      # Each recurring task's job as its first tick would build it: a class no file defines passed the check, and the
+      # scheduler then said "unknown job class" at every tick (a trial).
+      def report_recurring
+        tasks = Bobbin.config.recurring_tasks.values
+        return if tasks.empty?
+
+        @out.puts("Recurring: #{tasks.size} task(s)")
+        tasks.each do |task|
+          task.job_row
+        rescue ConfigurationError => error
+          @problems << error.message
+        end
+      end
+
       def report_job_files
         return unless defined?(::Rails.application) && ::Rails.application && ::Rails.respond_to?(:autoloaders)
 

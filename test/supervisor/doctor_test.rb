@@ -36,6 +36,21 @@ class DoctorTest < Bobbin::TestCase
     root
   end
 
+  # A recurring task of a class no file defines passed doctor, and the scheduler said "unknown job class" at every tick
+  # (a trial).
+  test "a recurring task whose job cannot be built is a problem; one that can is not" do
+    Bobbin.config.recurring("tick", class: "SleepJob", args: [ 0, "tick" ], schedule: "every minute")
+    status, report = doctor([ { "threads" => 1 } ])
+    assert_match(/^Recurring: 1 task\(s\)$/, report)
+    refute_match(/recurring task/, report)
+    assert_equal 0, status, report
+
+    Bobbin.config.recurring("gone", class: "NoSuchJob", schedule: "every minute")
+    status, report = doctor([ { "threads" => 1 } ])
+    assert_equal 1, status, report
+    assert_match(/✗ recurring task gone: unknown job class NoSuchJob/, report)
+  end
+
   # A worker held 12 connections each to a primary, a replica and a shard where the report's total said 12 (a trial).
   test "the report names the app's other databases (a replica, shards) and the connections they add per process" do
     saved = ActiveRecord::Base.configurations
