@@ -170,7 +170,7 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/"abc" is not a job id/, err)
     status, _, err = run_bobbin("jobs", "--state", "lost")
     assert_equal 64, status.exitstatus
-    assert_match(/invalid argument: --state lost/, err)
+    assert_match(/invalid argument: --state lost \(one of ready, scheduled, blocked, running, succeeded, failed, discarded\)/, err)
     assert_equal 1, run_bobbin("discard", "987654321").first.exitstatus
   end
 

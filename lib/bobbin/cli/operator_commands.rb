@@ -30,8 +30,8 @@ module Bobbin
           else act(command, argv, filter, options)
           end
         end
-      rescue ArgumentError, OptionParser::ParseError => error
-        raise UsageError, error.message
+      rescue ArgumentError, OptionParser::ParseError => error # a --state not known says which are (it named only the wrong one)
+        raise UsageError, error.is_a?(OptionParser::InvalidArgument) && error.args.first == "--state" ? "#{error.message} (one of #{Operator::Filter::STATES.join(', ')})" : error.message
       end
 
       # The block's value (an exit status), waiting only briefly for a lock another session holds on Bobbin's tables
