@@ -312,9 +312,6 @@ module Bobbin
                   "#{named.join(', ')}#{', …' if unselected.size > 5}; add them to a pool's queues, or they never run")
       end
 
-      # In a Rails app that loads its code lazily (eager_load off: development, and any environment that sets it so), a
-      # job file that does not load (a syntax error, ENV.fetch of a variable not set) passed doctor and failed its jobs
-      # later (a trial); where code is eager-loaded the app would not boot. Each file under app/jobs is loaded here.
       # Each recurring task's job as its first tick would build it: a class no file defines passed the check, and the
       # scheduler then said "unknown job class" at every tick (a trial).
       def report_recurring
@@ -329,6 +326,9 @@ module Bobbin
         end
       end
 
+      # In a Rails app that loads its code lazily (eager_load off: development, and any environment that sets it so), a
+      # job file that does not load (a syntax error, ENV.fetch of a variable not set) passed doctor and failed its jobs
+      # later (a trial); where code is eager-loaded the app would not boot. Each file under app/jobs is loaded here.
       def report_job_files
         return unless defined?(::Rails.application) && ::Rails.application && ::Rails.respond_to?(:autoloaders)
 

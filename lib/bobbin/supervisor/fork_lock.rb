@@ -13,7 +13,7 @@ module Bobbin
     # credentials, and GSSAPI takes a process-wide mutex to do so. A worker forked while another thread of the
     # supervisor was connecting (a heartbeat or recovery after the server closed an idle session) inherited that mutex
     # held, and hung in its own first connect, for ever (a trial: once in ~115 worker kills; a script connecting in a
-    # thread while forking hangs about one child in 60). Queries there hold no such lock, so a fork does not wait for
+    # thread as it forked hung 3 of ~570 children). Queries there hold no such lock, so a fork does not wait for
     # a heartbeat held up by a frozen server, only for a connect (which gives up after connect_timeout, when set).
     class ForkLock
       class << self
