@@ -25,17 +25,37 @@ class ForkLockTest < Bobbin::TestCase
                                                             connect_timeout: 30, connection_retries: 0)
   end
 
-  test "a fork waits while a thread of the process is connecting to PostgreSQL, then goes ahead" do
-    lock = ForkLock.new(forks: true, adapter: "postgresql")
+  def busy(lock) = lock.instance_variable_get(:@busy)
+
+  test "a fork waits for a thread's connect to PostgreSQL under way, and goes ahead once it has ended" do
+    lock = ForkLock.new(forks: true, adapter: "postgresql", connect_wait: 60)
     server, accepted, acceptor = silent_server
     connecting = Thread.new { connect_to(server).connect! }
     connecting.report_on_exception = false
     socket = accepted.pop # the connect is under way
-    wait_for("the connect to be counted") { !lock.quietly { :forked } }
-    assert_nil lock.quietly { :forked }, "no fork while a connect is under way"
+    wait_for("the connect to be counted") { busy(lock).positive? }
+    closed = false
+    closer = Thread.new { sleep(0.5) && (closed = true) && socket.close } # ends the connect while the fork waits
+    assert_equal [ true, 0 ], lock.quietly { [ closed, busy(lock) ] }, "forked after the connect ended, not during it"
+    assert_raises(ActiveRecord::ConnectionNotEstablished) { connecting.value }
+  ensure
+    closer&.join
+    acceptor&.join(5)
+    server&.close
+  end
+
+  # While the database was down the supervisor's heartbeat thread, started each turn just before the fork, was always
+  # connecting: a fork that skipped its turn for connects never came, and a dead worker waited for the database.
+  test "a connect that does not end holds a fork off no longer than connect_wait" do
+    lock = ForkLock.new(forks: true, adapter: "postgresql", connect_wait: 0.05)
+    server, accepted, acceptor = silent_server
+    connecting = Thread.new { connect_to(server).connect! }
+    connecting.report_on_exception = false
+    socket = accepted.pop
+    wait_for("the connect to be counted") { busy(lock).positive? }
+    assert_predicate lock.quietly { busy(lock) }, :positive?, "forked with the connect still under way"
     socket.close
     assert_raises(ActiveRecord::ConnectionNotEstablished) { connecting.value }
-    assert_equal :forked, lock.quietly { :forked }
   ensure
     socket&.close unless socket&.closed?
     acceptor&.join(5)

@@ -14,8 +14,15 @@ module Bobbin
     # supervisor was connecting (a heartbeat or recovery after the server closed an idle session) inherited that mutex
     # held, and hung in its own first connect, for ever (a trial: once in ~115 worker kills; a script connecting in a
     # thread as it forked hung 3 of ~570 children). Queries there hold no such lock, so a fork does not wait for
-    # a heartbeat held up by a frozen server, only for a connect (which gives up after connect_timeout, when set).
+    # a heartbeat held up by a frozen server. It waits for connects under way, at most CONNECT_WAIT, and none starts
+    # while it forks. It never skips its turn for them: while the database was down, the supervisor's heartbeat thread,
+    # started each turn just before the fork, was always connecting, and a worker that died was not started again
+    # until the database was back (CI's outage tests).
     class ForkLock
+      # Seconds a fork waits for connects under way (they fail at once while a server is down; one to a host that does
+      # not answer could take connect_timeout, and the fork goes ahead after this).
+      CONNECT_WAIT = 0.25
+
       class << self
         # The lock PostgreSQL connects in this process count with (nil: none).
         attr_accessor :current
@@ -35,11 +42,13 @@ module Bobbin
       end
 
       # `forks`: the supervisor forks its workers (in async mode they are threads, and nothing needs keeping apart).
-      def initialize(forks:, adapter: Record.connection_db_config.adapter)
+      def initialize(forks:, adapter: Record.connection_db_config.adapter, connect_wait: CONNECT_WAIT)
         sqlite = adapter == "sqlite3"
         @queries = forks && sqlite
+        @connect_wait = connect_wait
         @pid = ::Process.pid
         @lock = Mutex.new
+        @idle = ConditionVariable.new
         @busy = 0
         # The sqlite3 gem closes the writable connections a worker inherits (which this lock makes safe) and warns, at
         # each fork, that it is "unsafe … possible data corruption". Active Record 8 silences that warning; on 7.2 it
@@ -61,14 +70,23 @@ module Bobbin
         begin
           yield
         ensure
-          @lock.synchronize { @busy -= 1 }
+          @lock.synchronize { (@busy -= 1).zero? && @idle.broadcast }
         end
       end
 
-      # Yields (to fork) unless a thread is inside a query (SQLite) or a connect (PostgreSQL), holding off any that
-      # would start one meanwhile; the caller tries again on its next turn.
+      # Yields (to fork), holding off any query (SQLite) or connect (PostgreSQL) that would start meanwhile. SQLite:
+      # not while a thread is inside a query (the caller tries again on its next turn). PostgreSQL: once the connects
+      # under way have ended, or after connect_wait.
       def quietly
-        @lock.synchronize { yield if @busy.zero? }
+        @lock.synchronize do
+          next(yield if @busy.zero?) if @queries
+
+          deadline = Bobbin.monotonic + @connect_wait
+          while @busy.positive? && (left = deadline - Bobbin.monotonic).positive?
+            @idle.wait(@lock, left)
+          end
+          yield
+        end
       end
 
       private
