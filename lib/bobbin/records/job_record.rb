@@ -39,7 +39,7 @@ module Bobbin
     def attempts_allowed
       return max_attempts unless last_error_class == UnknownJobClass.name && state != "succeeded"
 
-      [ max_attempts, Worker::Execution::UNKNOWN_CLASS_ATTEMPTS ].max
+      Worker::Execution.unknown_class_attempts(max_attempts)
     end
 
     # The error a list shows for the job, its first line: a failed job's, and a waiting retry's (why it runs again).

@@ -28,10 +28,10 @@ module Bobbin
         attr_accessor :current
       end
 
-      # Counts an Active Record PostgreSQL adapter's connects (new sessions and resets) with ForkLock.current.
+      # Counts an Active Record PostgreSQL adapter's connects with ForkLock.current: `reconnect` is where every one
+      # happens (a reset, or `connect` for a new session; Active Record 7.2 and 8.1 call `connect` nowhere else).
       module Connects
         private
-          def connect(...) = ForkLock.connecting { super }
           def reconnect(...) = ForkLock.connecting { super }
       end
 

@@ -79,6 +79,9 @@ module Bobbin
         raise UnknownJobClass, "job class #{name} could not be loaded (#{error.class}: #{error.message.lines.first.strip})"
       end
 
+      # The attempts a job whose class cannot be loaded may make: UNKNOWN_CLASS_ATTEMPTS, or its own if more.
+      def self.unknown_class_attempts(max_attempts) = [ max_attempts, UNKNOWN_CLASS_ATTEMPTS ].max
+
       def self.runnable?(job_class)
         return false unless job_class.is_a?(Class)
 
@@ -191,7 +194,7 @@ module Bobbin
         rescue UnrunnableJob => error
           failed(job, error)
         rescue UnknownJobClass => error
-          attempts = [ job.max_attempts, UNKNOWN_CLASS_ATTEMPTS ].max
+          attempts = self.class.unknown_class_attempts(job.max_attempts)
           job.attempts < attempts ? retried(job, nil, error, of: attempts, at_most: UNKNOWN_CLASS_BACKOFF, max_attempts: given_back(job)) : failed(job, error)
         rescue Exception => error # rubocop:disable Lint/RescueException -- exit, Interrupt or a stack overflow in a job fails the job, not the worker
           interrupted!(error) if @interrupted.call(job.id)
