@@ -49,6 +49,12 @@ class UnansweredStatementsTest < Bobbin::TestCase
     ensure_killed(pids) do
       pids << spawn_bobbin("work", "-c", config.path, "--shutdown-timeout", "1", log: log,
                                                                                env: { "DATABASE_URL" => "#{@proxy.url("bobbin-unanswered-reconnect")}&pool=5" })
+      # The listener first opens its session as the worker starts: the next session to be readied would be its own,
+      # not the one ended below, and the worker would stop as usual (a flake in CI, 9 of 12 runs on a busy machine).
+      wait_for("the worker's listener", timeout: 60) do
+        Bobbin::Record.connection.select_value("SELECT pid FROM pg_stat_activity WHERE application_name = 'bobbin-unanswered-reconnect' " \
+                                               "AND (query = 'LISTEN #{Bobbin::Wakeups::Listener::CHANNEL}' OR query = '#{Bobbin::Wakeups::Listener::PING}')")
+      end
       # The claimer's session (its claims, or an idle worker's next due time), then the writer's (heartbeats, lost
       # claims' release): each is ended, and the session opened in its place goes silent as Active Record readies it.
       [ "#{TestDatabase::CLAIM_QUERY}' OR query LIKE '#{TestDatabase::NEXT_DUE_QUERY}",
