@@ -26,10 +26,10 @@ module Bobbin
 
       # Retries every failed or discarded job `filter` selects, BATCH rows per statement; returns how many. `filter`: a
       # Filter, its criteria as a Hash, or a relation of JobRecord (what an adapter such as Mission Control's selects).
-      def retry_all(filter, by:) = in_batches(filter, RETRYABLE) { |ids, selected| retry_ids(ids, by, selected) }
+      def retry_all(filter, by:) = in_batches(filter, RETRYABLE) { |ids, selected| retry_ids(ids, by, selected) }.tap { |count| Stats.refresh_statistics(count) }
 
       # Discards every failed or waiting job `filter` selects, BATCH rows per statement; returns how many.
-      def discard_all(filter, by:) = in_batches(filter, DISCARDABLE) { |ids, selected| discard_ids(ids, by, selected) }
+      def discard_all(filter, by:) = in_batches(filter, DISCARDABLE) { |ids, selected| discard_ids(ids, by, selected) }.tap { |count| Stats.refresh_statistics(count) }
 
       # Returns running job `id` to its queue when the process that claimed it is gone or silent for longer than
       # its `process_alive_threshold` (a stuck job); its attempt is given back. A job whose process is alive is left
@@ -58,7 +58,7 @@ module Bobbin
         deleted = 0
         loop do
           ids = JobRecord.where(state: states, finished_at: ...before).limit(BATCH).pluck(:id)
-          break deleted if ids.empty?
+          break deleted.tap { |count| Stats.refresh_statistics(count) } if ids.empty?
 
           deleted += JobRecord.where(id: ids, state: states, finished_at: ...before).delete_all # not one retried and finished since
           Stats.forget_throughput # the chart's kept minutes may have lost rows
