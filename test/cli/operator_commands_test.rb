@@ -247,7 +247,8 @@ class DashboardCommandTest < Bobbin::TestCase
       response = wait_for("the dashboard to listen", timeout: 60) { http_get(port, "/") rescue nil }
       assert_equal "401", response.code
       assert_equal 'Basic realm="bobbin"', response["www-authenticate"]
-      assert_equal "403", http_get(port, "/", password: "wrong").code
+      wrong = http_get(port, "/", password: "wrong")
+      assert_equal [ "401", 'Basic realm="bobbin"' ], [ wrong.code, wrong["www-authenticate"] ], "a mistyped password is asked again"
       ok = http_get(port, "/queues", password: "s3cret")
       assert_equal "200", ok.code
       assert_match(/<h1>Queues<\/h1>/, ok.body)

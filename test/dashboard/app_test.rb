@@ -236,6 +236,21 @@ class DashboardAppTest < Bobbin::TestCase
     end
   end
 
+  # A 403 for a mistyped password was never asked again: the browser kept sending it until restarted (a trial).
+  test "bobbin dashboard --auth-token asks again for wrong credentials; a form without its CSRF token stays refused with the right ones" do
+    id = insert_jobs(1, **failed_attributes).first
+    app = Bobbin::Dashboard::Server.new(port: 0, host: "127.0.0.1", token: "pw") { |auth| Bobbin::Dashboard.new(environment: "production", auth: auth) }.app
+    login = ->(password) { { **LOCAL, "HTTP_AUTHORIZATION" => "Basic #{[ "ann:#{password}" ].pack('m0')}" } }
+    [ {}, login.("wrong") ].each do |headers|
+      response = Rack::MockRequest.new(app).get("/queues", **LOCAL, **headers)
+      assert_equal [ 401, 'Basic realm="bobbin"' ], [ response.status, response.headers["www-authenticate"] ], headers.keys.inspect
+    end
+    assert_equal 200, Rack::MockRequest.new(app).get("/queues", **login.("pw")).status
+    refused = Rack::MockRequest.new(app).post("/jobs/#{id}/retry", **login.("pw"))
+    assert_equal [ 403, nil ], [ refused.status, refused.headers["www-authenticate"] ]
+    assert_equal "failed", Bobbin::JobRecord.find(id).state
+  end
+
   test "a release the operator layer refuses says why: the job's process is alive" do
     live = Bobbin::ProcessRecord.register(kind: "worker", name: "live")
     id = insert_jobs(1, state: "running", claimed_by: live.id, attempts: 1).first

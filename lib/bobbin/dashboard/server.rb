@@ -23,7 +23,7 @@ module Bobbin
         auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "#{name}:#{basic_user(request)}" }
         @app = yield(auth)
         # Without a token there are no credentials to ask for (a read-only POST is 403), and only this machine's names.
-        @app = token ? challenge(@app) : loopback_named(@app)
+        @app = token ? challenge(@app, auth) : loopback_named(@app)
       end
 
       # The Rack app it serves.
@@ -76,11 +76,13 @@ module Bobbin
           end
         end
 
-        # Asks the browser for credentials (the token) when refused for lack of them.
-        def challenge(app)
+        # Asks the browser for credentials (the token) when refused for lack of them, or for wrong ones: a 403 for a
+        # mistyped password was never asked again, and the browser kept sending it until restarted (a trial). A 403
+        # with the right ones (a read-only dashboard's POST, a form without its CSRF token) stays one.
+        def challenge(app, auth)
           lambda do |env|
             status, headers, body = app.call(env)
-            return [ status, headers, body ] unless status == 403 && !env["HTTP_AUTHORIZATION"]
+            return [ status, headers, body ] unless status == 403 && !auth.call(Rack::Request.new(env))
 
             headers["www-authenticate"] = 'Basic realm="bobbin"'
             [ 401, headers, body ]
