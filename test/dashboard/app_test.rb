@@ -344,6 +344,16 @@ class DashboardAppTest < Bobbin::TestCase
       assert_includes CGI.unescapeHTML(response.body[%r{<p id="refusal">(.*?)</p>}m, 1].to_s), why, path[0, 40]
     end
     assert_equal 200, get(app, "/?state=%G1").status, "a page that reads no query shows"
+    # Filters and cursors Rack parses but the database cannot take: a 500 each (a trial); a NUL alone was blank, and the
+    # page listed every job under a "discard all matching" of them all.
+    { "/jobs?after=99999999999999999999999" => "bad page cursor", "/jobs?state=failed&after=2026-01-01T00:00:00Z,99999999999999999999" => "bad page cursor",
+      "/jobs?process_id=99999999999999999999" => "process_id must be a number", "/jobs?queue=a%FFb" => 'queue must be UTF-8 text, not "a\\xFFb"',
+      "/jobs?search=x%FFy" => "search must be UTF-8 text", "/jobs?class_name=x%FFy" => "class_name must be UTF-8 text",
+      "/jobs?search=%00" => "search must not contain a NUL byte", "/jobs?state=failed&class_name=%00" => "class_name must not contain a NUL byte" }.each do |path, why|
+      response = get(app, path)
+      assert_equal 400, response.status, path
+      assert_includes CGI.unescapeHTML(response.body[%r{<p id="refusal">(.*?)</p>}m, 1].to_s), why, path
+    end
     garbled = Rack::MockRequest.new(app).post("/queues/pause", **LOCAL, input: "garbage", "CONTENT_TYPE" => "multipart/form-data; boundary=xx")
     assert_equal 400, garbled.status
   end

@@ -11,6 +11,8 @@ module Bobbin
       STATES = %w[ready scheduled blocked running succeeded failed discarded].freeze
       TIMES = %i[enqueued_after enqueued_before finished_after finished_before].freeze
       KEYS = (%i[state queue class_name process_id active_job_id search stalled] + TIMES).freeze
+      # Ids both databases keep (a 64-bit integer).
+      ID_RANGE = (-(2**63)..((2**63) - 1))
 
       attr_reader(*KEYS)
 
@@ -26,7 +28,26 @@ module Bobbin
       def self.from(params)
         return params if params.is_a?(Filter)
 
-        new(**(params || {}).to_h.transform_keys(&:to_sym).reject { |_, value| value.nil? || value.to_s.strip.empty? })
+        criteria = (params || {}).to_h.transform_keys(&:to_sym)
+        criteria.each { |key, value| text!(key, value) if value.is_a?(String) }
+        new(**criteria.reject { |_, value| value.nil? || value.to_s.strip.empty? })
+      end
+
+      # A criterion as a query or form gives it: bytes that are not UTF-8 failed the dashboard's page with a 500 (an
+      # encoding error, not the ArgumentError it answers with a 400), and a NUL alone was blank, so the page listed every
+      # job and its "discard all matching" would have acted on them all (a trial).
+      def self.text!(key, value)
+        raise ArgumentError, "#{key} must be UTF-8 text, not #{value.b.inspect}" unless value.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+        raise ArgumentError, "#{key} must not contain a NUL byte" if value.include?("\0")
+      end
+
+      # An id as text gives it: a decimal integer within the 64-bit range both databases keep (one above it failed a page
+      # with a 500, Active Model's RangeError; a trial). Raises ArgumentError otherwise.
+      def self.id(text)
+        id = Integer(text.to_s, 10)
+        raise ArgumentError, "out of range" unless ID_RANGE.cover?(id)
+
+        id
       end
 
       def initialize(**criteria)
@@ -121,7 +142,7 @@ module Bobbin
         end
 
         def number(key, value)
-          value.nil? ? nil : Integer(value.to_s, 10)
+          value.nil? ? nil : Filter.id(value)
         rescue ArgumentError
           raise ArgumentError, "#{key} must be a number, not #{value.inspect}"
         end

@@ -57,10 +57,10 @@ module Bobbin
       end
 
       def self.parse(cursor, column)
-        return [ nil, Integer(cursor) ] if column == :id
+        return [ nil, Filter.id(cursor) ] if column == :id
 
         time, id = cursor.to_s.split(",", 2)
-        [ Filter.parse_time(time), Integer(id) ]
+        [ Filter.parse_time(time), Filter.id(id) ]
       rescue ArgumentError, TypeError
         raise ArgumentError, "bad page cursor #{cursor.inspect}"
       end
