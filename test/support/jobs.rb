@@ -694,5 +694,21 @@ class ChildTaskJob
   include Bobbin::Job
   bobbin_options retries: 0
 
-  def perform = Async { sleep }
+  def perform(transient = false) = Async(transient: transient) { sleep }
+end
+
+# Starts a task that ends after `seconds` (recording `key`, or raising `error`) and returns at once: a stream fanned out
+# with `Async { }`.
+class FannedOutJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(seconds, key, error = nil)
+    Async do
+      sleep(seconds)
+      raise ArgumentError, error if error
+
+      LedgerEntry.create!(key: key)
+    end
+  end
 end

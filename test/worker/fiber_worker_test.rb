@@ -75,18 +75,30 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_equal [ "job 0", "loop", "job 1", "loop", "job 2" ], order.drop_while { |step| step == "loop" }.first(5)
   end
 
-  test "a task a job left running that swallows its stop is ended after the grace: the worker's run returns and its row goes" do
+  # A job's row read succeeded while the tasks it started still ran, and a stop then cut them: their work was lost (a trial).
+  test "a job's outcome waits for the tasks it started with Async { }, and one's exception fails the job" do
+    FannedOutJob.enqueue(0.3, "fanned-out")
+    failing = FannedOutJob.enqueue(0.1, "never", "the task's own")
+    drain(fibers: 4)
+    assert_equal [ "fanned-out" ], LedgerEntry.pluck(:key), "its task's work was done before the worker said the job succeeded"
+    assert_equal [ "failed", "ArgumentError", "the task's own" ], Bobbin::JobRecord.where(id: failing).pick(:state, :last_error_class, :last_error_message)
+    assert_equal 1, Bobbin.counts["succeeded"]
+  end
+
+  test "a task a job left running that swallows its stop is ended after the grace: the worker's run returns, its row goes, the job runs again" do
     StubbornTaskJob::STOPS.clear
-    StubbornTaskJob.enqueue
+    id = StubbornTaskJob.enqueue
     worker = Bobbin::Worker.new(fibers: 2, polling_interval: 0.05, shutdown_timeout: 0)
     thread = Thread.new { worker.run }
-    wait_for("the job to succeed") { Bobbin.counts["succeeded"] == 1 }
+    wait_for("the job to run") { Bobbin::JobRecord.find(id).state == "running" }
+    sleep(0.2) # its task started
     worker.stop
     assert thread.join(60), "the worker's run returned (its loop ran the task for ever)"
     stops = Array.new(StubbornTaskJob::STOPS.size) { StubbornTaskJob::STOPS.pop }
     assert_includes stops, :swallowed, "the task ignored its stop"
     assert_equal :ended, stops.last, "then its fiber was ended, through its ensure"
     assert_equal 0, Bobbin::ProcessRecord.count
+    assert_equal "ready", Bobbin::JobRecord.find(id).state, "the job's work was cut: it runs again"
   ensure
     thread&.kill&.join(10)
   end

@@ -140,21 +140,25 @@ class MisbehavingJobsTest < Bobbin::TestCase
     end
   end
 
-  # The loop runs until every task has ended: the worker logged "stopped" and never exited (a review).
+  # The loop runs until every task has ended: the worker logged "stopped" and never exited (a review). A job's outcome
+  # waits for the tasks it started, so one whose task never ends runs until a stop interrupts it, and goes back to ready.
   test "a fiber job that leaves an Async task of its own running does not keep its worker from exiting" do
     id = ChildTaskJob.enqueue
     after = LedgerJob.enqueue("after")
     pids = []
     ensure_killed(pids) do
-      pids << spawn_bobbin("work", "--fibers", "1", "--polling-interval", "0.05")
-      wait_for("both jobs to run") { Bobbin::JobRecord.where(id: [ id, after ], state: "succeeded").count == 2 }
+      pids << spawn_bobbin("work", "--fibers", "2", "--polling-interval", "0.05", "--shutdown-timeout", "1")
+      wait_for("the job beside it to run") { Bobbin::JobRecord.where(id: after, state: "succeeded").exists? }
+      assert_equal [ "running", nil ], state_of(id), "the job runs while its task does"
       Process.kill(:TERM, pids.first)
       assert wait_exit(pids.first, timeout: 15)&.success?, "the worker exits cleanly on TERM"
     end
     assert_equal 0, Bobbin::ProcessRecord.count, "its row is gone"
-    ChildTaskJob.enqueue
+    assert_equal "ready", state_of(id).first, "interrupted, it runs again"
+    Bobbin::JobRecord.delete_all
+    ChildTaskJob.enqueue(true)
     drain_within(15, fibers: 1)
-    assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state), "a drain returns too"
+    assert_equal [ "succeeded" ], Bobbin::JobRecord.distinct.pluck(:state), "a transient task is not waited for, and a drain returns"
   end
 
   test "a thread-lane job that ends its thread fails alone; the lane keeps its thread" do

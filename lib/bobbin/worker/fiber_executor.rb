@@ -128,9 +128,20 @@ module Bobbin
         task = Async::Task.current
         @in_job[task] = true
         task.stop(cause: Shutdown.new) if interrupted?(id) # raises here: its fiber is the current one
-        yield
+        before = task.children.to_a
+        yield.tap { await_started(task, before) }
       ensure
         @in_job.delete(task) # no lock: a wait for one here would be a wait the stop could land in
+      end
+
+      # The tasks a job started and left running (`Async { }`: a stream fanned out, a write at its end) are part of its
+      # work, as they are of a script's `Sync { }`: its outcome waits for them, and an exception one ends with is the
+      # job's. Its row read succeeded while they ran, and a stop then cut them, so their work was lost and never ran
+      # again (a trial). Transient tasks (a client's background reader) are not waited for, as Async's own wait_all skips them.
+      def await_started(task, before)
+        while (started = task.children.to_a.find { |child| !child.transient? && !child.finished? && !before.include?(child) })
+          started.wait_all
+        end
       end
 
       private
