@@ -18,7 +18,8 @@ module Bobbin
   #   start_process  process_id, kind ("worker", "supervisor"), name, pid
   #   stop_process   process_id, kind, name, pid
   #   recurring      key, run_at (the tick), job_id  (a recurring task's tick enqueued; once across all schedulers)
-  #   stall          id, class_name, queue, duration_ms, location, backtrace (taken while stuck), at, process_id
+  #   stall          id, class_name, queue, duration_ms, location, backtrace (taken while stuck), at, wall_ms (the loop held on the
+  #                  clock, duration_ms plus the time it waited for a CPU or another thread), process_id
   #                  (a job held its fiber pool's event loop past stall_threshold; published when it let go)
   #
   # LogSubscriber turns them into log lines (Rails attaches it; plain Ruby: Bobbin::LogSubscriber.attach_to(:bobbin)).

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "support/active_jobs"
+require "rack/mock"
 
 ActiveJob::Base.include(ActiveJob::EnqueueAfterTransactionCommit)
 
@@ -22,6 +23,12 @@ class RetryingActiveJob < ActiveJob::Base
 
     LedgerEntry.create!(key: key)
   end
+end
+
+class ExhaustingActiveJob < ActiveJob::Base
+  retry_on ArgumentError, wait: 0, attempts: 2
+
+  def perform = raise(ArgumentError, "every time")
 end
 
 class DiscardingActiveJob < ActiveJob::Base
@@ -185,6 +192,17 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     drain(fibers: 5)
     assert_equal [ "r" ], LedgerEntry.pluck(:key)
     assert_equal 3, Bobbin::JobRecord.where(class_name: "RetryingActiveJob", state: "succeeded").count
+  end
+
+  # Each retry is a row of its own, of one attempt: the last one's line said "failed after 1 attempt(s)" (a trial).
+  test "a job whose retry_on attempts run out fails, and the log counts its runs as Active Job does" do
+    ExhaustingActiveJob.perform_later
+    log = bobbin_log { drain(fibers: 5) }
+    assert_equal [ "succeeded", "failed" ], Bobbin::JobRecord.where(class_name: "ExhaustingActiveJob").order(:id).pluck(:state), "the retry is the row that fails"
+    assert_match(/ExhaustingActiveJob \d+ failed after 2 execution\(s\) \(Active Job's count, its retries included\): ArgumentError: every time/, log)
+    failed = Bobbin::JobRecord.find_by!(class_name: "ExhaustingActiveJob", state: "failed")
+    page = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development")).get("/jobs/#{failed.id}", "REMOTE_ADDR" => "127.0.0.1", "HTTP_HOST" => "localhost")
+    assert_includes page.body, "1 of 1; Active Job execution 2 (each retry_on retry is a job of its own)", "the dashboard says so too"
   end
 
   test "discard_on drops the job without a failure" do

@@ -21,6 +21,15 @@ module Bobbin
       STATES.to_h { |state| [ state, by_state.fetch(state, 0) - scheduled.fetch(state, 0) ] }.merge("scheduled" => scheduled.values.sum)
     end
 
+    # The Active Job execution a row of an Active Job job runs (1 for its first run, 3 for the second retry by retry_on,
+    # each retry a row of its own), from its payload; nil for a plain job or a payload that does not say.
+    def self.active_job_execution(active_job_id, arguments)
+      executions = (JSON.parse(arguments)["executions"] if active_job_id rescue nil)
+      executions + 1 if executions.is_a?(Integer)
+    end
+
+    def active_job_execution = self.class.active_job_execution(active_job_id, arguments)
+
     # The state as operators see it: a waiting job whose run_at is still ahead is "scheduled".
     def shown_state(now = Time.now.utc) = WAITING.include?(state) && run_at > now ? "scheduled" : state
 

@@ -349,13 +349,20 @@ module Bobbin
         end
 
         def failed(job, error)
-          @logger.warn("bobbin: #{named(job)} failed after #{job.attempts} attempt(s): #{describe(error)}")
+          @logger.warn("bobbin: #{named(job)} failed after #{runs(job)}: #{describe(error)}")
           Instrumentation.instrument(:fail, event_payload(job, error))
           error_outcome(job, "failed", error, finished_at: Store.timestamp(Time.now))
         end
 
         # A job as log lines name it: its class (control characters escaped) and id.
         def named(job) = "#{Printable.printable(job.class_name)} #{job.id}"
+
+        # How many times the job ran. An Active Job job's retries (retry_on) are rows of their own, each of one attempt:
+        # its line said "failed after 1 attempt(s)" as Active Job logged "reoccurred on 3 attempts" (a trial).
+        def runs(job)
+          execution = JobRecord.active_job_execution(job.active_job_id, job.arguments)
+          execution ? "#{execution} execution(s) (Active Job's count, its retries included)" : "#{job.attempts} attempt(s)"
+        end
 
         def event_payload(job, error) = { id: job.id, class_name: job.class_name, queue: job.queue, attempts: job.attempts, error: error }
 

@@ -27,7 +27,7 @@ module Bobbin
       JOB = :bobbin_job_id
       STARTED = :bobbin_job_started
       # One finished stall: which job, how long (ms), and where it was stuck.
-      Stall = Data.define(:id, :class_name, :queue, :duration_ms, :location, :backtrace, :at)
+      Stall = Data.define(:id, :class_name, :queue, :duration_ms, :location, :backtrace, :at, :wall_ms)
       # Stalls the process row keeps for the dashboard.
       RECENT = 5
       # A stall still going on after this many seconds is logged once before it ends.
@@ -265,7 +265,8 @@ module Bobbin
 
           job = suspect[:job]
           stall = Stall.new(id: suspect[:id], class_name: job&.class_name, queue: job&.queue, duration_ms: duration.round(1),
-                            location: location(backtrace), backtrace: backtrace, at: Time.now.utc.iso8601(3))
+                            location: location(backtrace), backtrace: backtrace, at: Time.now.utc.iso8601(3),
+                            wall_ms: ((ended - suspect[:since]) * 1000).round(1))
           @lock.synchronize { @stalls += 1; @recent = [ stall, *@recent ].first(RECENT) }
           @on_stall.call(stall)
         end

@@ -53,7 +53,14 @@ module Bobbin
           return if skipped.nil?
 
           @logger.warn("bobbin: #{stall.class_name || 'a job'} #{stall.id} held the event loop #{stall.duration_ms.round}ms " \
-                       "at #{stall.location}#{hint(stall, repeats)}#{" (#{skipped} more stalls not logged)" if skipped.positive?}")
+                       "at #{stall.location}#{on_the_clock(stall)}#{hint(stall, repeats)}#{" (#{skipped} more stalls not logged)" if skipped.positive?}")
+        end
+
+        # The loop was held longer than the job is blamed for where it waited for a CPU (a busy host) or for another
+        # thread of the process: every other fiber waited that long too, and the line read as half the stall (a trial).
+        def on_the_clock(stall)
+          wall = stall.wall_ms.to_f
+          " (#{wall.round}ms on the clock, the rest waiting for a CPU or another thread)" if wall - stall.duration_ms >= 100
         end
 
         def hint(stall, repeats)
