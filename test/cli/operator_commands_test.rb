@@ -172,6 +172,9 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal 64, status.exitstatus
     assert_match(/invalid argument: --state lost \(one of ready, scheduled, blocked, running, succeeded, failed, discarded\)/, err)
     assert_equal 1, run_bobbin("discard", "987654321").first.exitstatus
+    status, _, err = run_bobbin("retry", running.to_s, "--queue", "nosuch")
+    assert_equal [ 64, "running" ], [ status.exitstatus, Bobbin::JobRecord.find(running).state ]
+    assert_match(/filters go with --failed or --all; give job ids without them/, err)
   end
 
   test "retry --failed with filters retries only what they select and records who" do

@@ -191,6 +191,8 @@ module Bobbin
             return 0
           end
           raise ArgumentError, "#{command} needs job ids, or --failed" if ids.empty?
+          # `discard 605064 --queue nosuch` discarded job 605064, the filter ignored (a trial).
+          raise ArgumentError, "filters go with --failed or --all; give job ids without them" if filter.any?
 
           ids.map { |id| Integer(id, 10) rescue raise(ArgumentError, "#{id.inspect} is not a job id") }
              .map { |id| act_one(command, id, by) }.all? ? 0 : 1
