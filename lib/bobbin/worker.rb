@@ -133,8 +133,12 @@ module Bobbin
       # counting from now. Counted from the first stop, a QUIT 8 s into a TERM's wait found the stop overdue at once
       # and exited 3, cutting jobs' unwinding short and charging them a crash (a review).
       @wait_ends = [ @wait_ends || Float::INFINITY, Bobbin.monotonic + @shutdown_timeout ].min
-      # Its database calls end by then too, answered or not (a frozen server held a TERM ~60 s: a review).
-      [ @claimer&.store, @writer ].each { |store| store&.deadline = stop_due_at }
+      # Its database calls end by then too, answered or not (a frozen server held a TERM ~60 s: a review). A claim under
+      # way is not waited for at all (a second at most): its answer is no longer wanted, and on a frozen server it held
+      # the stop's start ~28 s, so running jobs got none of shutdown_timeout and were never interrupted (a trial). The
+      # stop's own statements on the claimer's store (the hand-back) get stop_due_at again as the stop begins (shut_down).
+      @writer&.deadline = stop_due_at
+      @claimer&.store&.deadline = @stop_began ? stop_due_at : Bobbin.monotonic
       @stopping = true
       # Only while it runs: a worker stopped before its run, or after it ended, was listed as stopping for good, and every
       # continuable job of the process stopped at its first checkpoint from then on (a review). `work` lists one asked before.
@@ -153,6 +157,9 @@ module Bobbin
 
     # True once `quiet` was asked.
     def quiet? = @quiet == true
+
+    # True once `stop` was asked.
+    def stop_asked? = @stopping == true
 
     # True when its stop left jobs running that ignored their interrupt (a thread pool's job in a C call its kill cannot
     # stop): an async supervisor returns them to ready and exits, as for a worker thread that does not stop.
@@ -572,6 +579,7 @@ module Bobbin
       # unwind; write outcomes; return to ready only the jobs that have really stopped.
       def shut_down(services)
         @stop_began = true
+        @claimer&.store&.deadline = stop_due_at # see stop
         @executor.drop_queued
         stopping if @stopping
         wait_until_idle

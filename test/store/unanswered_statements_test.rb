@@ -39,6 +39,31 @@ class UnansweredStatementsTest < Bobbin::TestCase
     assert_equal claimed, @store.claim(@process_id, 10).map(&:id)
   end
 
+  # A TERM as the database stopped answering: the stop began only once the claim under way gave up (~28 s, its
+  # deadline), so running jobs had none of shutdown_timeout and were never interrupted, and the log said it was
+  # "waiting up to 25s" for them 5 s before it exited (a trial). A claim's answer is not waited for once a stop is asked.
+  test "PostgreSQL: a TERM while the database does not answer begins the stop at once, waiting shutdown_timeout for the running jobs" do
+    log = "tmp/unanswered-stop-#{Process.pid}.log"
+    config = start_config({ "fibers" => 5 }, heartbeat_interval: 1, process_alive_threshold: 120)
+    2.times { |i| StartThenSleepJob.enqueue(12, "long-#{i}") }
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "-c", config.path, "--shutdown-timeout", "8", log: log,
+                                                                              env: { "DATABASE_URL" => "#{@proxy.url("bobbin-unanswered-stop")}&pool=5" })
+      wait_for("both jobs to start", timeout: 60) { StartEntry.count == 2 } # in the worker: a claim seen committed may not be answered yet
+      assert_operator @proxy.cut_all, :>=, 2, "the worker's sessions go silent"
+      sleep(1) # its claims go out into the silence (every 0.05 s)
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 60)&.success?, "it exited:\n#{File.read(log)}"
+    end
+    # Stopping ~13 s after the TERM (the claim's deadline: shutdown_timeout + 5 s), it found the jobs done ("no job running"),
+    # and had it found them running it would have interrupted them at once.
+    assert_match(/stopping on TERM: waiting up to 8s \(shutdown_timeout\) for 2 running jobs/, File.read(log))
+  ensure
+    FileUtils.rm_f(log) if log
+    FileUtils.rm_f(config.path) if config
+  end
+
   # Active Record's own statements on connect (SET client_min_messages, …) had no bound: a reconnect under way as a
   # TERM came, on a session the server accepted and then never answered, held the claim loop and the heartbeat for as
   # long as the server stayed silent, and a lone worker never exited (README: shutdown_timeout + 12 s).

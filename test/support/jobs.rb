@@ -712,3 +712,14 @@ class FannedOutJob
     end
   end
 end
+
+# Records its start, then sleeps: nothing written at its end (a database that stopped answering does not hold it).
+class StartThenSleepJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(seconds, key)
+    StartEntry.create!(key: key)
+    sleep(seconds)
+  end
+end

@@ -133,6 +133,9 @@ module Bobbin
           end
           jobs
         rescue Store::Unavailable => error
+          # Given up as the worker stops (Worker#stop): not retried, and said as such.
+          return [].tap { Bobbin.logger.warn("bobbin worker #{@worker.process_id} stopping: gave up the claim under way (#{error.message})") } if @worker.stop_asked?
+
           Bobbin.logger.warn("bobbin worker #{@worker.process_id}: #{error.message}; retrying") unless @failures
           @failures = (@failures || 0) + 1
           wait.call([ 0.1 * (2**@failures), 5 ].min) # a wake (the database answered another session, a notice) ends it
