@@ -57,7 +57,7 @@ module Bobbin
     # Not by pid and hostname: containers with host networking share the host's name, and each numbers its
     # processes from 1, so another host's live worker can have the same pid and hostname.
     def process_exited(pid, status, supervisor_id:)
-      ProcessRecord.where(pid: pid, supervisor_id: supervisor_id).pluck(:id).sum { |id| take_over(ProcessRecord, id, "process #{pid} exited (#{status})") }
+      ProcessRecord.where(pid: pid, supervisor_id: supervisor_id).pluck(:id).sum { |id| take_over(ProcessRecord, id, "process #{id} (pid #{pid}) exited (#{status})") }
     end
 
     # Returns the jobs `process_id` (and the rows `beside` it of the same OS process) was running to ready (or failed);
@@ -121,7 +121,7 @@ module Bobbin
         threshold = process.alive_threshold(fallback)
         next 0 unless trusted_silence?(threshold)
 
-        take_over(ProcessRecord.stale(threshold, now), process.id, "process #{process.pid} on #{process.hostname} stopped heartbeating")
+        take_over(ProcessRecord.stale(threshold, now), process.id, "process #{process.id} (pid #{process.pid} on #{process.hostname}) stopped heartbeating")
       end
     end
 

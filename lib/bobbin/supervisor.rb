@@ -308,7 +308,7 @@ module Bobbin
       def left_to_recovery
         return if @unrecovered.empty?
 
-        Bobbin.logger.warn("bobbin supervisor: the jobs of worker #{@unrecovered.keys.join(', ')} go back to ready once the " \
+        Bobbin.logger.warn("bobbin supervisor: the jobs of the worker#{'s' if @unrecovered.size > 1} with pid #{@unrecovered.keys.join(', ')} go back to ready once the " \
                            "database is back and their rows are #{format("%g", Bobbin.config.process_alive_threshold)}s silent (another process recovers them)")
       end
 

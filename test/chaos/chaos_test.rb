@@ -73,7 +73,7 @@ class ChaosTest < Bobbin::TestCase
     assert_operator killed.compact.size, :>=, 1, "at least one worker was killed"
     assert_equal JOBS, LedgerEntry.count, "no job lost"
     assert_equal misbehaving.size, Bobbin.counts["failed"], "only the jobs that exit, abort or raise Interrupt failed"
-    pruned = File.read("tmp/chaos.log").scan(/process (\d+) on \S+ stopped heartbeating/).flatten.map(&:to_i)
+    pruned = File.read("tmp/chaos.log").scan(/process \d+ \(pid (\d+) on \S+\) stopped heartbeating/).flatten.map(&:to_i)
     assert_empty pruned - killed, "no live worker was pruned for the database's silence"
     repeated = StartEntry.group(:key).having("count(*) > 1").count.keys
     assert_empty repeated - rerun_keys, "a job ran twice only when a kill or the restart interrupted it"

@@ -147,7 +147,7 @@ class DatabaseOutageTest < Bobbin::TestCase
       assert pg_ctlcluster(*cluster, "start"), "PostgreSQL started again"
       output = File.read(log)
       assert_match(/bobbin supervisor \d+: stopped with the database unavailable \(.*\); its row is pruned 2s after its last heartbeat/, output)
-      assert_match(/the jobs of worker \d+ go back to ready once the database is back/, output)
+      assert_match(/the jobs of the worker with pid \d+ go back to ready once the database is back/, output)
       assert_no_match(/\.rb:\d+:in /, output, "no backtrace")
       pids << spawn_bobbin("start", "-c", config.path)
       wait_for("the job to run again once its worker's heartbeat expired", timeout: 90) { query { Bobbin.counts["succeeded"] } == 1 }

@@ -21,7 +21,7 @@ class RecoveryTest < Bobbin::TestCase
     jobs = Bobbin::JobRecord.where(id: ids)
     assert_equal [ "ready" ], jobs.distinct.pluck(:state)
     assert_equal [ "Bobbin::ProcessDied" ], jobs.distinct.pluck(:last_error_class)
-    assert_match(/process #{process.pid} on .* stopped heartbeating while this job was running/, jobs.first.last_error_message)
+    assert_match(/process #{process.id} \(pid #{process.pid} on .*\) stopped heartbeating while this job was running/, jobs.first.last_error_message)
     assert_equal 0, Bobbin::Recovery.prune(threshold: 60), "a second pass finds nothing"
   end
 
@@ -76,7 +76,7 @@ class RecoveryTest < Bobbin::TestCase
     end
     assert finished, "the blame was read"
     assert_equal [ { ready: 2, failed: 0, blamed: [] } ], events
-    assert_match(/process #{process.pid} on .* stopped heartbeating; 2 jobs returned to ready, 0 failed\n/, log)
+    assert_match(/process #{process.id} \(pid #{process.pid} on .*\) stopped heartbeating; 2 jobs returned to ready, 0 failed\n/, log)
     assert_equal %w[succeeded ready ready], jobs(ids).pluck(:state)
   ensure
     other&.disconnect!

@@ -132,7 +132,7 @@ class InstrumentationTest < Bobbin::TestCase
       Process.kill(:KILL, pid)
       status = wait_exit(pid)
       seen = events { assert_equal 1, Bobbin::Recovery.process_exited(pid, status, supervisor_id: nil) }
-      assert_equal [ { process_id: process_id, reason: "process #{pid} exited (#{status})", ready: 1, failed: 0, blamed: [ id ] } ],
+      assert_equal [ { process_id: process_id, reason: "process #{process_id} (pid #{pid}) exited (#{status})", ready: 1, failed: 0, blamed: [ id ] } ],
                    seen["recover"], "the job alone in flight is blamed; it has runs left, so it is ready again"
     end
     assert_equal [ "ready", "Bobbin::ProcessDied", 1 ], Bobbin::JobRecord.where(id: id).pick(:state, :last_error_class, :crashes)

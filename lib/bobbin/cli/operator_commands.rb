@@ -168,7 +168,7 @@ module Bobbin
           error = if job.shown_state == "blocked" then "waiting on #{job.concurrency_key} (limit #{job.concurrency_limit})"
           else job.shown_error.to_s[0, 60]
           end
-          attempts = "#{job.attempts}/#{job.attempts_allowed}#{" (#{job.crashes} crashes)" if job.crashes.to_i.positive?}"
+          attempts = "#{job.attempts}/#{job.attempts_allowed}#{" (#{job.crashes} #{'crash'.pluralize(job.crashes)})" if job.crashes.to_i.positive?}"
           [ job.id.to_s, job.shown_state, job.queue, job.class_name, attempts, job.shown_at&.utc&.strftime("%Y-%m-%d %H:%M:%S").to_s, error ]
         end
 
