@@ -50,7 +50,7 @@ class OperatorStatsTest < Bobbin::TestCase
   test "the estimate of scheduled jobs among many finished ones is near their number, not the planner's guess for state and run_at apart" do
     skip_unless_postgres
     generate_jobs(15_000, "ready", "(now() AT TIME ZONE 'UTC') + interval '1 day'", "NULL")
-    generate_jobs(100_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
+    generate_finished(100_000, "succeeded", "1 day")
     generate_jobs(3, "ready", "(now() AT TIME ZONE 'UTC') - interval '1 minute'", "NULL")
     Bobbin::JobRecord.connection.execute("ANALYZE bobbin_jobs")
     counts = Bobbin::Operator.counts
@@ -66,7 +66,7 @@ class OperatorStatsTest < Bobbin::TestCase
     skip_unless_postgres
     generate_jobs(15_000, "ready", "(now() AT TIME ZONE 'UTC') + n * interval '1 second'", "NULL")
     generate_jobs(10_500, "ready", "(now() AT TIME ZONE 'UTC') - n * interval '1 second'", "NULL")
-    generate_jobs(100_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
+    generate_finished(100_000, "succeeded", "1 day")
     Bobbin::JobRecord.connection.execute("ANALYZE bobbin_jobs")
     counts = Bobbin::Operator.counts
     assert counts.estimated?(:scheduled) && counts.estimated?(:ready)
@@ -79,7 +79,7 @@ class OperatorStatsTest < Bobbin::TestCase
   test "PostgreSQL: a state the statistics do not know yet is counted, not held at the exact limit" do
     skip_unless_postgres
     generate_jobs(12_000, "ready", "(now() AT TIME ZONE 'UTC') - interval '1 minute'", "NULL")
-    generate_jobs(12_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 day'", "(now() AT TIME ZONE 'UTC') - interval '1 day'")
+    generate_finished(12_000, "succeeded", "1 day")
     Bobbin::JobRecord.connection.execute("ANALYZE bobbin_jobs")
     Bobbin::JobRecord.where(state: "ready").update_all(state: "failed", finished_at: Time.now.utc) # no ANALYZE since
     counts = Bobbin::Operator.counts
@@ -92,9 +92,9 @@ class OperatorStatsTest < Bobbin::TestCase
   # same after a bulk discard or retry of more jobs than the counts take exactly.
   test "PostgreSQL: after an operator deletes, discards or retries many jobs, the estimates follow" do
     skip_unless_postgres
-    generate_jobs(30_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '2 days'", "(now() AT TIME ZONE 'UTC') - interval '2 days'")
-    generate_jobs(15_000, "succeeded", "(now() AT TIME ZONE 'UTC') - interval '1 hour'", "(now() AT TIME ZONE 'UTC') - interval '1 hour'")
-    generate_jobs(24_000, "failed", "(now() AT TIME ZONE 'UTC') - interval '1 hour'", "(now() AT TIME ZONE 'UTC') - interval '1 hour'")
+    generate_finished(30_000, "succeeded", "2 days")
+    generate_finished(15_000, "succeeded", "1 hour")
+    generate_finished(24_000, "failed", "1 hour")
     Bobbin::JobRecord.connection.execute("ANALYZE bobbin_jobs")
     assert_in_delta 45_000, Bobbin::Operator.counts[:succeeded], 4_500, "the statistics before"
     assert_equal 30_000, Bobbin::Operator.delete_finished(before: Time.now.utc - 86_400)
@@ -283,6 +283,9 @@ class OperatorStatsTest < Bobbin::TestCase
   end
 
   # Inserts `count` jobs in one statement (PostgreSQL): `run_at` and `finished_at` are SQL, `n` the row's number.
+  # `count` jobs in finished state `state`, run and finished `ago` (an SQL interval: "1 day") ago.
+  def generate_finished(count, state, ago) = generate_jobs(count, state, *[ "(now() AT TIME ZONE 'UTC') - interval '#{ago}'" ] * 2)
+
   def generate_jobs(count, state, run_at, finished_at)
     Bobbin::JobRecord.connection.execute(<<~SQL)
       INSERT INTO bobbin_jobs (queue, class_name, arguments, state, run_at, enqueued_at, finished_at)
