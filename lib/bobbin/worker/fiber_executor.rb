@@ -128,11 +128,14 @@ module Bobbin
         task = Async::Task.current
         @in_job[task] = true
         task.stop(cause: Shutdown.new) if interrupted?(id) # raises here: its fiber is the current one
-        before = task.children.to_a
-        yield.tap { await_started(task, before) }
+        before = task.children? ? task.children.to_a : NONE_STARTED # most jobs start none: nothing to look through
+        yield.tap { await_started(task, before) if task.children? }
       ensure
         @in_job.delete(task) # no lock: a wait for one here would be a wait the stop could land in
       end
+
+      # The tasks of the job's slot before it began, when it had none (see interruptible).
+      NONE_STARTED = [].freeze
 
       # The tasks a job started and left running (`Async { }`: a stream fanned out, a write at its end) are part of its
       # work, as they are of a script's `Sync { }`: its outcome waits for them, and an exception one ends with is the
