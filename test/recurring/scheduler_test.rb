@@ -248,6 +248,48 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert LedgerEntry.exists?(key: "purged")
   end
 
+  # A deploy that changes recurring.yml runs old and new supervisors side by side: each sync deleted the rows the
+  # other upserted, so on PostgreSQL each waited for a row the other held, and one failed "deadlock detected" (a
+  # trial). Here both syncs start while a third session holds rows they both delete, so they meet there.
+  test "two schedulers syncing different task lists at once both finish; the table lists one of them" do
+    task = ->(key) { Bobbin::Recurring::Task.parse(key, { schedule: "every hour", class: "TickJob" }, "t") }
+    Bobbin::RecurringTask.sync(%w[a b c].map(&task))
+    held, release = Thread::Queue.new, Thread::Queue.new
+    holder = Thread.new do
+      Bobbin::Record.connection_pool.with_connection do |connection|
+        connection.transaction do
+          connection.execute("UPDATE bobbin_recurring_tasks SET updated_at = updated_at WHERE key IN ('a', 'c')")
+          held << true
+          release.pop
+        end
+      end
+    end
+    held.pop
+    lists = [ %w[a b], %w[b c] ]
+    syncs = lists.map do |keys|
+      Thread.new do
+        Thread.current.report_on_exception = false
+        Bobbin::Record.connection_pool.with_connection { Bobbin::RecurringTask.sync(keys.map(&task)) }
+      end
+    end
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    if postgres?
+      wait_for("both syncs waiting for a lock") { Bobbin::Record.connection.select_value(waiting) >= 2 }
+    else
+      sleep(0.2) # SQLite: both wait for the write lock
+    end
+    release << true
+    holder.join
+    errors = syncs.map do |sync|
+      flunk("a sync still waits after 30 s") unless sync.join(30)
+      nil
+    rescue ActiveRecord::ActiveRecordError => error
+      error
+    end
+    assert_equal [ nil, nil ], errors
+    assert_includes lists, Bobbin::RecurringTask.order(:key).pluck(:key)
+  end
+
   test "two supervisors on one database enqueue every tick of an every-second task exactly once" do
     seconds = Integer(ENV.fetch("BOBBIN_RECURRING_SECONDS", 12))
     boot = File.join(TestProcesses::ROOT, "test/support/recurring_boot.rb")

@@ -10,10 +10,13 @@ module Bobbin
     has_many :runs, class_name: "Bobbin::RecurringRun", foreign_key: :task_key, primary_key: :key, inverse_of: false
 
     # Makes the table list exactly `tasks` (Recurring::Task): a scheduler does this when it starts, so every
-    # host should share one recurring configuration.
+    # host should share one recurring configuration. Syncs take turns: two supervisors of a deploy that changed
+    # recurring.yml (one old, one new) each deleted the rows the other upserted, and PostgreSQL ended one "deadlock
+    # detected" (a trial); on SQLite writers take turns anyway.
     def self.sync(tasks)
       now = Time.now.utc
       transaction do
+        connection.execute("SELECT pg_advisory_xact_lock(hashtextextended('bobbin-recurring-sync', 0))", "Bobbin Recurring Sync") if Store.postgresql?(connection_db_config)
         where.not(key: tasks.map(&:key)).delete_all
         upsert_all(tasks.map { |task| task.attributes.merge(created_at: now, updated_at: now) }, unique_by: :bobbin_recurring_tasks_key,
                    update_only: %i[schedule class_name command arguments queue priority description]) if tasks.any?
