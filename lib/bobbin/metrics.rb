@@ -55,10 +55,16 @@ module Bobbin
     # went to the store the app set for its own metrics: with prometheus-client's DirectFileStore (multi-process Puma),
     # every queue and process ever scraped stayed in its files and in every later scrape with its last numbers (a queue
     # emptied long ago still "ready 3"), each a series per web process (a `pid` label), the files growing with each queue.
-    def gauge(registry, name, **)
-      gauge = Prometheus::Client::Gauge.new(name, **)
-      gauge.send(:replace_internal_store, Prometheus::Client::DataStores::Synchronized.new.for_metric(name, metric_type: :gauge))
-      registry.register(gauge)
+    def gauge(registry, name, **) = metric(Prometheus::Client::Gauge, :gauge, registry, name, **)
+
+    # A counter, as `gauge`: a total that only rises while its process runs (Prometheus' rate() and increase() take
+    # a process's restart for the reset it is; on a gauge they read the drop as a fall).
+    def counter(registry, name, **) = metric(Prometheus::Client::Counter, :counter, registry, name, **)
+
+    def metric(kind, type, registry, name, **)
+      metric = kind.new(name, **)
+      metric.send(:replace_internal_store, Prometheus::Client::DataStores::Synchronized.new.for_metric(name, metric_type: type))
+      registry.register(metric)
     end
 
     # An auth hook's answer that refuses: false/nil, or a blank String (a REMOTE_USER or a header left empty); the
@@ -108,19 +114,27 @@ module Bobbin
       db_connections_in_use: [ "Database connections checked out", ->(view) { view.db_in_use } ],
       heartbeat_age_seconds: [ "Seconds since the process's last heartbeat", ->(view) { view.heartbeat_age } ],
       loop_lag_seconds: [ "Event-loop lag of a fiber pool now", ->(view) { view.health["loop_lag_ms"]&./(1000.0) } ],
-      max_loop_lag_seconds: [ "Longest event-loop lag of a fiber pool since it started", ->(view) { view.health["max_loop_lag_ms"]&./(1000.0) } ],
-      stalls: [ "Times a job held a fiber pool's event loop past its stall threshold, since the process started", ->(view) { view.health["stalls"] } ]
+      max_loop_lag_seconds: [ "Longest event-loop lag of a fiber pool since it started", ->(view) { view.health["max_loop_lag_ms"]&./(1000.0) } ]
+    }.freeze
+
+    PROCESS_COUNTERS = {
+      stalls_total: [ "Times a job held a fiber pool's event loop past its stall threshold, since the process started", ->(view) { view.health["stalls"] } ]
     }.freeze
 
     def processes(registry, now)
       labels = %i[process kind name hostname os_pid mode] # `pid` is the client library's own label
       gauges = PROCESS_GAUGES.to_h { |name, (doc, _)| [ name, gauge(registry, :"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
+      counters = PROCESS_COUNTERS.to_h { |name, (doc, _)| [ name, counter(registry, :"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
       Operator::ProcessView.all(now).each do |view|
         text = { kind: view.kind, name: view.name, hostname: view.hostname, mode: view.mode }.transform_values { |value| Printable.utf8(value) }
         set = { process: view.id, os_pid: view.pid, **text }
         PROCESS_GAUGES.each do |name, (_, value)|
           number = value.call(view)
           gauges[name].set(number, labels: set) if number.is_a?(Numeric)
+        end
+        PROCESS_COUNTERS.each do |name, (_, value)|
+          number = value.call(view)
+          counters[name].increment(by: number, labels: set) if number.is_a?(Numeric)
         end
       end
     end

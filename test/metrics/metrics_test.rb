@@ -30,6 +30,7 @@ class MetricsTest < Bobbin::TestCase
 
     text = Bobbin::Metrics.text
     assert_match(/^# TYPE bobbin_jobs gauge$/, text)
+    assert_match(/^# TYPE bobbin_process_stalls_total counter$/, text)
     values = samples(text)
     assert_equal 3.0, values['bobbin_jobs{state="ready"}']
     assert_equal 2.0, values['bobbin_jobs{state="scheduled"}']
@@ -48,7 +49,7 @@ class MetricsTest < Bobbin::TestCase
     assert_equal({ "bobbin_process_capacity" => 200.0, "bobbin_process_busy" => 17.0, "bobbin_process_queued" => 3.0,
                    "bobbin_process_resident_memory_bytes" => 104_857_600.0, "bobbin_process_db_connections" => 4.0,
                    "bobbin_process_db_connections_in_use" => 1.0, "bobbin_process_loop_lag_seconds" => 0.004,
-                   "bobbin_process_max_loop_lag_seconds" => 0.25, "bobbin_process_stalls" => 2.0 }, by_metric.except("bobbin_process_heartbeat_age_seconds"))
+                   "bobbin_process_max_loop_lag_seconds" => 0.25, "bobbin_process_stalls_total" => 2.0 }, by_metric.except("bobbin_process_heartbeat_age_seconds"))
     assert_match(/os_pid="#{Process.pid}"/, process.keys.first)
     assert_match(/mode="fibers"/, process.keys.first)
   end
