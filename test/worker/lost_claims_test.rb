@@ -66,7 +66,11 @@ class LostClaimsTest < Bobbin::TestCase
       Process.kill(:STOP, backend)
       begin
         @worker.notice(nil, nil) # an announcement: the worker claims, on the frozen session
-        wait_for("the worker to give up on the frozen session", timeout: 30, seen: log) { log.call.include?("database unavailable during claim") }
+        # CI 158 timed out here with nothing logged after the worker's start, and passed every run since: what the
+        # sessions and the worker's thread were doing then says why next time.
+        sessions = "SELECT pid, state, backend_start, left(query, 60) FROM pg_stat_activity WHERE application_name = '#{TestDatabase.application_name}'"
+        seen = -> { "#{log.call}\nfrozen #{backend}; sessions #{query { Bobbin::Record.connection.select_rows(sessions) }}\nworker thread:\n  #{Array(@thread.backtrace).first(25).join("\n  ")}" }
+        wait_for("the worker to give up on the frozen session", timeout: 30, seen: seen) { log.call.include?("database unavailable during claim") }
         blocker = GatedJob.enqueue(gate, "blocker")
         wait_for("the worker to claim on a new session", timeout: 30, interval: 0.5, seen: log) do
           @worker.notice(nil, nil) # announcements, until one finds it past its retry's wait
