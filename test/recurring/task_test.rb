@@ -137,6 +137,32 @@ class RecurringTaskTest < Bobbin::TestCase
     end
   end
 
+  # Solid Queue reads a recurring.yml without environment sections as the tasks of every environment
+  # (SolidQueue::Configuration#config_from); such a file, ported as the README says it ports, scheduled nothing.
+  test "config/recurring.yml: a file of tasks without sections is read for every environment, as Solid Queue reads it" do
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "recurring.yml")
+      File.write(path, <<~YAML)
+        nightly: { class: TickJob, args: [ 42, { status: done } ], schedule: every day at 3am, queue: reports }
+        purge:
+          command: "1 + 1"
+          schedule: every minute
+      YAML
+      %w[production development].each do |env|
+        tasks = Bobbin::Recurring.load_file(path, env: env)
+        assert_equal [ [ "nightly", "TickJob", "reports" ], [ "purge", nil, nil ] ], tasks.map { |t| [ t.key, t.class_name, t.queue ] }, env
+      end
+      error = assert_raises(Bobbin::ConfigurationError) do
+        File.write(path, "nightly: { class: TickJob, schedule: whenever }\n")
+        Bobbin::Recurring.load_file(path, env: "production")
+      end
+      assert_match(/recurring.yml: nightly.schedule: "whenever" is not a schedule/, error.message)
+
+      File.write(path, "production:\n  nightly: { class: TickJob, schedule: every day at 3am }\n") # sections: as before
+      assert_empty Bobbin::Recurring.load_file(path, env: "development")
+    end
+  end
+
   # A task written as a string (`nightly: "every day at 3am"`), left empty or as a list stopped `bobbin start` and
   # `bobbin doctor` with a NoMethodError and its backtrace, not the line that names the task.
   test "config/recurring.yml: a task that is not a mapping, or has a key that is not a name, is refused naming it" do
