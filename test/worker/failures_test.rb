@@ -105,7 +105,8 @@ class FailuresTest < Bobbin::TestCase
       jobs = Bobbin::JobRecord.where(class_name: %w[MissingGemJob BrokenSyntaxJob UnsetEnvJob]).order(:class_name).to_a
       assert_equal [ [ "ready", "Bobbin::UnknownJobClass", 1 ] ] * 2 + [ [ "ready", "KeyError", 1 ] ],
                    jobs.map { |job| [ job.state, job.last_error_class, job.attempts ] }
-      assert_match(/job class BrokenSyntaxJob could not be loaded \(SyntaxError: /, jobs[0].last_error_message)
+      # Where, and what the parser said (Prism's first line, "syntax errors found", was all a developer saw).
+      assert_match(/job class BrokenSyntaxJob could not be loaded \(SyntaxError: \S+BrokenSyntaxJob\.rb:3: .*unexpected .end/, jobs[0].last_error_message)
       assert_match(/job class MissingGemJob could not be loaded \(LoadError: cannot load such file -- bobbin_no_such_gem\)/, jobs[1].last_error_message)
       assert LedgerEntry.exists?(key: "after")
     end

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../config/boot" # Boot.syntax_problem: a job file that does not parse
+
 module Bobbin
   class Worker
     # Runs one claimed job and says what became of it. Whatever the job raises — StandardError, `exit`,
@@ -75,6 +77,8 @@ module Bobbin
       rescue NameError => error
         hint = AppExecutor.rails? ? "is it defined in this app (app/jobs)?" : "require its file in the worker process (bobbin start --require FILE)"
         raise UnknownJobClass, "unknown job class #{name} (#{error.message.lines.first.strip}); #{hint}"
+      rescue SyntaxError => error # Prism's first line is only "file:6: syntax errors found": the complaint follows it
+        raise UnknownJobClass, "job class #{name} could not be loaded (SyntaxError: #{Boot.syntax_problem(error)})"
       rescue ScriptError => error # its file (autoloaded) requires a missing gem, or does not parse: a deploy may fix it
         raise UnknownJobClass, "job class #{name} could not be loaded (#{error.class}: #{error.message.lines.first.strip})"
       end
