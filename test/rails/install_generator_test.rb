@@ -124,6 +124,19 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_equal snapshot, files("**/*"), "a second run adds no migration"
   end
 
+  # Jobs waiting in Solid Queue's tables at the switch were never mentioned (they stayed there, scheduled ones too), and a
+  # Solid Queue kept running to finish them (Puma's plugin line, left in config/puma.rb, or bin/jobs) enqueued every
+  # recurring task through Bobbin's adapter beside Bobbin's own scheduler: each tick ran twice (a trial).
+  test "an app Solid Queue ran is told its waiting jobs stay in Solid Queue's tables, how to finish them without ticks run twice, and the puma.rb line" do
+    write("config/environments/production.rb", "Rails.application.configure do\n  config.active_job.queue_adapter = :solid_queue\n" \
+                                               "  config.solid_queue.connects_to = { database: { writing: :queue } }\nend\n")
+    write("config/puma.rb", "port ENV.fetch(\"PORT\", 3000)\nplugin :tmp_restart\nplugin :solid_queue if ENV[\"SOLID_QUEUE_IN_PUMA\"]\n")
+    output = generate
+    assert_match(/Solid Queue no longer runs your jobs, and the jobs already in its tables \(waiting, scheduled, failed\) stay there/, output)
+    assert_match(/keep Solid Queue running with SOLID_QUEUE_SKIP_RECURRING=true until its tables are empty/, output)
+    assert_match(%r{config/queue.yml, bin/jobs, config/puma.rb:3 \(plugin :solid_queue\) and gem can go}, output)
+  end
+
   # The upgrade path says to run the generator again; run without the option, it once set up production alone on top.
   # `rails new --minimal` comments Active Job's require out; the adapter line the generator writes then stopped the app
   # at boot (a trial).

@@ -199,7 +199,14 @@ module Bobbin
         end
         return unless exist?("config/environments/production.rb") && read("config/environments/production.rb").include?("config.solid_queue")
 
-        say "Solid Queue no longer runs your jobs: its config.solid_queue lines, config/queue.yml and gem can go when nothing else uses them."
+        # Nothing moves the jobs in Solid Queue's tables, and a Solid Queue left running to finish them (bin/jobs, or
+        # Puma's plugin where SOLID_QUEUE_IN_PUMA is still set) enqueued every recurring task through Bobbin's adapter
+        # beside Bobbin's own scheduler: each tick ran twice (a trial).
+        puma = exist?("config/puma.rb") ? read("config/puma.rb").lines.index { |line| line.match?(/^\s*plugin\s+:solid_queue\b/) } : nil
+        say "Solid Queue no longer runs your jobs, and the jobs already in its tables (waiting, scheduled, failed) stay there: to finish " \
+            "them, keep Solid Queue running with SOLID_QUEUE_SKIP_RECURRING=true until its tables are empty (without it, its scheduler " \
+            "enqueues each recurring task through Bobbin too, and every tick runs twice). Then its config.solid_queue lines, " \
+            "config/queue.yml, bin/jobs#{", config/puma.rb:#{puma + 1} (plugin :solid_queue)" if puma} and gem can go."
       end
 
       private
