@@ -52,6 +52,9 @@ module Bobbin
     # Called with each error Bobbin's own threads hit (not jobs' errors) and `{ task:, severity: }`: see ThreadErrors.
     # nil (the default): Rails.error in a Rails app, nothing elsewhere; false: nothing.
     attr_reader :on_thread_error
+    # The zone of recurring schedules that name none ("every day at 3am"), as a tz name: "UTC" unless set; in a Rails
+    # app its `config.time_zone`, as Solid Queue reads them (`config.bobbin.recurring_time_zone` overrides it).
+    attr_reader :recurring_time_zone
     # Where Bobbin's tables live in a Rails app: `{ database: { writing: :queue } }` (Active Record's connects_to);
     # nil keeps them in the app's primary database.
     attr_accessor :connects_to
@@ -83,6 +86,7 @@ module Bobbin
       @pools = [ Pool.new(queues: [ "*" ], mode: :fibers, size: 100, processes: 1) ]
       @perform_hooks = []
       @recurring_tasks = {}
+      @recurring_time_zone = "UTC"
     end
 
     # A copy (the tests keep one to put back) has hooks and recurring tasks of its own.
@@ -98,6 +102,16 @@ module Bobbin
       end
 
       @on_thread_error = handler
+    end
+
+    # A tz name ("Asia/Tokyo") or a Rails zone name ("Tokyo"); set it before the tasks it should apply to are added
+    # (the Railtie sets it before it reads config/recurring.yml).
+    def recurring_time_zone=(zone)
+      require "active_support/values/time_zone"
+      name = (zone.is_a?(String) || zone.is_a?(ActiveSupport::TimeZone)) && ActiveSupport::TimeZone[zone]&.tzinfo&.name
+      raise ConfigurationError, "Bobbin.config.recurring_time_zone: a time zone (\"Europe/Paris\", \"Tokyo\", \"UTC\"), got #{zone.inspect[0, 80]}" unless name
+
+      @recurring_time_zone = name == "Etc/UTC" ? "UTC" : name
     end
 
     # Adds (or replaces) recurring task `key`: `recurring "nightly", schedule: "every day at 3am", class: "ReportJob",

@@ -17,11 +17,13 @@ module Bobbin
 
     initializer "bobbin.configure", before: :load_config_initializers do |app|
       options = app.config.bobbin
+      # Before recurring.yml is read: its schedules that name no zone are in the app's (Solid Queue's reading).
+      Bobbin.config.recurring_time_zone = options.fetch(:recurring_time_zone) { app.config.time_zone || "UTC" }
       path = Railtie.file(app, :config_file)
       ConfigFile.load(path, env: Railtie.environment, optional: true) if File.exist?(path)
       recurring = Railtie.file(app, :recurring_file)
       Recurring.load_file(recurring, env: Railtie.environment) if File.exist?(recurring)
-      Railtie.apply(options.except(*FILES.keys))
+      Railtie.apply(options.except(*FILES.keys, :recurring_time_zone))
     end
 
     initializer "bobbin.logger", after: :initialize_logger do |app|

@@ -37,6 +37,25 @@ class RailsBobbinEnvTest < Bobbin::TestCase
     end
   end
 
+  # Solid Queue reads a schedule that names no zone in config.time_zone; Bobbin read it in UTC, so a recurring.yml
+  # ported from an app of Tokyo ran every task nine hours late (a trial).
+  test "recurring.yml's schedules that name no zone are in the app's config.time_zone; config.bobbin.recurring_time_zone overrides it" do
+    once_per_run
+    with_app_copy do |app|
+      File.write(File.join(app, "config/recurring.yml"), "production:\n  nightly: { class: LedgerJob, schedule: every day at 3am }\n")
+      application = File.join(app, "config/application.rb")
+      original = File.read(application)
+      print = 'require "./config/environment"; puts "zone=#{Bobbin.config.recurring_time_zone} next=#{Bobbin.config.recurring_tasks["nightly"].next_time(Time.utc(2026, 11, 26, 12)).iso8601}"'
+      [ [ nil, "zone=UTC next=2026-11-27T03:00:00Z" ], [ 'config.time_zone = "Tokyo"', "zone=Asia/Tokyo next=2026-11-26T18:00:00Z" ],
+        [ "config.time_zone = \"Tokyo\"\n    config.bobbin.recurring_time_zone = \"Europe/Paris\"", "zone=Europe/Paris next=2026-11-27T02:00:00Z" ] ].each do |line, expected|
+        File.write(application, line ? original.sub(/^(\s*)config\.load_defaults.*$/) { "#{$&}\n#{$1}#{line}" } : original)
+        status, output = run_in_rails_app("-e", print, env: "production", app: app)
+        assert status.success?, output
+        assert_includes output, expected, line
+      end
+    end
+  end
+
   # config.bobbin.config_file = ENV["BOBBIN_CONFIG"], the variable unset, stopped the boot with "TypeError: no implicit
   # conversion of nil into String" from Pathname, naming neither the setting nor Bobbin (a review).
   test "config.bobbin.config_file or recurring_file that is not a path stops the boot naming the setting; a Pathname is one" do

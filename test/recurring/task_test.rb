@@ -78,6 +78,26 @@ class RecurringTaskTest < Bobbin::TestCase
     ENV["TZ"] = zone
   end
 
+  # Solid Queue reads such a schedule in the Rails app's config.time_zone: a recurring.yml ported from it, in an app of
+  # Tokyo, ran every task nine hours late (a trial). The Railtie sets the zone from that setting.
+  test "recurring_time_zone: a schedule that names no zone is in it (a tz or Rails name); one that names a zone keeps its own" do
+    noon = Time.utc(2026, 11, 26, 12)
+    Bobbin.config.recurring_time_zone = "Tokyo"
+    assert_equal "Asia/Tokyo", Bobbin.config.recurring_time_zone
+    assert_equal Time.utc(2026, 11, 26, 18), task(schedule: "every day at 3am").next_time(noon), "03:00 in Tokyo"
+    assert_equal Time.utc(2026, 11, 26, 18), Bobbin::Recurring::Task.timing("t", "0 3 * * *").next_time(noon), "a stored task's next run"
+    assert_equal Time.utc(2026, 11, 27, 8), task(schedule: "0 3 * * * America/New_York").next_time(noon)
+    Bobbin.config.recurring_time_zone = "Europe/Paris"
+    assert_equal Time.utc(2026, 11, 27, 2), task(schedule: "0 3 * * *").next_time(noon)
+    Bobbin.config.recurring_time_zone = "Etc/UTC"
+    assert_equal "UTC", Bobbin.config.recurring_time_zone
+    [ "Mars/Olympus", "", nil, 9 ].each do |zone|
+      error = assert_raises(Bobbin::ConfigurationError) { Bobbin.config.recurring_time_zone = zone }
+      assert_match(/recurring_time_zone: a time zone \("Europe\/Paris", "Tokyo", "UTC"\), got #{Regexp.escape(zone.inspect)}/, error.message)
+    end
+    assert_equal "UTC", Bobbin.config.recurring_time_zone, "unchanged by a refused value"
+  end
+
   # fugit's ticks are instants: the night New York's clocks go back, 01:30 comes twice (EDT, then EST).
   test "in a zone with daylight saving time, a wall time its clocks repeat ticks once; one they skip does not tick" do
     nightly = task(schedule: "30 1 * * * America/New_York")

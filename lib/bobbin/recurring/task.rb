@@ -4,8 +4,8 @@ module Bobbin
   module Recurring
     # One recurring task as configured (config/recurring.yml or `Bobbin.recurring`): a schedule fugit parses
     # (cron, with an optional seconds field and time zone, or "every day at 3am"), and either a job class with
-    # arguments or a command (Ruby code from the app's own configuration, run by CommandJob). Schedules are in UTC
-    # unless the expression names a zone ("0 3 * * * Europe/Paris").
+    # arguments or a command (Ruby code from the app's own configuration, run by CommandJob). Schedules are in
+    # Bobbin.config.recurring_time_zone unless the expression names a zone ("0 3 * * * Europe/Paris").
     class Task < Data.define(:key, :schedule, :cron, :class_name, :arguments, :command, :queue, :priority, :description)
       KEYS = %w[schedule class args command queue priority description].freeze
 
@@ -34,8 +34,9 @@ module Bobbin
       end
 
       # fugit (and et-orbi: ~75 ms here) loads with the first schedule, not with every process that runs jobs. A
-      # schedule that names no zone gets UTC: fugit would read it in the process's zone (TZ, Rails' Time.zone, the
-      # system's), and schedulers on hosts in different zones would each store their own ticks.
+      # schedule that names no zone gets Bobbin.config.recurring_time_zone (UTC, or a Rails app's config.time_zone, as
+      # Solid Queue gives it): fugit would read it in the process's zone (TZ, the system's), and schedulers on hosts in
+      # different zones would each store their own ticks.
       def self.cron(schedule, where)
         # fugit reads a blank string as "* * * * *": a task that forgot its schedule would run every minute.
         raise ConfigurationError, "#{where}.schedule: missing (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")" if schedule.to_s.strip.empty?
@@ -43,7 +44,7 @@ module Bobbin
         require "fugit"
         cron = Fugit.parse_cronish(schedule.to_s) || raise(ConfigurationError, "#{where}.schedule: #{schedule.inspect} is not a schedule " \
                                                                                 "fugit understands (cron \"*/5 * * * *\", \"every day at 3am\", \"every second\")")
-        cron.timezone ? cron : Fugit::Cron.parse("#{cron.to_cron_s} UTC")
+        cron.timezone ? cron : Fugit::Cron.parse("#{cron.to_cron_s} #{Bobbin.config.recurring_time_zone}")
       end
 
       # Seconds in each unit "every N <unit>" may name.
