@@ -23,12 +23,19 @@ module Bobbin
     # A stopping worker's interrupt is not reported: the job goes back to its queue (InterruptedJobs).
     def wrap_job(job)
       wrap do
-        ::ActiveSupport::ExecutionContext[:bobbin_job] = { id: job.id, class_name: job.class_name, queue: job.queue, attempt: job.attempts }
+        name_job(job)
         yield
       rescue Exception => error # rubocop:disable Lint/RescueException -- marked, then raised again
         InterruptedJobs.reported!(error) if InterruptedJobs.interrupt?(error)
         raise
       end
+    end
+
+    # Names `job` in the context Rails.error's reports carry. An Active Job job's is set inside the reloader its execute
+    # callbacks run it in: one whose class this process could not load was reported with no context at all, up to 25
+    # times over an hour and a half (a trial).
+    def name_job(job)
+      ::ActiveSupport::ExecutionContext[:bobbin_job] = { id: job.id, class_name: job.class_name, queue: job.queue, attempt: job.attempts }
     end
 
     # True while the app reloads code between jobs, so class lookups must not be cached.

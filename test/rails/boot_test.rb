@@ -77,6 +77,19 @@ class RailsBootTest < Bobbin::TestCase
     end
   end
 
+  # An Active Job job whose class the worker cannot load failed before Active Job named it, and Rails.error heard of it
+  # with an empty context, at each of its tries (a trial).
+  test "an Active Job job whose class the worker cannot load reaches Rails.error with the job named in its context" do
+    with_error_ledger do |reporter|
+      enqueue = 'class GoneJob < ApplicationJob; def perform = nil; end; puts "id=#{GoneJob.set(queue: "rails_app").perform_later.provider_job_id}"'
+      output = enqueue_and_drain(enqueue, reporter, "--fibers", "5")
+      id = output[/^id=(\d+)$/, 1] or flunk(output)
+      reported = LedgerEntry.where("key LIKE 'reported %'").pluck(:key)
+      assert_equal 1, reported.size, reported.inspect + output
+      assert_match(/\Areported Bobbin::UnknownJobClass: unknown job class GoneJob .* job=GoneJob,#{id},rails_app,1\z/, reported.first)
+    end
+  end
+
   # A stop (a deploy) interrupts the jobs still running when its shutdown_timeout passes, and they go back to their
   # queue. Active Job ran such a job's after_discard and the app's executor reported the interrupt to Rails.error,
   # once per job and deploy (a trial: Solid Queue and GoodJob do neither).

@@ -103,7 +103,8 @@ module Bobbin
         @interruptible = interruptible
         @hooks = hooks
         # Active Job's own execute callbacks wrap its jobs in the Rails app's reloader; Bobbin's jobs get it first here.
-        @job_hooks = (AppExecutor.rails? ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
+        @rails = AppExecutor.rails?
+        @job_hooks = (@rails ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
         @logger = logger
         @classes = {}
         @thread_jobs = {}
@@ -271,6 +272,7 @@ module Bobbin
         def perform_active_job(job)
           base = ActiveJob::Base # loads ActiveJob::Callbacks too, in apps that do not eager-load (development)
           ActiveJob::Callbacks.run_callbacks(:execute) do
+            AppExecutor.name_job(job) if @rails
             @interruptible.call(job.id) do
               around(job, @hooks) do
                 active_job = base.deserialize(active_job_payload(job))
