@@ -129,7 +129,7 @@ module Bobbin
     # the process group, an OOM kill of the container, a crash of the service) has its jobs back as soon as a process
     # of it starts again, not a heartbeat threshold later. Silences need no trust here: the pid says.
     def prune_gone
-      ProcessRecord.gone.sum { |process| take_over(ProcessRecord, process.id, "process #{process.pid} on #{process.hostname} is gone (no such process)") }
+      ProcessRecord.gone.sum { |process| take_over(ProcessRecord, process.id, "process #{process.id} (pid #{process.pid} on #{process.hostname}) is gone (no such process)") }
     end
 
     # Recovers process `id`'s jobs if its row is still among `rows` (as this caller judged it) to delete: of the

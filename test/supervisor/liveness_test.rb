@@ -111,7 +111,7 @@ class LivenessTest < Bobbin::TestCase
       wait_for("the job run again", timeout: 60) { LedgerEntry.exists?(key: "survivor") }
       stop(pids.last)
     end
-    assert_match(/process #{worker} on .* is gone \(no such process\); 1 jobs returned to ready/, File.read(log))
+    assert_match(/process \d+ \(pid #{worker} on .*\) is gone \(no such process\); 1 jobs returned to ready/, File.read(log))
     assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.pluck(:state, :crashes), "run again once, the crash counted"
   ensure
     FileUtils.rm_f(killed_log) if passed?
