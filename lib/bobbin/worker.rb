@@ -172,10 +172,13 @@ module Bobbin
       @heartbeat_thread&.join(Heartbeat::TICK * 5)
     end
 
-    # Live numbers for the process row, process title and dashboard (a fiber pool's loop health among them).
+    # Live numbers for the process row, process title and dashboard (a fiber pool's loop health among them). `busy` is
+    # the jobs running, `queued` those claimed and waiting in line: counted together, `bobbin processes` showed a fiber
+    # pool with lane jobs waiting "101/100" busy (a trial).
     def status
-      { mode: @executor.mode, quiet: quiet?, capacity: @executor.capacity, busy: @executor.busy, queues: @selection.to_s, name: @name,
-        claims: @claimer&.claims, last_claim_at: @claimer&.last_claim_at, listening: Wakeups.listening?, queued: @executor.queued,
+      queued = @executor.queued
+      { mode: @executor.mode, quiet: quiet?, capacity: @executor.capacity, busy: [ @executor.busy - queued, 0 ].max, queues: @selection.to_s, name: @name,
+        claims: @claimer&.claims, last_claim_at: @claimer&.last_claim_at, listening: Wakeups.listening?, queued: queued,
         **Operator::ProcessView.resources, **@detector&.health.to_h }
     end
 

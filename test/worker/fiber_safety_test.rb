@@ -206,6 +206,19 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_match %r{test/support/jobs\.rb:\d+}, @stalls.first[:location]
   end
 
+  # Jobs waiting in the lane's line counted as busy: `bobbin processes` showed a fiber pool "101/100" (a trial).
+  test "the process row counts lane jobs waiting in line as queued, not busy: busy never passes capacity" do
+    Bobbin.enqueue_all(Array.new(4) { |i| [ LaneSleepJob, [ 30, "lane-#{i}" ] ] })
+    worker = Bobbin::Worker.new(fibers: 2, thread_lane: 1, polling_interval: 0.05)
+    thread = Thread.new { worker.run }
+    status = wait_for("lane jobs claimed and waiting in line") { worker.status.then { |now| now if now[:queued].to_i >= 2 } }
+    assert_equal 1, status[:busy], "the one lane job running: #{status.slice(:busy, :queued, :capacity)}"
+    assert_operator status[:busy], :<=, status[:capacity]
+  ensure
+    worker&.stop(timeout: 0)
+    thread&.join(30)
+  end
+
   test "a thread pool runs runs_on: :thread jobs on its threads and has no stall detector" do
     LaneBlockingCallJob.enqueue(10, "lane")
     worker = Bobbin::Worker.new(threads: 2, polling_interval: 0.05)
