@@ -110,7 +110,7 @@ module Bobbin
       return if ready + failed == 0
 
       blame = blamed.any? ? "; the crash counts against job #{blamed.join(', ')}" : ""
-      Bobbin.logger.warn("bobbin: #{reason}; #{ready} jobs returned to ready, #{failed} failed#{blame}")
+      Bobbin.logger.warn("bobbin: #{reason}; #{ready} #{ready == 1 ? "job" : "jobs"} returned to ready, #{failed} failed#{blame}")
     end
 
     # A silent process is pruned once this process has reached the database for as long as the silent one's own

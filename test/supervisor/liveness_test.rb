@@ -111,7 +111,7 @@ class LivenessTest < Bobbin::TestCase
       wait_for("the job run again", timeout: 60) { LedgerEntry.exists?(key: "survivor") }
       stop(pids.last)
     end
-    assert_match(/process \d+ \(pid #{worker} on .*\) is gone \(no such process\); 1 jobs returned to ready/, File.read(log))
+    assert_match(/process \d+ \(pid #{worker} on .*\) is gone \(no such process\); 1 job returned to ready/, File.read(log))
     assert_equal [ [ "succeeded", 1 ] ], Bobbin::JobRecord.pluck(:state, :crashes), "run again once, the crash counted"
   ensure
     FileUtils.rm_f(killed_log) if passed?
@@ -132,7 +132,7 @@ class LivenessTest < Bobbin::TestCase
       wait_for("the job run again", timeout: 30, seen: -> { File.read(log) }) { LedgerEntry.exists?(key: "lone-survivor") }
       stop(pids.last)
     end
-    assert_match(/is gone \(no such process\); 1 jobs returned to ready/, File.read(log))
+    assert_match(/is gone \(no such process\); 1 job returned to ready/, File.read(log))
   end
 
   # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
@@ -174,7 +174,7 @@ class LivenessTest < Bobbin::TestCase
       refute_equal frozen, Bobbin::JobRecord.sole.claimed_by
     end
     assert_equal [ [ "succeeded", "Bobbin::ProcessDied" ] ], Bobbin::JobRecord.pluck(:state, :last_error_class)
-    assert_match(/stopped heartbeating; 1 jobs returned to ready/, File.read(log))
+    assert_match(/stopped heartbeating; 1 job returned to ready/, File.read(log))
   ensure
     FileUtils.rm_f(frozen_log) if passed?
   end

@@ -150,7 +150,7 @@ class RecoveryTest < Bobbin::TestCase
     rows[:elsewhere].first.update_columns(metadata: JSON.generate(alive_threshold: 60, pid_space: "another-boot/pid:[1]")) # another container
     rows[:older].first.update_columns(metadata: JSON.generate(alive_threshold: 60)) # a Bobbin before pid spaces
     log = bobbin_log { assert_equal 1, Bobbin::Recovery.prune(threshold: 600) }
-    assert_match(/process #{rows[:dead].first.id} \(pid #{dead} on #{Regexp.escape(Socket.gethostname)}\) is gone \(no such process\); 1 jobs returned to ready/, log)
+    assert_match(/process #{rows[:dead].first.id} \(pid #{dead} on #{Regexp.escape(Socket.gethostname)}\) is gone \(no such process\); 1 job returned to ready/, log)
     states = rows.transform_values { |(_, id)| Bobbin::JobRecord.find(id).state }
     assert_equal({ dead: "ready", living: "running", elsewhere: "running", older: "running" }, states)
     assert_equal [ rows[:living], rows[:elsewhere], rows[:older] ].map { |(process, _)| process.id }.sort, Bobbin::ProcessRecord.order(:id).pluck(:id)
