@@ -105,36 +105,32 @@ module Bobbin
       gauge.set(failed, labels: { outcome: "failed" })
     end
 
-    PROCESS_GAUGES = {
-      capacity: [ "Jobs the process's pool can run at once", ->(view) { view.capacity } ],
-      busy: [ "Jobs the process is running (its last heartbeat)", ->(view) { view.busy } ],
-      queued: [ "Jobs claimed and waiting for a free fiber or thread", ->(view) { view.queued } ],
-      resident_memory_bytes: [ "Resident memory", ->(view) { view.rss_kb && view.rss_kb * 1024 } ],
-      db_connections: [ "Database connections in the process's pool", ->(view) { view.db_pool } ],
-      db_connections_in_use: [ "Database connections checked out", ->(view) { view.db_in_use } ],
-      heartbeat_age_seconds: [ "Seconds since the process's last heartbeat", ->(view) { view.heartbeat_age } ],
-      loop_lag_seconds: [ "Event-loop lag of a fiber pool now", ->(view) { view.health["loop_lag_ms"]&./(1000.0) } ],
-      max_loop_lag_seconds: [ "Longest event-loop lag of a fiber pool since it started", ->(view) { view.health["max_loop_lag_ms"]&./(1000.0) } ]
-    }.freeze
-
-    PROCESS_COUNTERS = {
-      stalls_total: [ "Times a job held a fiber pool's event loop past its stall threshold, since the process started", ->(view) { view.health["stalls"] } ]
+    # Per process: a gauge of each number its heartbeat reports, and a counter of its stalls (a total that only rises
+    # while the process runs).
+    PROCESS_METRICS = {
+      capacity: [ :gauge, "Jobs the process's pool can run at once", ->(view) { view.capacity } ],
+      busy: [ :gauge, "Jobs the process is running (its last heartbeat)", ->(view) { view.busy } ],
+      queued: [ :gauge, "Jobs claimed and waiting for a free fiber or thread", ->(view) { view.queued } ],
+      resident_memory_bytes: [ :gauge, "Resident memory", ->(view) { view.rss_kb && view.rss_kb * 1024 } ],
+      db_connections: [ :gauge, "Database connections in the process's pool", ->(view) { view.db_pool } ],
+      db_connections_in_use: [ :gauge, "Database connections checked out", ->(view) { view.db_in_use } ],
+      heartbeat_age_seconds: [ :gauge, "Seconds since the process's last heartbeat", ->(view) { view.heartbeat_age } ],
+      loop_lag_seconds: [ :gauge, "Event-loop lag of a fiber pool now", ->(view) { view.health["loop_lag_ms"]&./(1000.0) } ],
+      max_loop_lag_seconds: [ :gauge, "Longest event-loop lag of a fiber pool since it started", ->(view) { view.health["max_loop_lag_ms"]&./(1000.0) } ],
+      stalls_total: [ :counter, "Times a job held a fiber pool's event loop past its stall threshold, since the process started", ->(view) { view.health["stalls"] } ]
     }.freeze
 
     def processes(registry, now)
       labels = %i[process kind name hostname os_pid mode] # `pid` is the client library's own label
-      gauges = PROCESS_GAUGES.to_h { |name, (doc, _)| [ name, gauge(registry, :"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
-      counters = PROCESS_COUNTERS.to_h { |name, (doc, _)| [ name, counter(registry, :"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
+      metrics = PROCESS_METRICS.to_h { |name, (kind, doc, _)| [ name, send(kind, registry, :"bobbin_process_#{name}", docstring: doc, labels: labels) ] }
       Operator::ProcessView.all(now).each do |view|
         text = { kind: view.kind, name: view.name, hostname: view.hostname, mode: view.mode }.transform_values { |value| Printable.utf8(value) }
         set = { process: view.id, os_pid: view.pid, **text }
-        PROCESS_GAUGES.each do |name, (_, value)|
+        PROCESS_METRICS.each do |name, (kind, _, value)|
           number = value.call(view)
-          gauges[name].set(number, labels: set) if number.is_a?(Numeric)
-        end
-        PROCESS_COUNTERS.each do |name, (_, value)|
-          number = value.call(view)
-          counters[name].increment(by: number, labels: set) if number.is_a?(Numeric)
+          next unless number.is_a?(Numeric)
+
+          kind == :counter ? metrics[name].increment(by: number, labels: set) : metrics[name].set(number, labels: set)
         end
       end
     end

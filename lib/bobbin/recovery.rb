@@ -110,7 +110,7 @@ module Bobbin
       return if ready + failed == 0
 
       blame = blamed.any? ? "; the crash counts against job #{blamed.join(', ')}" : ""
-      Bobbin.logger.warn("bobbin: #{reason}; #{ready} #{ready == 1 ? "job" : "jobs"} returned to ready, #{failed} failed#{blame}")
+      Bobbin.logger.warn("bobbin: #{reason}; #{ready} #{'job'.pluralize(ready)} returned to ready, #{failed} failed#{blame}")
     end
 
     # A silent process is pruned once this process has reached the database for as long as the silent one's own
@@ -121,7 +121,7 @@ module Bobbin
         threshold = process.alive_threshold(fallback)
         next 0 unless trusted_silence?(threshold)
 
-        take_over(ProcessRecord.stale(threshold, now), process.id, "process #{process.id} (pid #{process.pid} on #{process.hostname}) stopped heartbeating")
+        take_over(ProcessRecord.stale(threshold, now), process.id, "#{named(process)} stopped heartbeating")
       end
     end
 
@@ -129,8 +129,12 @@ module Bobbin
     # the process group, an OOM kill of the container, a crash of the service) has its jobs back as soon as a process
     # of it starts again, not a heartbeat threshold later. Silences need no trust here: the pid says.
     def prune_gone
-      ProcessRecord.gone.sum { |process| take_over(ProcessRecord, process.id, "process #{process.id} (pid #{process.pid} on #{process.hostname}) is gone (no such process)") }
+      ProcessRecord.gone.sum { |process| take_over(ProcessRecord, process.id, "#{named(process)} is gone (no such process)") }
     end
+
+    # A process row as recovery's lines name it: by its row id (what `bobbin processes` and `--process` use), then its
+    # pid and host (containers share host names and low pids).
+    def named(process) = "process #{process.id} (pid #{process.pid} on #{process.hostname})"
 
     # Recovers process `id`'s jobs if its row is still among `rows` (as this caller judged it) to delete: of the
     # processes that judge one dead at once, the one whose delete takes the row recovers it. Returns how many jobs.
