@@ -59,6 +59,19 @@ class SolidQueueDiscardingJob < ActiveJob::Base
   def perform(_account) = nil
 end
 
+# A job limited by GoodJob's concurrency extension: the class attributes GoodJob::ActiveJobExtensions::Concurrency
+# defines, as good_job_control_concurrency_with(perform_limit: 1, key: ...) sets them.
+class GoodJobLimitedJob < ActiveJob::Base
+  class_attribute :good_job_concurrency_config, instance_accessor: false, default: { perform_limit: 1, key: -> { "account-#{arguments.first}" } }
+  class_attribute :good_job_concurrency_rules, instance_accessor: false, default: []
+
+  def perform(_account) = nil
+end
+
+class GoodJobLimitedPortedJob < GoodJobLimitedJob
+  limits_concurrency to: 1, key: ->(account) { account }
+end
+
 # Two steps (ActiveJob::Continuable): each records that it ran.
 class TwoStepsActiveJob < ActiveJob::Base
   include ActiveJob::Continuable
@@ -80,6 +93,24 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     assert_equal %w[ready blocked], Bobbin::JobRecord.where(concurrency_key: "SolidQueueDiscardingJob/acct").order(:id).pluck(:state)
   ensure
     SolidQueueDiscardingJob.concurrency_on_conflict = :discard
+  end
+
+  test "GoodJob's concurrency controls are refused at perform_later, not ignored (its jobs would run unlimited), until limits_concurrency replaces them" do
+    error = assert_raises(Bobbin::ConfigurationError) { GoodJobLimitedJob.perform_later("acct") }
+    assert_match(/\AGoodJobLimitedJob: GoodJob's concurrency controls .* do nothing under Bobbin.*declare limits_concurrency to: N/, error.message)
+    GoodJobLimitedJob.good_job_concurrency_config = {}
+    GoodJobLimitedJob.good_job_concurrency_rules = [ Object.new ]
+    assert_raises(Bobbin::ConfigurationError) { GoodJobLimitedJob.perform_later("acct") }
+    assert_equal 0, Bobbin::JobRecord.count
+
+    2.times { GoodJobLimitedPortedJob.perform_later("acct") }
+    assert_equal %w[ready blocked], Bobbin::JobRecord.where(concurrency_key: "GoodJobLimitedPortedJob/acct").order(:id).pluck(:state)
+    GoodJobLimitedJob.good_job_concurrency_rules = []
+    GoodJobLimitedJob.perform_later("acct")
+    assert_equal 1, Bobbin::JobRecord.where(class_name: "GoodJobLimitedJob").count
+  ensure
+    GoodJobLimitedJob.good_job_concurrency_config = { perform_limit: 1, key: -> { "account-#{arguments.first}" } }
+    GoodJobLimitedJob.good_job_concurrency_rules = []
   end
 
   test "Solid Queue's limit and duration are checked as Bobbin's own: a limit of 0 or a duration ≤ 0 is refused at perform_later" do
