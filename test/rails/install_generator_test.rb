@@ -502,11 +502,13 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_match(/^config\/application.rb:#{line} set queue_adapter = :sidekiq: replaced by :bobbin\.$/, output)
     assert_match(/^config\/environments\/production.rb:2 set queue_adapter = :good_job: replaced by :bobbin\.$/, output)
     assert_match(/^Jobs already in Sidekiq's Redis run only on Sidekiq: keep it running until its queues and its scheduled and retry sets are empty/, output)
+    assert_match(/^Jobs already in GoodJob's good_jobs table run only on GoodJob: .*config.good_job.enable_cron = false .*every tick runs twice\. Move those entries to config\/recurring.yml/, output)
+    assert_match(/GoodJob's concurrency controls do nothing under Bobbin .*limits_concurrency/, output)
 
     snapshot = files("**/*").to_h { |file| [ file, File.file?(path(file)) && File.read(path(file)) ] }
     output = generate("--environments", "all")
     assert_equal snapshot, files("**/*").to_h { |file| [ file, File.file?(path(file)) && File.read(path(file)) ] }, "a second run changes nothing"
-    assert_no_match(/replaced by|Sidekiq/, output)
+    assert_no_match(/replaced by|Sidekiq|GoodJob/, output)
   end
 
   # Sidekiq's apps often set the adapter in an initializer, which runs after application.rb and wins: the summary said
@@ -533,7 +535,7 @@ class InstallGeneratorTest < Bobbin::TestCase
     assert_match(/^config\/environments\/production.rb:3 set queue_adapter = :resque: replaced by :bobbin\.$/, output)
     line = File.readlines(path("config/application.rb")).index { |text| text.include?("'sidekiq'") } + 1
     assert_match(/^config\/application.rb:#{line} keeps queue_adapter = :sidekiq for development and test \(production.rb's :bobbin overrides it in production; --environments all replaces it\)\.$/, output)
-    assert_no_match(/Sidekiq's Redis/, output, "production's jobs were Resque's")
+    assert_no_match(/Sidekiq's Redis|GoodJob's/, output, "production's jobs were Resque's")
   end
 
   # Under schema_format :sql Rails loads db/queue_structure.sql, never db/queue_schema.rb: db:prepare created no tables (a trial).

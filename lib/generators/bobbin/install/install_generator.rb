@@ -27,6 +27,17 @@ module Bobbin
                         "to run jobs on Bobbin there too: bin/rails generate bobbin:install --environments all"
       # A line setting (or, commented out, suggesting) Active Job's adapter, as `rails new` and Solid Queue write it.
       ADAPTER_LINE = /^([ \t]*)#?[ \t]*config\.active_job\.queue_adapter[ \t]*=.*$/
+      # A GoodJob app moved over (a trial): nothing moves the jobs in good_jobs; a `good_job start` left to finish them
+      # still ran config.good_job.cron, each entry enqueued through Bobbin's adapter beside recurring.yml's (every tick
+      # twice), and GOOD_JOB_ENABLE_CRON=false did not stop it, config's `enable_cron = true` winning over it.
+      GOOD_JOB_NOTE = "Jobs already in GoodJob's good_jobs table run only on GoodJob: keep `bundle exec good_job start` running until " \
+                      "GoodJob::Job.where(finished_at: nil) is empty, with config.good_job.enable_cron = false (GOOD_JOB_ENABLE_CRON=false " \
+                      "does not override a true in config): with its cron on, it enqueues each config.good_job.cron entry through Bobbin " \
+                      "too, and every tick runs twice. Move those entries to config/recurring.yml (cron: becomes schedule:, set:'s queue: " \
+                      "and priority: go beside it, kwargs: is a last Hash in args). GoodJob's concurrency controls do nothing under Bobbin " \
+                      "(perform_later refuses a class that has them): declare limits_concurrency. Then GoodJob's mount in config/routes.rb, " \
+                      "its config.good_job lines and the gem can go."
+
       # `.queue_adapter = ` another adapter than Bobbin's (`:sidekiq`, `"good_job"`, or computed), the value captured.
       SETS_OTHER_ADAPTER = /\.queue_adapter[ \t]*=(?![ \t]*[:"']bobbin\b)[ \t]*(.*?)[ \t]*(?:#[^"']*)?$/
       # A line (not commented out) setting another adapter than Bobbin's.
@@ -254,6 +265,7 @@ module Bobbin
             notes << "Jobs already in Sidekiq's Redis run only on Sidekiq: keep it running until its queues and its scheduled " \
                      "and retry sets are empty (Sidekiq's web UI, or Sidekiq::Stats)."
           end
+          notes << GOOD_JOB_NOTE if (Array(@replaced_adapters) + initializer_adapters).any? { |_, adapter| adapter == ":good_job" }
           kept = !all? && exist?("config/application.rb") && read("config/application.rb").lines.index { |line| line.match?(OTHER_ADAPTER) }
           if kept
             notes << "config/application.rb:#{kept + 1} keeps queue_adapter = #{adapter_named(read('config/application.rb').lines[kept][OTHER_ADAPTER, 2])} " \
