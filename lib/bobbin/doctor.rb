@@ -227,6 +227,7 @@ module Bobbin
       def report_active_job
         name = Doctor.active_job_adapter or return
         @out.puts("Active Job adapter in this process: #{name}")
+        report_good_job
         return report_classes_elsewhere if name == "bobbin"
         return report_classes_moved(name) if bobbin_job_classes.any?
 
@@ -253,6 +254,22 @@ module Bobbin
         listed = a_few(elsewhere.map { |job_class| "#{job_class.name}: #{Doctor.adapter_of(job_class)}" })
         @out.puts("  ! Active Job uses Bobbin, but #{elsewhere.size} job class(es) loaded here set another adapter (#{listed}): " \
                   "their perform_later does not reach Bobbin")
+      end
+
+      # An app moved from GoodJob (a trial) kept job classes limited by GoodJob's concurrency controls, whose perform_later
+      # Bobbin refuses, and config.good_job.cron with enable_cron: a `good_job start` left to finish GoodJob's jobs then
+      # enqueued every cron entry through Bobbin's adapter beside recurring.yml's, each tick run twice. Doctor said "OK".
+      def report_good_job
+        bobbin_job_classes.each do |job_class|
+          problem = ::ActiveJob::QueueAdapters::BobbinAdapter.good_job_concurrency_problem(job_class)
+          @problems << "#{problem}: its perform_later raises" if problem
+        end
+        good_job = defined?(::Rails.application) && ::Rails.application&.config.try(:good_job)
+        return unless good_job && good_job[:enable_cron] && good_job[:cron].present?
+
+        @out.puts("  ! config.good_job.cron has #{good_job[:cron].size} entries and enable_cron is on: a good_job start (left to finish " \
+                  "GoodJob's jobs) enqueues each through Bobbin beside config/recurring.yml, and every tick runs twice; set " \
+                  "config.good_job.enable_cron = false")
       end
 
       # The first three of `names`, sorted, and "…" for the rest.

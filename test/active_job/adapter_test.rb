@@ -59,10 +59,11 @@ class SolidQueueDiscardingJob < ActiveJob::Base
   def perform(_account) = nil
 end
 
-# A job limited by GoodJob's concurrency extension: the class attributes GoodJob::ActiveJobExtensions::Concurrency
-# defines, as good_job_control_concurrency_with(perform_limit: 1, key: ...) sets them.
+# A job with the class attributes GoodJob::ActiveJobExtensions::Concurrency defines; its test sets them as
+# good_job_control_concurrency_with(perform_limit: 1, key: ...) does (empty otherwise: a doctor run in this process sees it).
 class GoodJobLimitedJob < ActiveJob::Base
-  class_attribute :good_job_concurrency_config, instance_accessor: false, default: { perform_limit: 1, key: -> { "account-#{arguments.first}" } }
+  GOOD_JOB_LIMIT = { perform_limit: 1, key: -> { "account-#{arguments.first}" } }.freeze
+  class_attribute :good_job_concurrency_config, instance_accessor: false, default: {}
   class_attribute :good_job_concurrency_rules, instance_accessor: false, default: []
 
   def perform(_account) = nil
@@ -96,6 +97,7 @@ class ActiveJobAdapterTest < Bobbin::TestCase
   end
 
   test "GoodJob's concurrency controls are refused at perform_later, not ignored (its jobs would run unlimited), until limits_concurrency replaces them" do
+    GoodJobLimitedJob.good_job_concurrency_config = GoodJobLimitedJob::GOOD_JOB_LIMIT
     error = assert_raises(Bobbin::ConfigurationError) { GoodJobLimitedJob.perform_later("acct") }
     assert_match(/\AGoodJobLimitedJob: GoodJob's concurrency controls .* do nothing under Bobbin.*declare limits_concurrency to: N/, error.message)
     GoodJobLimitedJob.good_job_concurrency_config = {}
@@ -109,7 +111,7 @@ class ActiveJobAdapterTest < Bobbin::TestCase
     GoodJobLimitedJob.perform_later("acct")
     assert_equal 1, Bobbin::JobRecord.where(class_name: "GoodJobLimitedJob").count
   ensure
-    GoodJobLimitedJob.good_job_concurrency_config = { perform_limit: 1, key: -> { "account-#{arguments.first}" } }
+    GoodJobLimitedJob.good_job_concurrency_config = {}
     GoodJobLimitedJob.good_job_concurrency_rules = []
   end
 

@@ -6,6 +6,13 @@ require "support/active_jobs"
 require "support/second_server"
 require_relative "../rails/rails_app_processes"
 
+# A job class with the class attributes GoodJob's concurrency extension defines; its test sets them as
+# good_job_control_concurrency_with does (empty otherwise: other tests' doctors see this class too).
+class GoodJobLimitedDoctorJob < ActiveJob::Base
+  class_attribute :good_job_concurrency_config, instance_accessor: false, default: {}
+  class_attribute :good_job_concurrency_rules, instance_accessor: false, default: []
+end
+
 class DoctorTest < Bobbin::TestCase
   include RailsAppProcesses
   include SecondServer
@@ -383,6 +390,20 @@ class DoctorTest < Bobbin::TestCase
     assert_match(/^Active Job adapter in this process: async$/, output)
     assert_match(/^  ! config\/environments\/production.rb:#{line} sets queue_adapter = :async: jobs in production do not go to Bobbin$/, output)
     assert_match(/✗ Active Job uses the async adapter/, output)
+  end
+
+  test "bobbin doctor fails naming a job class that keeps GoodJob's concurrency controls and no limits_concurrency, and passes once it has one" do
+    GoodJobLimitedDoctorJob.good_job_concurrency_config = { perform_limit: 1, key: -> { arguments.first } }
+    status, output = doctor([ { "fibers" => 5 } ])
+    assert_equal 1, status, output
+    assert_match(/✗ GoodJobLimitedDoctorJob: GoodJob's concurrency controls .* do nothing under Bobbin.*limits_concurrency.*: its perform_later raises$/, output)
+
+    GoodJobLimitedDoctorJob.limits_concurrency(to: 1, key: ->(account) { account })
+    status, output = doctor([ { "fibers" => 5 } ])
+    assert_equal 0, status, output
+  ensure
+    GoodJobLimitedDoctorJob.good_job_concurrency_config = {}
+    GoodJobLimitedDoctorJob.bobbin_concurrency = nil
   end
 
   # Moving job classes one at a time (self.queue_adapter = :bobbin on each, the global adapter another) is the documented

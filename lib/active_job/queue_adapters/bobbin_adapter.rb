@@ -17,6 +17,19 @@ module ActiveJob
       # stops at its next checkpoint and is re-enqueued to resume from there.
       def stopping? = Bobbin::Worker.stopping?
 
+      # What is wrong with `job_class` keeping GoodJob's concurrency controls (good_job_control_concurrency_with,
+      # good_job_concurrency_rule) and no limits_concurrency; nil when nothing is. GoodJob's callbacks skip any adapter but
+      # its own, so on Bobbin every job of such a class ran at once, unlimited and unannounced (a trial moving a GoodJob
+      # app): perform_later refuses it, as Solid Queue's on_conflict: :discard, and bobbin doctor names it.
+      def self.good_job_concurrency_problem(job_class)
+        return if job_class.respond_to?(:concurrency_limit) && job_class.concurrency_limit
+        return if job_class.try(:good_job_concurrency_config).blank? && job_class.try(:good_job_concurrency_rules).blank?
+
+        "#{job_class.name}: GoodJob's concurrency controls (good_job_control_concurrency_with, good_job_concurrency_rule) do " \
+          "nothing under Bobbin, and its jobs would run unlimited; declare limits_concurrency to: N, key: ->(*args) { ... } " \
+          "instead (a key lambda takes the job's arguments)"
+      end
+
       # Stores the job to run now; sets its provider_job_id.
       def enqueue(job) = enqueue_at(job, nil)
 
@@ -91,7 +104,11 @@ module ActiveJob
         # that gem defines it): both answer concurrency_limit and concurrency_key.
         def concurrency(job)
           limit = job.class.respond_to?(:concurrency_limit) && job.class.concurrency_limit
-          return refuse_good_job_concurrency(job.class) unless limit
+          unless limit
+            problem = self.class.good_job_concurrency_problem(job.class)
+            raise Bobbin::ConfigurationError, "#{problem}; nothing was stored" if problem
+            return
+          end
 
           refuse_discard_on_conflict(job.class)
           # Solid Queue's values are checked as Bobbin's own limits_concurrency checks them where declared: a limit of 0
@@ -109,20 +126,6 @@ module ActiveJob
 
           raise Bobbin::ConfigurationError, "#{job_class.name}: limits_concurrency on_conflict: :discard is not supported by Bobbin " \
                                             "(its jobs would wait for a slot and run, not be discarded); use on_conflict: :block"
-        end
-
-        # GoodJob's concurrency controls (good_job_control_concurrency_with, good_job_concurrency_rule) act only under
-        # GoodJob's adapter: its callbacks skip any other, so on Bobbin every job of the class ran at once, unlimited and
-        # unannounced (a trial moving a GoodJob app). Refused, as on_conflict: :discard is, until limits_concurrency replaces them.
-        def refuse_good_job_concurrency(job_class)
-          config = job_class.try(:good_job_concurrency_config)
-          rules = job_class.try(:good_job_concurrency_rules)
-          return if config.blank? && rules.blank?
-
-          raise Bobbin::ConfigurationError, "#{job_class.name}: GoodJob's concurrency controls (good_job_control_concurrency_with, " \
-                                            "good_job_concurrency_rule) do nothing under Bobbin, and its jobs would run unlimited; " \
-                                            "declare limits_concurrency to: N, key: ->(*args) { ... } instead (a key lambda takes the " \
-                                            "job's arguments), then remove GoodJob's; nothing was stored"
         end
 
         # The Time for `timestamp` (seconds since the epoch; nil: now). NaN, ±Infinity (set(wait_until: Float::NAN)) or a
