@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "config/boot" # Boot.syntax_problem: a job file that does not parse
+
 module Bobbin
   # `bobbin doctor`: checks a configuration before deploy. Prints what each pool needs and what the database
   # offers; `run` returns 1 when something will fail in production, else 0.
@@ -353,7 +355,8 @@ module Bobbin
         Dir[File.join(jobs, "**", "*.rb")].sort.each do |file|
           ::Rails.autoloaders.main.load_file(file)
         rescue ScriptError, StandardError => error
-          @problems << "#{file.delete_prefix("#{::Rails.root}/")} does not load (#{error.class}: #{DatabaseProblem.first_line(error)[0, 200]}): " \
+          said = error.is_a?(SyntaxError) ? Boot.syntax_problem(error) : DatabaseProblem.first_line(error)[0, 200] # not "syntax errors found"
+          @problems << "#{file.delete_prefix("#{::Rails.root}/")} does not load (#{error.class}: #{said}): " \
                        "its jobs would fail, and an app that eager-loads would not boot"
         end
       end
