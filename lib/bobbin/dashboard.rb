@@ -58,7 +58,8 @@ module Bobbin
         raise ConfigurationError, "the dashboard's secret (BOBBIN_DASHBOARD_SECRET) must be at least 64 bytes, got #{secret.bytesize}: " \
                                   "`openssl rand -hex 64` makes one"
       end
-      @app = App.configured(self, secret || rails_secret || SecureRandom.hex(64))
+      secret ||= rails_secret
+      @app = App.configured(self, secret || SecureRandom.hex(64), per_process: secret.nil?)
     end
 
     # Why it would refuse every request, with no auth hook outside development and test, or nil.

@@ -218,6 +218,25 @@ class DashboardAppTest < Bobbin::TestCase
     assert_equal "ready", Bobbin::JobRecord.find(id).state
   end
 
+  # Falcon forks a process per CPU, each loading config.ru: without BOBBIN_DASHBOARD_SECRET each made its own secret, and
+  # half the actions were refused as "expired" (a trial); the refusal names the variable, and with it set they pass.
+  test "a form refused by another process's dashboard says that the secret is per process and which variable to set" do
+    id = insert_jobs(1, **failed_attributes).first
+    page = get(Bobbin::Dashboard.new(environment: "development", secret: nil), "/jobs/#{id}")
+    cookie = page.headers["set-cookie"][/\Abobbin\.dashboard=[^;]+/]
+    token = page.body[%r{<form method="post" action="/jobs/#{id}/retry"[^>]*><input type="hidden" name="_csrf" value="([^"]+)"}, 1]
+    other = Rack::MockRequest.new(Bobbin::Dashboard.new(environment: "development", secret: nil))
+    refused = other.post("/jobs/#{id}/retry", **LOCAL, "HTTP_COOKIE" => cookie, params: { "_csrf" => token })
+    assert_equal 403, refused.status
+    assert_match(/random to its process \(BOBBIN_DASHBOARD_SECRET is not set\)/, refused.body)
+
+    shared = "s" * 64
+    assert_includes 300..399, post_form(Bobbin::Dashboard.new(environment: "development", secret: shared), "/jobs/#{id}", "/jobs/#{id}/retry").status
+    forged = post_form(Bobbin::Dashboard.new(environment: "development", secret: shared), "/jobs/#{id}", "/jobs/#{id}/retry", token: "forged")
+    assert_equal 403, forged.status
+    refute_match(/BOBBIN_DASHBOARD_SECRET/, forged.body, "a secret given: the refusal does not blame it")
+  end
+
   # Rack::Auth::Basic (the README's mount) and `bobbin dashboard --auth-token` read the user name from the Authorization
   # header as binary bytes: a name such as "José" failed every action on SQLite with a 500, the job left as it was.
   test "an operator named by HTTP basic auth with letters beyond ASCII is recorded on the jobs they act on" do

@@ -43,10 +43,19 @@ module Bobbin
         end
       end
 
+      # Why a form was refused: "expired" alone sent the operator of several processes each with its own secret
+      # (Falcon forks one per CPU by default) reloading a page whose next form half the processes refused again.
+      CSRF_REFUSED = "This form has expired or did not come from the dashboard (CSRF check failed). Reload the page and try again."
+      PER_PROCESS_SECRET = " This dashboard's secret is random to its process (BOBBIN_DASHBOARD_SECRET is not set): when several " \
+                           "processes serve it (Falcon's forked children, a clustered Puma), each refuses the forms of the others. " \
+                           "Set BOBBIN_DASHBOARD_SECRET (64+ bytes: `openssl rand -hex 64`) the same in every process."
+
       # A subclass bound to `dashboard` (auth, read-only) with its own session secret. Its session is its own, under a
       # key of its own in env: under rack.session, in a Rails app, it took the app's session and wrote all of it into
-      # the dashboard's cookie (readable for 30 days with Bobbin's secret; past 4 KB every page failed).
-      def self.configured(dashboard, secret)
+      # the dashboard's cookie (readable for 30 days with Bobbin's secret; past 4 KB every page failed). `per_process`:
+      # the secret is this process's own, random (a refused form then says so).
+      def self.configured(dashboard, secret, per_process: false)
+        refused = per_process ? CSRF_REFUSED + PER_PROCESS_SECRET : CSRF_REFUSED
         Class.new(self) do
           opts[:dashboard] = dashboard
           plugin :sessions, secret: secret, key: "bobbin.dashboard", env_key: "bobbin.dashboard.session", cookie_options: { same_site: :strict, httponly: true }
@@ -54,7 +63,7 @@ module Bobbin
           plugin :flash # what an action did, shown once on the page it redirects to (from a URL, anyone could plant text)
           plugin :route_csrf, require_request_specific_tokens: true do |_request|
             response.status = 403
-            view(:refused, locals: { message: "This form has expired or did not come from the dashboard (CSRF check failed). Reload the page and try again." })
+            view(:refused, locals: { message: refused })
           end
         end.freeze
       end
