@@ -131,7 +131,8 @@ module Bobbin
                     "#{", #{needed} of Bobbin's connections at most" if on}")
           if needed <= available # the app's own processes count too: Puma beside Bobbin used up the rest (a trial)
             @out.puts("  #{available - needed} left for everything else: Puma takes up to workers × threads for each " \
-                      "database it uses (plugin :bobbin or not), a console or a cron job one more each")
+                      "database it uses (plugin :bobbin or not), a fiber server (Falcon) up to processes × its pool, a console or a " \
+                      "cron job one more each")
             next
           end
 
