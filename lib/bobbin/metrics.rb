@@ -38,7 +38,9 @@ module Bobbin
         next [ 405, { "content-type" => "text/plain" }, [ "GET only\n" ] ] unless %w[GET HEAD].include?(env["REQUEST_METHOD"])
         next [ 403, { "content-type" => "text/plain" }, [ "Access denied.\n" ] ] if auth && refused?(auth.call(Rack::Request.new(env)))
 
-        [ 200, { "content-type" => CONTENT_TYPE, "cache-control" => "no-store" }, [ text ] ]
+        # nosniff, as the dashboard's /metrics: the text repeats queue, host and process names as their writers stored them
+        # (`<script>` too), and a browser that sniffed it for HTML would run them on this origin.
+        [ 200, { "content-type" => CONTENT_TYPE, "cache-control" => "no-store", "x-content-type-options" => "nosniff" }, [ text ] ]
       rescue *Store::CONNECTION_ERRORS => error # a failed scrape, as the dashboard's pages: no hosts or paths in the body
         Bobbin.logger.warn("bobbin metrics: database unavailable (#{Store.reason(error)})")
         [ 503, { "content-type" => "text/plain", "retry-after" => "5" }, [ "The database is unavailable (#{error.class}).\n" ] ]

@@ -192,6 +192,14 @@ class MetricsTest < Bobbin::TestCase
     assert_equal [ 401, 401, 200 ], [ scrape.(), scrape.("HTTP_AUTHORIZATION" => basic.("")), scrape.("HTTP_AUTHORIZATION" => basic.("s3cret")) ]
   end
 
+  test "bobbin metrics answers with nosniff, as the dashboard does: a queue named like markup is never read as a page" do
+    insert_jobs(1, queue: "<script>alert(1)</script>")
+    response = Rack::MockRequest.new(Bobbin::Metrics.rack_app).get("/metrics")
+    assert_equal 200, response.status
+    assert_includes response.body, 'queue="<script>alert(1)</script>"'
+    assert_equal "nosniff", response.headers["x-content-type-options"]
+  end
+
   test "a queue name that is not UTF-8 is reported with its bad bytes replaced, and costs no other metric" do
     skip_unless_invalid_utf8_kept
     insert_invalid_utf8_job
