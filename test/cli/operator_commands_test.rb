@@ -258,6 +258,24 @@ class DashboardCommandTest < Bobbin::TestCase
     end
   end
 
+  # On the command line the token was in `ps` and /proc/PID/cmdline for every user of the machine, for the whole boot.
+  test "the token may come from BOBBIN_AUTH_TOKEN instead of the command line, which then does not hold it" do
+    require "net/http"
+    port = closed_port
+    env = { "DATABASE_URL" => TestDatabase.url_with_pool, "RACK_ENV" => "production", "BOBBIN_AUTH_TOKEN" => "s3cret-from-env" }
+    pid = Process.spawn(env, *ruby, File.join(ROOT, "exe/bobbin"), "dashboard", "--port", port.to_s,
+                        chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
+    ensure_killed(pid) do
+      response = wait_for("the dashboard to listen", timeout: 60) { http_get(port, "/") rescue nil }
+      assert_equal [ "401", 'Basic realm="bobbin"' ], [ response.code, response["www-authenticate"] ]
+      assert_equal "401", http_get(port, "/queues", password: "wrong").code
+      assert_equal "200", http_get(port, "/queues", password: "s3cret-from-env").code
+    end
+    status, _, err = run_bobbin("dashboard", "--host", "0.0.0.0", "--port", closed_port.to_s, env: { "BOBBIN_AUTH_TOKEN" => "" })
+    assert_equal 78, status.exitstatus, err
+    assert_match(/--auth-token \(or BOBBIN_AUTH_TOKEN\) is empty/, err)
+  end
+
   test "without a token it asks for no credentials: a read-only dashboard refuses a POST with 403" do
     require "net/http"
     port = closed_port

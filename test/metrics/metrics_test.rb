@@ -184,7 +184,8 @@ class MetricsTest < Bobbin::TestCase
   test "an empty --auth-token is refused as the server starts (an unset variable matched a request with no credentials)" do
     [ "", "  " ].each do |token|
       error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Dashboard::Server.new(port: 9394, host: "0.0.0.0", token: token, name: "metrics") { flunk } }
-      assert_equal "bobbin metrics: --auth-token is empty (an unset variable?); give it a secret, or leave the option out and bind 127.0.0.1", error.message
+      assert_equal "bobbin metrics: --auth-token (or BOBBIN_AUTH_TOKEN) is empty (an unset variable?); give it a secret, " \
+                   "or leave the option out and bind 127.0.0.1", error.message
     end
     app = Bobbin::Dashboard::Server.new(port: 9394, host: "0.0.0.0", token: "s3cret", name: "metrics") { |auth| Bobbin::Metrics.rack_app(auth: auth) }.app
     basic = ->(password) { "Basic #{[ "prometheus:#{password}" ].pack('m0')}" }

@@ -94,7 +94,7 @@ module Bobbin
               options[:port] = v
             end
             o.on("--host HOST", "address to bind (default 127.0.0.1; another needs --auth-token)") { |v| options[:host] = v }
-            o.on("--auth-token TOKEN", "require this token (HTTP basic auth password)") do |token|
+            o.on("--auth-token TOKEN", "require this token (HTTP basic auth password; default BOBBIN_AUTH_TOKEN)") do |token|
               # `--auth-token --port 9399` or `-p9399` (its value left out) took the option for the token and dropped the port
               if token.match?(/\A-(-|[a-zA-Z])/)
                 raise UsageError, "bobbin #{command}: --auth-token needs a value, got the option #{token} (a token may not start with - and a letter)"
@@ -105,6 +105,11 @@ module Bobbin
             yield(o, options) if block_given?
           end.parse!(argv)
           refuse_arguments(command, argv)
+          # The token from the environment, where no other user reads it: on the command line any user of the machine
+          # read it in `ps` or /proc/PID/cmdline (a Rails app's whole boot, before Puma retitles the process; for good under
+          # a server that does not), as did every tool that logs a unit's or a container's command. Set but empty: as an
+          # empty --auth-token, refused as the server starts.
+          options[:token] ||= ENV["BOBBIN_AUTH_TOKEN"]
           options
         rescue OptionParser::ParseError => error # a trailing `--auth-token` with no value, an unknown flag: exit 64
           raise UsageError, error.message

@@ -10,7 +10,8 @@ module Bobbin
     class Server
       def initialize(port:, host:, token: nil, name: "dashboard")
         if token&.strip&.empty? # `--auth-token "$TOKEN"` with the variable unset: no credentials at all matched it
-          raise ConfigurationError, "bobbin #{name}: --auth-token is empty (an unset variable?); give it a secret, or leave the option out and bind 127.0.0.1"
+          raise ConfigurationError, "bobbin #{name}: --auth-token (or BOBBIN_AUTH_TOKEN) is empty (an unset variable?); give it a secret, " \
+                                  "or leave the option out and bind 127.0.0.1"
         end
         if token.nil? && !loopback?(host)
           raise ConfigurationError, "bobbin #{name} on #{host} is reachable from other machines: give it --auth-token TOKEN " \
