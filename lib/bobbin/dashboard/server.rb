@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "ipaddr"
+require "openssl"
 
 module Bobbin
   class Dashboard
@@ -21,7 +22,8 @@ module Bobbin
         @port = port
         @host = host
         @name = name
-        auth = token && ->(request) { Rack::Utils.secure_compare(basic_password(request).to_s, token) && "#{name}:#{basic_user(request)}" }
+        # OpenSSL's compare hashes both first: Rack's returns at once for a password of another length, telling the token's.
+        auth = token && ->(request) { OpenSSL.secure_compare(basic_password(request).to_s, token) && "#{name}:#{basic_user(request)}" }
         @app = yield(auth)
         # Without a token there are no credentials to ask for (a read-only POST is 403), and only this machine's names.
         @app = token ? challenge(@app, auth) : loopback_named(@app)
