@@ -224,7 +224,8 @@ module Bobbin
         last_runs = RecurringTask.last_runs(tasks.map(&:key))
         tasks.each do |task|
           last_run_at, job = last_runs[task.key]
-          line = format("%-30s %-24s last %-25s next %s", task.key, task.schedule, last_run_at&.utc&.iso8601 || "never", task.next_run_at.utc.iso8601)
+          line = format("%-30s %-24s last %-25s next %s", task.key, task.schedule, last_run_at&.utc&.iso8601 || "never",
+                        task.next_run_at&.utc&.iso8601 || "unknown (a schedule this version cannot read)")
           puts(Printable.printable("#{line}#{outcome(job)}"))
         end
       end

@@ -70,6 +70,12 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal 0, status.exitstatus, err
     assert_match(/\Afresh\s+0 3 \* \* \*\s+last never\s+next \S+$/, out.lines[0])
     assert_match(/\Anightly\s+0 2 \* \* \*\s+last #{Regexp.escape(tick.iso8601)}\s+next \S+ \(job #{job} failed: RuntimeError: report broke\)$/, out.lines[1])
+
+    now = Time.now.utc # a schedule this version cannot read (another version's row, or one written by hand): listed, not a crash
+    Bobbin::RecurringTask.create!(key: "odd", schedule: "every blue moon", class_name: "ReportJob", created_at: now, updated_at: now)
+    status, out, err = run_bobbin("recurring")
+    assert_equal 0, status.exitstatus, err
+    assert_match(/^odd\s+every blue moon\s+last never\s+next unknown \(a schedule this version cannot read\)$/, out)
   end
 
   test "a lock another session holds on Bobbin's tables: queues and processes say who holds it and exit 75, not wait in silence" do

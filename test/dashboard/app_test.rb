@@ -308,6 +308,18 @@ class DashboardAppTest < Bobbin::TestCase
     assert_match(%r{<td>ticker</td>.*?<td><span class="muted">the job class's</span></td>}m, body, "not 'default': the class may name its own")
   end
 
+  # A row whose schedule this process cannot read (another version's, or written by hand) made the page a 500 (a review).
+  test "the recurring page lists a task whose schedule this process cannot read, with no next run, and the others as usual" do
+    now = Time.now.utc
+    Bobbin::RecurringTask.create!(key: "odd", schedule: "every <blue> moon", class_name: "ReportJob", created_at: now, updated_at: now)
+    Bobbin::RecurringTask.create!(key: "ticker", schedule: "every second", class_name: "TickJob", created_at: now, updated_at: now)
+    assert_nil Bobbin::RecurringTask.find_by!(key: "odd").next_run_at
+    response = get(Bobbin::Dashboard.new(environment: "development"), "/recurring")
+    assert_equal 200, response.status
+    assert_match(%r{<td>odd</td><td><code>every &lt;blue&gt; moon</code></td>.*?<td>—</td></tr>}m, response.body)
+    assert_match(%r{<td>ticker</td>.*?<time datetime=}m, response.body)
+  end
+
   # The page showed a task's last tick but not how its job went: a failing task looked healthy (a trial).
   test "the recurring page shows each task's last job, its state and its error" do
     job, = recurring_with_failed_job("report <broke>")

@@ -43,7 +43,13 @@ module Bobbin
 
     # When this task is enqueued next, as the schedulers reckon it: a wall time the clocks repeat ticks once, and during
     # the repeat its second time (01:30 EST, the night New York's clocks go back) was shown, though nothing ran then.
-    def next_run_at(now = Time.now) = Recurring::Task.timing(key, schedule).next_time(now)
+    # Nil for a schedule this process cannot read (a row written by another version, or by hand): one such row made the
+    # dashboard's recurring page, `bobbin recurring` and Mission Control's list fail whole (a review).
+    def next_run_at(now = Time.now)
+      Recurring::Task.timing(key, schedule).next_time(now)
+    rescue ConfigurationError
+      nil
+    end
 
     # The stored arguments, parsed.
     def parsed_arguments = JSON.parse(arguments)
