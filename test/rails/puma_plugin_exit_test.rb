@@ -79,7 +79,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     ensure_killed(pid) do
       port = wait_for("Puma's port") { File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1] }.to_i
       Process.kill(:USR2, pid)
-      second = wait_for("Bobbin started again after the hot restart", timeout: 90, seen: -> { File.read(log) }) { supervisors(log)[1] }
+      second = supervisor_after_hot_restart(log)
       assert gone?(first)
       app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 5)")
       worker = job_started(name)
