@@ -44,17 +44,12 @@ module PumaBeside
   # that comes before its exec, as in any stop (puma/puma#3677), before it runs any hook of the plugin: the test is
   # then skipped, the dump of Puma's threads in `log` saying so (CI on 43d2a37: no restart within 90 s).
   def supervisor_after_hot_restart(log)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 90
-    until (second = supervisors(log)[1])
-      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-        File.write("#{log}.dump", "")
-        sleep(2)
-        skip(PUMA_OWN_HANG) if File.read(log).match?(SERVER_THREAD_CLOSING)
-        flunk("Bobbin did not start again within 90 s of Puma's hot restart:\n#{File.read(log)}")
-      end
-      sleep(0.05)
-    end
-    second
+    wait_for("Bobbin started again after the hot restart", timeout: 90) { supervisors(log)[1] }
+  rescue Minitest::Assertion
+    File.write("#{log}.dump", "")
+    sleep(2)
+    skip(PUMA_OWN_HANG) if File.read(log).match?(SERVER_THREAD_CLOSING)
+    flunk("Bobbin did not start again within 90 s of Puma's hot restart:\n#{File.read(log)}")
   end
 
   # Puma's server thread stuck in IO#close of the pipe its stop has just written to (puma/puma#3677), as a thread dump shows it.

@@ -261,11 +261,12 @@ module Bobbin
                      "keeps #{adapter} wherever that initializer runs, so perform_later does not reach Bobbin. Remove that line " \
                      "(initializers are left to you)."
           end
-          if (Array(@replaced_adapters) + initializer_adapters).any? { |_, adapter| adapter == ":sidekiq" }
+          previous = (Array(@replaced_adapters) + initializer_adapters).map(&:last)
+          if previous.include?(":sidekiq")
             notes << "Jobs already in Sidekiq's Redis run only on Sidekiq: keep it running until its queues and its scheduled " \
                      "and retry sets are empty (Sidekiq's web UI, or Sidekiq::Stats)."
           end
-          notes << GOOD_JOB_NOTE if (Array(@replaced_adapters) + initializer_adapters).any? { |_, adapter| adapter == ":good_job" }
+          notes << GOOD_JOB_NOTE if previous.include?(":good_job")
           kept = !all? && exist?("config/application.rb") && read("config/application.rb").lines.index { |line| line.match?(OTHER_ADAPTER) }
           if kept
             notes << "config/application.rb:#{kept + 1} keeps queue_adapter = #{adapter_named(read('config/application.rb').lines[kept][OTHER_ADAPTER, 2])} " \
