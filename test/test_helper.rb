@@ -15,6 +15,17 @@ module Bobbin
   class TestCase < ActiveSupport::TestCase
     include TestProcesses
 
+    # The run BOBBIN_TEST_LANE names defines only its own tests: "default" (`bin/rake test`) those marked with nothing,
+    # "long" (`bin/rake test:long`) those marked `long: true`, each needing seconds of real processes (a generated Rails
+    # app, Puma, PostgreSQL stopped or cut, a process killed, frozen or stopped mid-job and waited out). Unset (a file
+    # run by hand), both.
+    LANES = { "" => %i[default long], "default" => %i[default], "long" => %i[long] }.freeze
+
+    def self.test(name, long: false, &block)
+      lanes = LANES.fetch(ENV["BOBBIN_TEST_LANE"].to_s) { raise ArgumentError, "BOBBIN_TEST_LANE: default, long or unset" }
+      super(name, &block) if lanes.include?(long ? :long : :default)
+    end
+
     setup do
       TestDatabase.clean!
       Recorder.reset

@@ -12,7 +12,7 @@ class CommandLineTest < Bobbin::TestCase
   # Runs `bobbin ARGS` without DATABASE_URL, so only what the command line says can reach the database.
   def run_without_url(*args) = run_bobbin(*args, env: { "DATABASE_URL" => "" })
 
-  test "migrate, counts, recurring, pause and resume reach the database given by -d URL, or by a -r file that connects" do
+  test "migrate, counts, recurring, pause and resume reach the database given by -d URL, or by a -r file that connects", long: true do
     with_tmpdir do |dir|
       connects = File.join(dir, "connects.rb")
       File.write(connects, "Bobbin.connect(#{TestDatabase.url_with_pool.inspect})\n")
@@ -28,7 +28,7 @@ class CommandLineTest < Bobbin::TestCase
     end
   end
 
-  test "each command's --help goes to stdout with exit 0, and lists -d and -r where the command uses the database" do
+  test "each command's --help goes to stdout with exit 0, and lists -d and -r where the command uses the database", long: true do
     once_per_run
     DATABASE_COMMANDS.map(&:first).push("work", "start", "queues").each do |command|
       status, out, err = run_without_url(command, "--help")
@@ -38,7 +38,7 @@ class CommandLineTest < Bobbin::TestCase
     end
   end
 
-  test "the help shows retry's and discard's two forms, every column bobbin queues prints, and doctor's exit statuses" do
+  test "the help shows retry's and discard's two forms, every column bobbin queues prints, and doctor's exit statuses", long: true do
     once_per_run
     assert_match(/\AUsage: bobbin doctor \[options\]\nExit 0 when the configuration fits; 1 when a check fails .* 78 when the checks cannot run/,
                  run_without_url("doctor", "--help")[1])
@@ -50,7 +50,7 @@ class CommandLineTest < Bobbin::TestCase
     assert_match(/^  queues   list queues: due, scheduled, blocked, running, failed, latency, paused$/, run_without_url("--help")[1])
   end
 
-  test "--drain is work's alone: start and doctor refuse it instead of running on" do
+  test "--drain is work's alone: start and doctor refuse it instead of running on", long: true do
     once_per_run
     assert_match(/--drain/, run_without_url("work", "--help")[1])
     refute_match(/--drain/, run_without_url("start", "--help")[1])
@@ -59,7 +59,7 @@ class CommandLineTest < Bobbin::TestCase
 
   # Processes judge each other by heartbeat_interval and process_alive_threshold: a `bobbin work` that ignored the
   # file beat at the default 10 s beside a supervisor that, by the file, judged it dead after 4 and ran its jobs again.
-  test "work reads the config file start reads: its settings, and its one pool when no flag gives one" do
+  test "work reads the config file start reads: its settings, and its one pool when no flag gives one", long: true do
     with_tmpdir do |dir|
       config = ->(name, hash) { File.join(dir, name).tap { |path| File.write(path, hash.to_yaml) } }
       pool = config.call("pool.yml", { "heartbeat_interval" => 0.5, "workers" => [ { "queues" => [ "ticks" ], "threads" => 2 } ] })
@@ -79,7 +79,7 @@ class CommandLineTest < Bobbin::TestCase
     end
   end
 
-  test "pause and resume say what they changed; a blank queue name is a usage error" do
+  test "pause and resume say what they changed; a blank queue name is a usage error", long: true do
     assert_equal 1, Bobbin.pause("mail")
     assert_equal 0, Bobbin.pause("mail"), "paused already"
     assert_raises(ArgumentError) { Bobbin.pause(" ") }
@@ -93,7 +93,7 @@ class CommandLineTest < Bobbin::TestCase
     assert_not Bobbin::QueuePause.exists?(queue: "")
   end
 
-  test "a missing or extra operand is a usage error (exit 64) that shows the command's usage" do
+  test "a missing or extra operand is a usage error (exit 64) that shows the command's usage", long: true do
     once_per_run
     { %w[pause] => /\Abobbin: pause: QUEUE missing \(usage: bobbin pause QUEUE \[options\]\)$/,
       %w[resume a b] => /\Abobbin: resume: unexpected "b" \(usage: bobbin resume QUEUE \[options\]\)$/,

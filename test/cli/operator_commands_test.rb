@@ -8,7 +8,7 @@ class OperatorCommandsTest < Bobbin::TestCase
   include CLIHelper
   include OperatorHelper
 
-  test "jobs lists with filters and pages with a printed cursor" do
+  test "jobs lists with filters and pages with a printed cursor", long: true do
     failed = insert_jobs(3, queue: "mail", class_name: "MailJob", **failed_attributes, last_error_message: "smtp down")
     insert_jobs(2)
     status, out, err = run_bobbin("jobs", "--state", "failed", "--queue", "mail", "--limit", "2")
@@ -78,7 +78,7 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/^odd\s+every blue moon\s+last never\s+next unknown \(a schedule this version cannot read\)$/, out)
   end
 
-  test "a lock another session holds on Bobbin's tables: queues and processes say who holds it and exit 75, not wait in silence" do
+  test "a lock another session holds on Bobbin's tables: queues and processes say who holds it and exit 75, not wait in silence", long: true do
     skip_unless_postgres
     Bobbin::JobRecord.transaction do
       Bobbin::JobRecord.connection.execute("LOCK TABLE bobbin_jobs IN ACCESS EXCLUSIVE MODE")
@@ -91,7 +91,7 @@ class OperatorCommandsTest < Bobbin::TestCase
   end
 
   # They waited in silence for the whole lock (a VACUUM FULL, a migration's rewrite), when jobs|queues|processes said so.
-  test "a lock another session holds on Bobbin's tables: counts, pause, resume and recurring say who holds it and exit 75" do
+  test "a lock another session holds on Bobbin's tables: counts, pause, resume and recurring say who holds it and exit 75", long: true do
     skip_unless_postgres
     Bobbin::JobRecord.transaction do
       Bobbin::JobRecord.connection.execute("LOCK TABLE bobbin_jobs, bobbin_pauses, bobbin_recurring_tasks, bobbin_recurring_runs IN ACCESS EXCLUSIVE MODE")
@@ -131,7 +131,7 @@ class OperatorCommandsTest < Bobbin::TestCase
   # Without a UTF-8 locale (LANG unset: a slim container, cron, `docker exec`) Ruby gives the command line as binary bytes:
   # `bobbin pause café` paused, then ended in JSON's backtrace, and on SQLite `bobbin jobs --queue café` or
   # `retry --failed --queue café` in the driver's.
-  test "without a UTF-8 locale, names beyond ASCII on the command line are read as the text they are" do
+  test "without a UTF-8 locale, names beyond ASCII on the command line are read as the text they are", long: true do
     id = insert_jobs(1, queue: "café", **failed_attributes, last_error_message: "für José").first
     no_locale = { "LANG" => nil, "LC_ALL" => nil, "LC_CTYPE" => nil }
     status, out, err = run_bobbin("jobs", "--queue", "café", "--search", "für", env: no_locale)
@@ -147,7 +147,7 @@ class OperatorCommandsTest < Bobbin::TestCase
   # A worker's queue list reads `reports_*` as a prefix; `bobbin pause 'reports_*'` said "paused reports_*" and paused a
   # queue of that literal name, while every reports_ queue went on being claimed (a review). A name longer than any
   # queue's ended in a backtrace.
-  test "pause refuses a pattern and a name no queue can have, in one line with exit 64, and pauses nothing" do
+  test "pause refuses a pattern and a name no queue can have, in one line with exit 64, and pauses nothing", long: true do
     assert_config_exit(run_bobbin("pause", "reports_*"), /\Abobbin: pause: a pause names one queue; "reports_\*" is a pattern .*`bobbin queues` lists them\)\n\z/, exitstatus: 64)
     assert_config_exit(run_bobbin("pause", "*"), /is a pattern/, exitstatus: 64)
     assert_config_exit(run_bobbin("pause", "q" * 300), /\Abobbin: pause: a queue's name is at most 255 bytes, got 300/, exitstatus: 64)
@@ -161,7 +161,7 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_equal [ "reports_eu" ], Bobbin::QueuePause.pluck(:queue)
   end
 
-  test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter" do
+  test "retry and discard by id: exit 1 naming a job that could not be, 64 for a bad id or filter", long: true do
     failed = insert_jobs(1, **failed_attributes).first
     running = insert_jobs(1, state: "running", claimed_by: 1).first
     status, out, err = run_bobbin("retry", failed.to_s, running.to_s)
@@ -183,7 +183,7 @@ class OperatorCommandsTest < Bobbin::TestCase
     assert_match(/filters go with --failed or --all; give job ids without them/, err)
   end
 
-  test "retry --failed with filters retries only what they select and records who" do
+  test "retry --failed with filters retries only what they select and records who", long: true do
     mail = insert_jobs(3, queue: "mail", **failed_attributes)
     other = insert_jobs(2, **failed_attributes)
     status, out, err = run_bobbin("retry", "--failed", "--queue", "mail", "--by", "ann")
@@ -345,7 +345,7 @@ class DashboardCommandTest < Bobbin::TestCase
 
   # --port 99999 served on 34463 (Puma takes the port modulo 65536) while it said 99999, --port -1 ended in URI's
   # backtrace and --port 0 served on a port it did not say; a --host that does not resolve, in getaddrinfo's backtrace.
-  test "a port that is not a TCP port, or a host that does not resolve, stops it with one line saying so" do
+  test "a port that is not a TCP port, or a host that does not resolve, stops it with one line saying so", long: true do
     %w[dashboard metrics].each do |command|
       %w[99999 -1 0].each do |port|
         assert_config_exit(run_bobbin(command, "--port", port, env: { "RACK_ENV" => "development" }),
@@ -374,7 +374,7 @@ class DashboardCommandTest < Bobbin::TestCase
 
   # `--auth-token --port 9399` served on 0.0.0.0:9292 with the password "--port" (a trial).
   # A trailing `--auth-token` with no value exited 78, as if the configuration were wrong (a trial).
-  test "an --auth-token without its value, or words left over, stop it with a usage error" do
+  test "an --auth-token without its value, or words left over, stop it with a usage error", long: true do
     %w[dashboard metrics].each do |command|
       status, _, err = run_bobbin(command, "--host", "0.0.0.0", "--auth-token", "--port", closed_port.to_s)
       assert_equal [ 64, "bobbin: bobbin #{command}: --auth-token needs a value, got the option --port (a token may not start with - and a letter)" ],

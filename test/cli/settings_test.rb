@@ -19,7 +19,7 @@ class SettingsTest < Bobbin::TestCase
     file.path
   end
 
-  test "--polling-interval below 0.01 s and a negative --shutdown-timeout are refused, naming the flag" do
+  test "--polling-interval below 0.01 s and a negative --shutdown-timeout are refused, naming the flag", long: true do
     once_per_run
     [ %w[start --threads 1 --polling-interval 0], %w[start --threads 1 --polling-interval -1], %w[work --polling-interval 0.001],
       %w[doctor --threads 1 --polling-interval 0] ].each do |args|
@@ -30,7 +30,7 @@ class SettingsTest < Bobbin::TestCase
     end
   end
 
-  test "doctor refuses settings from config/bobbin.yml that cannot work instead of saying OK" do
+  test "doctor refuses settings from config/bobbin.yml that cannot work instead of saying OK", long: true do
     once_per_run
     { "heartbeat_interval: 0" => /production\.heartbeat_interval: must be a number of seconds ≥ 0\.1, got 0/,
       "polling_interval: 0" => /production\.polling_interval: must be a number of seconds ≥ 0\.01, got 0/,

@@ -49,7 +49,7 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
-  test "an IO_EVENT_SELECTOR this io-event lacks, for a fiber pool; thread pools do not mind" do
+  test "an IO_EVENT_SELECTOR this io-event lacks, for a fiber pool; thread pools do not mind", long: true do
     once_per_run
     %w[work start].each do |command|
       assert_config_exit(run_bobbin(command, "--fibers", "2", env: { "IO_EVENT_SELECTOR" => "Nope" }),
@@ -96,7 +96,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   # URI's error repeats the whole URL: a password with a bare % or a space went to stderr in a backtrace (a trial).
-  test "a database URL URI cannot parse is one line that does not show its password, from DATABASE_URL or -d" do
+  test "a database URL URI cannot parse is one line that does not show its password, from DATABASE_URL or -d", long: true do
     once_per_run
     [ "s3cret%PW", "a^b", "s3cret PW", "s3cret-no-colon", "s3cret-one-slash", "s3cret-three-slashes" ].each do |password|
       # The last three lack the ":" after the scheme, or have a "/" too few or too many: Active Record's error repeated
@@ -135,7 +135,7 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
-  test "a plain Ruby app whose Gemfile lacks the database's driver is told to add it" do
+  test "a plain Ruby app whose Gemfile lacks the database's driver is told to add it", long: true do
     with_tmpdir do |dir|
       File.write(File.join(dir, "Gemfile"), %(source "https://rubygems.org"\ngem "bobbin", path: #{ROOT.inspect}\n))
       File.write(File.join(dir, "jobs.rb"), %(Bobbin.connect(ENV.fetch("JOBS_URL"))\n))
@@ -229,7 +229,7 @@ class StartupErrorsTest < Bobbin::TestCase
   end
 
   # Active Record drops a SQLite URL's host: sqlite3://db/jobs.sqlite3 opened /jobs.sqlite3, at the filesystem's root.
-  test "a SQLite URL with a host part (sqlite3://db/jobs.sqlite3) is refused with the spelling that works, from the CLI and Bobbin.connect" do
+  test "a SQLite URL with a host part (sqlite3://db/jobs.sqlite3) is refused with the spelling that works, from the CLI and Bobbin.connect", long: true do
     once_per_run
     with_tmpdir do |dir|
       # The host dropped, this URL would name #{dir}/jobs.sqlite3: a file the test can look for.
@@ -295,7 +295,7 @@ class StartupErrorsTest < Bobbin::TestCase
     end
   end
 
-  test "missing tables say to run bobbin migrate (SQLite); a missing file is not created, except by migrate" do
+  test "missing tables say to run bobbin migrate (SQLite); a missing file is not created, except by migrate", long: true do
     once_per_run
     with_tmpdir do |dir|
       path = File.join(dir, "empty.sqlite3")
@@ -362,7 +362,7 @@ class StartupErrorsTest < Bobbin::TestCase
     ActiveRecord::Base.connection.execute("DROP SCHEMA IF EXISTS #{schema} CASCADE") if schema
   end
 
-  test "SQLite in a read-only directory" do
+  test "SQLite in a read-only directory", long: true do
     once_per_run
     setpriv = "/usr/bin/setpriv"
     prefix = Process.uid.zero? ? [ setpriv, "--reuid=65534", "--regid=65534", "--clear-groups" ] : []

@@ -222,7 +222,7 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     end
   end
 
-  test "200 jobs over 5 keys with limit 2 never run more than 2 at once per key, across worker processes" do
+  test "200 jobs over 5 keys with limit 2 never run more than 2 at once per key, across worker processes", long: true do
     keys = %w[k1 k2 k3 k4 k5]
     ConcurrencyCounter.add_keys(keys)
     pids = Array.new(2) { spawn_bobbin("work", "--threads", "8", "--polling-interval", "0.05") }
@@ -237,7 +237,7 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal 2, LedgerEntry.distinct.count(:pid), "both processes ran jobs"
   end
 
-  test "a killed holder's slot frees at once, and a holder that hangs loses its slot after duration" do
+  test "a killed holder's slot frees at once, and a holder that hangs loses its slot after duration", long: true do
     pid = spawn_bobbin("start", "--threads", "1", "--processes", "2", "--polling-interval", "0.05")
     ensure_killed(pid) do
       killed = LongHolderJob.enqueue("killed", 120)

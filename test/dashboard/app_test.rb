@@ -472,7 +472,7 @@ class DashboardAppTest < Bobbin::TestCase
   end
 
   # Every page waited in silence for the whole lock (a VACUUM FULL, a migration's rewrite), while `bobbin jobs` said so.
-  test "PostgreSQL: with Bobbin's tables locked by another session, pages answer 503 saying so instead of waiting for the lock" do
+  test "PostgreSQL: with Bobbin's tables locked by another session, pages answer 503 saying so instead of waiting for the lock", long: true do
     skip_unless_postgres
     app = Bobbin::Dashboard.new(environment: "development")
     holder = PG.connect(TestDatabase.url) # another session, outside the dashboard's pool

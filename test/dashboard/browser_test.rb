@@ -4,7 +4,7 @@ require_relative "browser_helper"
 
 # What an operator does in the dashboard, in a real browser, against the real database and a real worker.
 class DashboardBrowserTest < BrowserTestCase
-  test "overview, filter failed jobs, open one, retry it and see it succeed under a worker" do
+  test "overview, filter failed jobs, open one, retry it and see it succeed under a worker", long: true do
     insert_jobs(5, state: "succeeded", attempts: 1, finished_at: Time.now.utc - 30)
     insert_jobs(3, queue: "mail", class_name: "SleepJob", arguments: ->(i) { JSON.generate([ 0, "mail-#{i}" ]) }, **failed_attributes,
                 last_error_message: "smtp timeout", last_error_backtrace: "app/jobs/mail_job.rb:12:in 'deliver'\napp/jobs/mail_job.rb:5:in 'perform'")
@@ -42,7 +42,7 @@ class DashboardBrowserTest < BrowserTestCase
     end
   end
 
-  test "live refresh updates the counts without reloading the page" do
+  test "live refresh updates the counts without reloading the page", long: true do
     visit "/"
     assert_selector ".card.failed .value", text: "0"
     page.execute_script("window.bobbinMarker = 42")
@@ -118,7 +118,7 @@ class DashboardBrowserTest < BrowserTestCase
     screenshot("refused")
   end
 
-  test "processes page shows a live worker" do
+  test "processes page shows a live worker", long: true do
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("work", "--fibers", "10", "--queues", "none", log: File::NULL)

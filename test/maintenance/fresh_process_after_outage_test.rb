@@ -16,7 +16,7 @@ class FreshProcessAfterOutageTest < Bobbin::TestCase
 
   def beat_of(id) = query { Bobbin::ProcessRecord.where(id: id).pick(:last_heartbeat_at) }
 
-  test "a process started as an outage ends does not prune the live workers that have not beaten again yet" do
+  test "a process started as an outage ends does not prune the live workers that have not beaten again yet", long: true do
     cluster = cluster!
     interval = 10
     live = start_config({ "threads" => 2 }, heartbeat_interval: interval, process_alive_threshold: 2 * interval + 1)

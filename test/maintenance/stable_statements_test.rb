@@ -10,7 +10,7 @@ require "test_helper"
 class StableStatementsTest < Bobbin::TestCase
   TIMESTAMP = /'\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d/
 
-  def test_housekeeping_passes_apart_in_time_send_the_same_statements_with_no_time_in_them
+  test "housekeeping passes apart in time send the same statements, with no time in them" do
     first = statements { housekeeping }
     sleep 0.01
     second = statements { housekeeping }
@@ -20,7 +20,7 @@ class StableStatementsTest < Bobbin::TestCase
     assert_equal first, second
   end
 
-  def test_the_operator_layers_counts_and_filters_send_the_same_statements_at_another_time
+  test "the operator layer's counts and filters send the same statements at another time" do
     filter = Bobbin::Operator::Filter.new(state: "failed", enqueued_after: Time.now.utc - 3_600, enqueued_before: Time.now.utc,
                                           finished_after: Time.now.utc - 60, finished_before: Time.now.utc)
     pages = lambda do |now|
@@ -41,7 +41,7 @@ class StableStatementsTest < Bobbin::TestCase
     assert_equal first, second
   end
 
-  def test_a_search_for_other_text_sends_the_same_statement
+  test "a search for other text sends the same statement" do
     job = Bobbin::JobRecord.find(SleepJob.enqueue(0, "needle in the arguments"))
     search = ->(text) { Bobbin::Operator::Filter.new(search: text).scope.pluck(:id) }
     found = nil

@@ -6,7 +6,7 @@ require_relative "operator_helper"
 class OperatorActionsTest < Bobbin::TestCase
   include OperatorHelper
 
-  test "bulk retry of 10,000 failed jobs while workers run: each runs once, running jobs are untouched" do
+  test "bulk retry of 10,000 failed jobs while workers run: each runs once, running jobs are untouched", long: true do
     log = ENV["BOBBIN_TEST_LOG"] || File::NULL
     pids = []
     ensure_killed(pids) do
@@ -84,7 +84,7 @@ class OperatorActionsTest < Bobbin::TestCase
 
   # SQLite's lock is not fair: workers writing outcomes back to back kept a waiting writer out past its busy timeout on a
   # loaded machine. A batch of a bulk action ran again then; one job's retry, discard or release failed (a dashboard 500).
-  test "retry, discard and release of one job wait for SQLite's write lock held past the busy timeout, as a batch does" do
+  test "retry, discard and release of one job wait for SQLite's write lock held past the busy timeout, as a batch does", long: true do
     skip("SQLite's write lock") if postgres?
     ids = { retry: insert_jobs(1, **failed_attributes).first, discard: insert_jobs(1).first,
             release: insert_jobs(1, state: "running", claimed_by: 999_999, claimed_at: Time.now.utc).first }

@@ -11,7 +11,7 @@ class RailsBobbinEnvTest < Bobbin::TestCase
 
   PRINT = 'require "./config/environment"; puts "timeout=#{Bobbin.config.shutdown_timeout} tasks=#{Bobbin.config.recurring_tasks.keys.inspect}"'
 
-  test "BOBBIN_ENV chooses the section of config/bobbin.yml and config/recurring.yml in a Rails app; RAILS_ENV only without it" do
+  test "BOBBIN_ENV chooses the section of config/bobbin.yml and config/recurring.yml in a Rails app; RAILS_ENV only without it", long: true do
     once_per_run
     with_app_copy do |app|
       File.write(File.join(app, "config/bobbin.yml"), "development:\n  shutdown_timeout: 7\nproduction:\n  shutdown_timeout: 11\n")
@@ -39,7 +39,7 @@ class RailsBobbinEnvTest < Bobbin::TestCase
 
   # Solid Queue reads a schedule that names no zone in config.time_zone; Bobbin read it in UTC, so a recurring.yml
   # ported from an app of Tokyo ran every task nine hours late (a trial).
-  test "recurring.yml's schedules that name no zone are in the app's config.time_zone; config.bobbin.recurring_time_zone overrides it" do
+  test "recurring.yml's schedules that name no zone are in the app's config.time_zone; config.bobbin.recurring_time_zone overrides it", long: true do
     once_per_run
     with_app_copy do |app|
       File.write(File.join(app, "config/recurring.yml"), "production:\n  nightly: { class: LedgerJob, schedule: every day at 3am }\n")
@@ -58,7 +58,7 @@ class RailsBobbinEnvTest < Bobbin::TestCase
 
   # config.bobbin.config_file = ENV["BOBBIN_CONFIG"], the variable unset, stopped the boot with "TypeError: no implicit
   # conversion of nil into String" from Pathname, naming neither the setting nor Bobbin (a review).
-  test "config.bobbin.config_file or recurring_file that is not a path stops the boot naming the setting; a Pathname is one" do
+  test "config.bobbin.config_file or recurring_file that is not a path stops the boot naming the setting; a Pathname is one", long: true do
     once_per_run
     with_app_copy do |app|
       production = File.join(app, "config/environments/production.rb")

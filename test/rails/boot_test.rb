@@ -46,7 +46,7 @@ class RailsBootTest < Bobbin::TestCase
 
   # Sentry, Honeybadger and the like hear of a job's error through Rails.error, as under Solid Queue or Sidekiq: the app's
   # executor, which Bobbin runs each job in, reports what escapes it. Once per failed attempt, with the job's error.
-  test "a failing job's error reaches the app's error reporter (Rails.error)" do
+  test "a failing job's error reaches the app's error reporter (Rails.error)", long: true do
     with_error_ledger do |reporter|
       output = enqueue_and_drain('FailingJob.perform_later("boom")', reporter, "--fibers", "5")
       assert_equal [ "failed" ], Bobbin::JobRecord.where(class_name: "FailingJob").pluck(:state), output
@@ -57,7 +57,7 @@ class RailsBootTest < Bobbin::TestCase
 
   # Bobbin's own threads' errors (an outage's start, a failing housekeeping task) reached the log only, never Sentry or
   # Honeybadger (a trial); in a Rails app Rails.error hears of them by default, as under Solid Queue.
-  test "an error of Bobbin's own threads reaches Rails.error, reported as handled, from source bobbin" do
+  test "an error of Bobbin's own threads reaches Rails.error, reported as handled, from source bobbin", long: true do
     with_error_ledger do |reporter|
       script = "require './config/environment'; require '#{reporter}'; " \
                "Bobbin::OutageLog.error('bobbin worker 1: heartbeat', RuntimeError.new('schema mismatch'), 'trying again')"
@@ -68,7 +68,7 @@ class RailsBootTest < Bobbin::TestCase
   end
 
   # A Bobbin::Job's error reached Rails.error with an empty context: no job, class, queue or attempt (a trial).
-  test "a failing Bobbin::Job's error reaches Rails.error with the job named in its context" do
+  test "a failing Bobbin::Job's error reaches Rails.error with the job named in its context", long: true do
     with_error_ledger do |reporter|
       output = enqueue_and_drain('puts "id=#{PlainFailingJob.enqueue("plain boom")}"', reporter, "--threads", "2")
       id = output[/^id=(\d+)$/, 1] or flunk(output)
@@ -79,7 +79,7 @@ class RailsBootTest < Bobbin::TestCase
 
   # An Active Job job whose class the worker cannot load failed before Active Job named it, and Rails.error heard of it
   # with an empty context, at each of its tries (a trial).
-  test "an Active Job job whose class the worker cannot load reaches Rails.error with the job named in its context" do
+  test "an Active Job job whose class the worker cannot load reaches Rails.error with the job named in its context", long: true do
     with_error_ledger do |reporter|
       enqueue = 'class GoneJob < ApplicationJob; def perform = nil; end; puts "id=#{GoneJob.set(queue: "rails_app").perform_later.provider_job_id}"'
       output = enqueue_and_drain(enqueue, reporter, "--fibers", "5")
@@ -94,7 +94,7 @@ class RailsBootTest < Bobbin::TestCase
   # queue. Active Job ran such a job's after_discard and the app's executor reported the interrupt to Rails.error,
   # once per job and deploy (a trial: Solid Queue and GoodJob do neither).
   { "fibers" => %w[--fibers 5], "threads" => %w[--threads 2] }.each do |pool, size|
-    test "a job a stopping worker interrupts (#{pool}) goes back to its queue: no after_discard, no report to Rails.error" do
+    test "a job a stopping worker interrupts (#{pool}) goes back to its queue: no after_discard, no report to Rails.error", long: true do
       with_error_ledger do |reporter|
         # A plain Bobbin::Job's interrupt reached Rails.error as unhandled, once per job and deploy (a trial).
         status, output = run_in_rails_app("-e", 'require "./config/environment"; WaitingJob.perform_later("cut"); PlainWaitingJob.enqueue("plain cut")',
@@ -119,7 +119,7 @@ class RailsBootTest < Bobbin::TestCase
   end
 
   test "bobbin work in an environment whose Active Job uses another adapter runs, and says perform_later does not reach it " \
-       "(but not of the test adapter in test)" do
+       "(but not of the test adapter in test)", long: true do
     status, output = bobbin_in_rails_app("work", "--queues", "rails_app", "--fibers", "5", "--drain", env: "development",
                                          variables: { "RAILS_APP_QUEUE_ADAPTER" => "async" })
     assert status.success?, output
@@ -135,7 +135,7 @@ class RailsBootTest < Bobbin::TestCase
   # Rails' pending-migration check gives every development database a schema_migrations table on the app's first
   # request, a new SQLite file's too; db:prepare then counts it as set up and never loads db/queue_schema.rb into it. A
   # user who opened the app before db:prepare was told by every message to run db:prepare, which did nothing (a trial).
-  test "with Bobbin's tables missing in a database that has schema_migrations, bobbin start and perform_later say to run bobbin:migrate" do
+  test "with Bobbin's tables missing in a database that has schema_migrations, bobbin start and perform_later say to run bobbin:migrate", long: true do
     skip "a new SQLite file is the database a first request makes" if postgres?
 
     Dir.mktmpdir do |dir|

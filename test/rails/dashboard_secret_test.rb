@@ -30,7 +30,7 @@ class RailsDashboardSecretTest < Bobbin::TestCase
     end
   RUBY
 
-  test "a form the dashboard served in one process of a Rails app is accepted by another: the secret comes from the app's secret_key_base" do
+  test "a form the dashboard served in one process of a Rails app is accepted by another: the secret comes from the app's secret_key_base", long: true do
     insert_jobs(1, queue: "mailers")
     status, output = run_in_rails_app("-e", SCRIPT, env: "production")
     assert status.success?, output

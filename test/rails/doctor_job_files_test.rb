@@ -8,7 +8,7 @@ require_relative "rails_app_processes"
 class RailsDoctorJobFilesTest < Bobbin::TestCase
   include RailsAppProcesses
 
-  test "bobbin doctor in development names each job file that does not load, and fails" do
+  test "bobbin doctor in development names each job file that does not load, and fails", long: true do
     once_per_run
     with_app_copy do |app|
       File.write(File.join(app, "app/jobs/needs_key_job.rb"), "class NeedsKeyJob < ApplicationJob\n  KEY = ENV.fetch(\"BOBBIN_NO_SUCH_KEY\")\nend\n")

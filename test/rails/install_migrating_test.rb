@@ -36,7 +36,7 @@ class RailsInstallMigratingTest < Bobbin::TestCase
     RUBY
   end
 
-  test "the app's Sidekiq line becomes Bobbin's, and the summary names it" do
+  test "the app's Sidekiq line becomes Bobbin's, and the summary names it", long: true do
     adapters = app.read("config/application.rb").lines.grep(/^\s*config\.active_job\.queue_adapter/).map(&:strip)
     assert_equal [ "config.active_job.queue_adapter = :bobbin" ], adapters
     line = app.read("config/application.rb").lines.index { |text| text.include?("queue_adapter = :bobbin") } + 1
@@ -46,7 +46,7 @@ class RailsInstallMigratingTest < Bobbin::TestCase
     assert_no_match(/replaced by/, app.outputs[:again])
   end
 
-  test "schema_format :sql: db:prepare creates Bobbin's tables and dumps them into db/queue_structure.sql; again from scratch too" do
+  test "schema_format :sql: db:prepare creates Bobbin's tables and dumps them into db/queue_structure.sql; again from scratch too", long: true do
     assert_equal "jobs=true version=#{Bobbin::Schema::VERSION} db=queue", queue_tables
     assert_equal 1, Dir[app.path("db/queue_migrate/*_create_bobbin_tables.rb")].size
     assert_not File.exist?(app.path("db/queue_schema.rb"))

@@ -15,7 +15,7 @@ class RailsInstallTest < Bobbin::TestCase
   # The file's text once a job wrote it: File.write creates the file before it writes, and "" would be taken for done.
   def wait_for_file(name, timeout: 90) = wait_for("tmp/#{name}", timeout: timeout) { File.exist?(app.path("tmp/#{name}")) && app.read("tmp/#{name}").presence }
 
-  test "bobbin:install sets the adapter in production (over Solid Queue's), a queue database, bin/bobbin; again it changes nothing" do
+  test "bobbin:install sets the adapter in production (over Solid Queue's), a queue database, bin/bobbin; again it changes nothing", long: true do
     production = app.snapshots[:installed]
     changed = production.keys.select { |file| production[file] != app.snapshots[:before][file] }.sort
     assert_equal %w[bin/bobbin config/application.rb config/bobbin.yml config/database.yml config/environments/production.rb
@@ -48,7 +48,7 @@ class RailsInstallTest < Bobbin::TestCase
   # rails new without Kamal writes production's SQLite `database:` lines commented out (this app's primary; Solid
   # Queue's queue entry, which the generator keeps, likewise): the adapter's ArgumentError at Bobbin's first query was a
   # backtrace and exit 1, from bin/bobbin start and from the Puma plugin's (which stopped Puma).
-  test "bin/bobbin start where config/database.yml names no SQLite file (rails new's production without Kamal) is one line, exit 78" do
+  test "bin/bobbin start where config/database.yml names no SQLite file (rails new's production without Kamal) is one line, exit 78", long: true do
     skip("the SQLite app's production entries; PostgreSQL's name their databases") if app.postgres?
     production_rb, database_yml = app.read("config/environments/production.rb"), app.read("config/database.yml")
     # Solid Queue's line the generator leaves (its summary says so) needs the gem, which this app (--skip-solid) lacks.
@@ -70,7 +70,7 @@ class RailsInstallTest < Bobbin::TestCase
   end
 
   test "db:prepare puts Bobbin's tables in the queue database only; config/bobbin.yml is loaded at boot; " \
-       "perform_later in a rolled-back transaction enqueues nothing; bin/bobbin start runs the job" do
+       "perform_later in a rolled-back transaction enqueues nothing; bin/bobbin start runs the job", long: true do
     output = app.run!("bin/rails", "runner", <<~RUBY)
       Bobbin::JobRecord.delete_all # the app is shared with this file's other tests (the Puma test leaves its job)
       ActiveRecord::Base.transaction { FileJob.perform_later("rolled-back"); raise ActiveRecord::Rollback }
@@ -98,7 +98,7 @@ class RailsInstallTest < Bobbin::TestCase
                     "housekeeping queries stay out of it")
   end
 
-  test "with a queue database, the app's enqueue_after_transaction_commit = true keeps the deferral Rails 8 ignores it for; false turns it off" do
+  test "with a queue database, the app's enqueue_after_transaction_commit = true keeps the deferral Rails 8 ignores it for; false turns it off", long: true do
     application_rb = app.read("config/application.rb")
     File.write(app.path("config/application.rb"), application_rb.sub("class Application < Rails::Application\n", <<~RUBY))
       class Application < Rails::Application
@@ -112,7 +112,7 @@ class RailsInstallTest < Bobbin::TestCase
     File.write(app.path("config/application.rb"), application_rb) if application_rb
   end
 
-  test "an app installed before schema versions: bobbin:install adds an upgrade migration, db:migrate runs it on the queue database" do
+  test "an app installed before schema versions: bobbin:install adds an upgrade migration, db:migrate runs it on the queue database", long: true do
     VersionOneSchema::Record.establish_connection(app.queue_database)
     old_app = VersionOneSchema::Record.connection_pool
     old_app.with_connection { |connection| VersionOneSchema.install(connection) }
@@ -144,7 +144,7 @@ class RailsInstallTest < Bobbin::TestCase
 
   # Rails loads the schema dump into a database without schema_migrations before it migrates, and a dump's
   # create_table has force: :cascade: tables made by bobbin:migrate lost every job at the README's next step (a trial).
-  test "bin/rails db:migrate after bin/rails bobbin:migrate keeps the queue database's jobs, with a real schema dump beside it" do
+  test "bin/rails db:migrate after bin/rails bobbin:migrate keeps the queue database's jobs, with a real schema dump beside it", long: true do
     stub = app.read("db/queue_schema.rb")
     app.run!("bin/rails", "db:schema:dump:queue")
     assert_match(/create_table "bobbin_jobs", force: :cascade/, app.read("db/queue_schema.rb"))
@@ -158,7 +158,7 @@ class RailsInstallTest < Bobbin::TestCase
     File.write(app.path("db/queue_schema.rb"), stub) if stub
   end
 
-  test "the Puma plugin runs the supervisor beside Puma, and stops it with Puma" do
+  test "the Puma plugin runs the supervisor beside Puma, and stops it with Puma", long: true do
     app.run!("bin/rails", "runner", 'FileJob.perform_later("from-puma")')
     log = app.path("log/puma.log")
     pid = app.spawn("bin/rails", "server", "-b", "127.0.0.1", "-p", "0", "-P", app.path("tmp/pids/puma-test.pid"), log: log,
@@ -173,7 +173,7 @@ class RailsInstallTest < Bobbin::TestCase
     end
   end
 
-  test "in a clustered Puma the plugin starts Bobbin again after a phased restart, Puma stops when Bobbin dies, and Bobbin stops with Puma's TERM" do
+  test "in a clustered Puma the plugin starts Bobbin again after a phased restart, Puma stops when Bobbin dies, and Bobbin stops with Puma's TERM", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     # A clustered Puma's master reaps every child it has, Bobbin's supervisor too: its death was missed, and Puma
     # went on serving with no worker behind it.

@@ -79,7 +79,7 @@ class MissionControlTest < BrowserTestCase
     assert_operator Time.iso8601(row[3]), :>=, since.floor, "operated_at is when Mission Control acted"
   end
 
-  test "Mission Control lists Bobbin's queues and failed jobs, and its Retry makes a failed job succeed" do
+  test "Mission Control lists Bobbin's queues and failed jobs, and its Retry makes a failed job succeed", long: true do
     with_mission_control
     FileUtils.rm_f([ app.path("tmp/flaky-ok"), app.path("tmp/mc-retried") ])
     app.run!("bin/rails", "runner", 'Bobbin::JobRecord.delete_all; FlakyJob.perform_later("mc-retried"); FileJob.set(queue: "later", wait: 3600).perform_later("x")')
@@ -145,7 +145,7 @@ class MissionControlTest < BrowserTestCase
 
   # Mission Control links each job to its queue, which it looks up by name in the adapter's queue list: a finished or
   # discarded job whose queue had nothing waiting, running or failed made its list and its page fail (500).
-  test "Mission Control shows finished and discarded jobs whose queue has nothing waiting, running or failed" do
+  test "Mission Control shows finished and discarded jobs whose queue has nothing waiting, running or failed", long: true do
     with_mission_control
     ids = JSON.parse(app.run!("bin/rails", "runner", <<~RUBY).lines.last)
       Bobbin::JobRecord.delete_all
@@ -188,7 +188,7 @@ class MissionControlTest < BrowserTestCase
 
   # Mission Control 1.3.1 drops a date range from its bulk buttons' URLs (it writes filter[enqueued_at]=RANGE but
   # reads filter[enqueued_at_start]), so the pages select by queue and class; the date window is its Ruby API's.
-  test "Mission Control's Discard, Discard selection, date-filtered discard_all and Retry all act on exactly the failed jobs they select" do
+  test "Mission Control's Discard, Discard selection, date-filtered discard_all and Retry all act on exactly the failed jobs they select", long: true do
     with_mission_control
     names = %w[mc-one mc-kept mc-mail-1 mc-mail-2 mc-archive-new mc-archive-old]
     FileUtils.rm_f(names.map { |name| app.path("tmp/#{name}") } << app.path("tmp/flaky-ok"))
@@ -254,7 +254,7 @@ class MissionControlTest < BrowserTestCase
   # Mission Control's Ruby API (`ActiveJob.jobs`, as in a console): a bulk action covers exactly what the relation
   # lists. Its scheduled_at, recurring task, limit and offset were dropped from the action: each discarded or retried
   # every failed job (a review, 2 of 2).
-  test "Mission Control's discard_all, retry_all and count on a relation narrowed by scheduled_at, a recurring task, limit or offset cover exactly its jobs" do
+  test "Mission Control's discard_all, retry_all and count on a relation narrowed by scheduled_at, a recurring task, limit or offset cover exactly its jobs", long: true do
     with_mission_control
     File.write(app.path("tmp/mc_narrowed.rb"), <<~RUBY) # a file: an error in it is shown with its line, not as a bad command
 
@@ -301,7 +301,7 @@ class MissionControlTest < BrowserTestCase
 
   # Scheduled jobs are stored ready or blocked; a page of them is found per state and merged (Operator::Page.scheduled_first)
   # instead of sorting every scheduled job: its offset and limit still count in run_at order across both states.
-  test "Mission Control's scheduled jobs page by run_at across ready and blocked jobs, its offset and limit kept" do
+  test "Mission Control's scheduled jobs page by run_at across ready and blocked jobs, its offset and limit kept", long: true do
     with_mission_control
     File.write(app.path("tmp/mc_scheduled.rb"), <<~RUBY)
       Bobbin::JobRecord.delete_all

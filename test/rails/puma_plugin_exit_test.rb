@@ -31,7 +31,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
   end
 
   { "single" => "tmp/puma-single.rb", "clustered" => "tmp/puma-cluster-exit.rb" }.each do |mode, config|
-    test "#{mode} Puma: when Bobbin's supervisor is killed, Puma stops gracefully once the worker it left has, and exits 1" do
+    test "#{mode} Puma: when Bobbin's supervisor is killed, Puma stops gracefully once the worker it left has, and exits 1", long: true do
       skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
       name = "slow-#{mode}"
       app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 3)")
@@ -52,7 +52,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
 
   # Bobbin's supervisor and workers, forked from Puma, held its listening socket: while they finished their jobs after
   # Puma was killed, Puma started again failed with EADDRINUSE and requests hung in the listen queue.
-  test "Puma killed while Bobbin finishes a job: its port is free at once for the Puma started again" do
+  test "Puma killed while Bobbin finishes a job: its port is free at once for the Puma started again", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     name = "slow-port"
     app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 5)")
@@ -70,7 +70,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
 
   # After a hot restart Puma's listening sockets are the ones its exec handed over, which a process it starts inherits
   # unless it closes them: the same port test, on the Bobbin a hot restart started.
-  test "Puma killed after a hot restart while Bobbin finishes a job: its port is free at once for the Puma started again" do
+  test "Puma killed after a hot restart while Bobbin finishes a job: its port is free at once for the Puma started again", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     name = "slow-port-hot"
     log = app.path("log/puma-port-hot.log")
@@ -109,7 +109,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     assert_not gone?(worker), "Bobbin's worker was still finishing its job"
   end
 
-  test "config/puma.rb naming the plugin twice starts one supervisor, which stops with Puma" do
+  test "config/puma.rb naming the plugin twice starts one supervisor, which stops with Puma", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     File.write(app.path("tmp/puma-twice.rb"), "bind \"tcp://127.0.0.1:0\"\nplugin :bobbin\nplugin :bobbin if ENV[\"BOBBIN_IN_PUMA\"]\n")
     log = app.path("log/puma-twice.log")
@@ -123,7 +123,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
 
   # The plugin waited for Bobbin's running jobs inside the phased restart, in Puma's master loop: past worker_timeout,
   # the master then killed every worker it had as timed out, the requests they served with them.
-  test "a phased restart while Bobbin finishes a job keeps Puma's workers: Bobbin starts again once it has stopped" do
+  test "a phased restart while Bobbin finishes a job keeps Puma's workers: Bobbin starts again once it has stopped", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     File.write(app.path("tmp/puma-phased.rb"), "workers 2\npreload_app! false\nworker_timeout 6\nbind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
     name = "slow-phased"
@@ -146,7 +146,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
 
   # Puma's workers exit when its master dies, on EOF of a pipe the master alone writes to; Bobbin's supervisor, forked
   # from the master, held it too, and a killed master's workers went on serving until Bobbin had finished its jobs.
-  test "clustered Puma whose master is killed while Bobbin finishes a job: Puma's workers exit at once, as without the plugin" do
+  test "clustered Puma whose master is killed while Bobbin finishes a job: Puma's workers exit at once, as without the plugin", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     name = "slow-master"
     app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 8)")
@@ -170,7 +170,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
   # The plugin forked Bobbin's supervisor from Puma: a request inside an SQLite call at that moment (its write waiting
   # on another process's lock) held its connection's mutex, and the child hung for ever in the sqlite3 gem's after-fork
   # close of that connection, before running any of Bobbin's code; Puma then served on without any jobs running.
-  test "SQLite: Bobbin starts beside a Puma that boots while a request waits on another process's write lock" do
+  test "SQLite: Bobbin starts beside a Puma that boots while a request waits on another process's write lock", long: true do
     skip("the sqlite3 gem's after-fork close; PostgreSQL's driver has none") if postgres?
     File.write(app.path("app/controllers/sqlite_writes_controller.rb"), <<~RUBY)
       # Writes to the app's database.
@@ -240,7 +240,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
   # Puma's own TERM ends it by that signal (raise_exception_on_sigterm, its default), which systemd counts as a clean
   # stop; without it, with status 0. The plugin changes neither.
   { "true" => ->(status) { status.signaled? && status.termsig == 15 }, "false" => ->(status) { status.exited? && status.exitstatus.zero? } }.each do |raise_on_term, clean|
-    test "a TERM to Puma with the plugin ends it as Puma ends without it (raise_exception_on_sigterm #{raise_on_term})" do
+    test "a TERM to Puma with the plugin ends it as Puma ends without it (raise_exception_on_sigterm #{raise_on_term})", long: true do
       skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
       File.write(app.path("tmp/puma-term.rb"), "bind \"tcp://127.0.0.1:0\"\nraise_exception_on_sigterm #{raise_on_term}\nplugin :bobbin\n")
       log = app.path("log/puma-exit-term.log")
@@ -257,7 +257,7 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
 
   # Bobbin runs in a process group of its own (so the workers a dead supervisor leaves can be found): a terminal's
   # Ctrl-C reaches Puma only, and the plugin passes it on.
-  test "an INT to Puma (Ctrl-C) reaches Bobbin, and Puma exits 0" do
+  test "an INT to Puma (Ctrl-C) reaches Bobbin, and Puma exits 0", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
     log = app.path("log/puma-exit-int.log")
     pid, supervisor = start_puma("tmp/puma-single.rb", log)

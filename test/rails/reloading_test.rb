@@ -40,7 +40,7 @@ class RailsReloadingTest < Bobbin::TestCase
     end
   end
 
-  test "development: a job class added, then changed, while the worker runs is run in its newest form" do
+  test "development: a job class added, then changed, while the worker runs is run in its newest form", long: true do
     development_worker("--fibers", "5") do |app|
       id = enqueue_late("first")
       wait_for("the worker to meet the unknown class", timeout: 60) { Bobbin::JobRecord.find(id).last_error_class }
@@ -56,7 +56,7 @@ class RailsReloadingTest < Bobbin::TestCase
     end
   end
 
-  test "development: a runs_on: :thread class added while a fiber pool runs runs its first jobs on the thread lane, not on the loop" do
+  test "development: a runs_on: :thread class added while a fiber pool runs runs its first jobs on the thread lane, not on the loop", long: true do
     development_worker("--fibers", "5") do |app|
       warm = enqueue_active_job("LedgerJob", "warm-up")
       wait_for("the worker to boot and run a job", timeout: 60) { Bobbin::JobRecord.find(warm).state == "succeeded" } # the new file comes after
@@ -76,7 +76,7 @@ class RailsReloadingTest < Bobbin::TestCase
 
   # Rails' reload lock tells the code it lets run from the reload apart by thread, and a fiber pool's jobs share one:
   # a job starting after a change would unload the app's code while the others ran or loaded it.
-  test "development: after a code change, jobs that run at once in a fiber pool each run the new code, none fails" do
+  test "development: after a code change, jobs that run at once in a fiber pool each run the new code, none fails", long: true do
     log = @log = "tmp/reloading-#{Process.pid}.log"
     development_worker("--fibers", "10", log: log) do |app|
       slow = ->(version) { <<~RUBY }
@@ -102,7 +102,7 @@ class RailsReloadingTest < Bobbin::TestCase
     end
   end
 
-  test "development: inside a job only the gate reloads, before the job; code outside jobs still reloads by itself" do
+  test "development: inside a job only the gate reloads, before the job; code outside jobs still reloads by itself", long: true do
     with_app_copy do |app|
       status, output = run_in_rails_app("-e", <<~RUBY, env: "development", app: app)
         require_relative "config/environment"

@@ -290,7 +290,7 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_includes lists, Bobbin::RecurringTask.order(:key).pluck(:key)
   end
 
-  test "two supervisors on one database enqueue every tick of an every-second task exactly once" do
+  test "two supervisors on one database enqueue every tick of an every-second task exactly once", long: true do
     seconds = Integer(ENV.fetch("BOBBIN_RECURRING_SECONDS", 12))
     boot = File.join(TestProcesses::ROOT, "test/support/recurring_boot.rb")
     logs = @logs = Array.new(2) { |index| "tmp/recurring-two-#{Process.pid}-#{index}.log" }

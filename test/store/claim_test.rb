@@ -145,7 +145,7 @@ class ClaimTest < Bobbin::TestCase
   # A wildcard is a LIKE, which a btree index of the database's collation bounds only under "C" (not en_US.UTF-8, nor
   # PostgreSQL 15's C.UTF-8): the claim walked every due job in priority order and dropped the other queues' (a review:
   # 40 ms a claim beside 300,000 of them, where a named queue's took 0.4). As the worker's session plans it (no sorts).
-  test "PostgreSQL: a wildcard's claim reads only its own queues' jobs, however many wait in others, under any collation" do
+  test "PostgreSQL: a wildcard's claim reads only its own queues' jobs, however many wait in others, under any collation", long: true do
     skip_unless_postgres
     Bobbin.enqueue_all(Array.new(3_000) { |i| [ SleepJob, [ i ], { queue: "backlog", priority: -1 } ] })
     quick = Bobbin.enqueue_all(Array.new(4) { |i| [ SleepJob, [ i ], { queue: "quick_#{i % 2}", priority: i } ] })
@@ -183,7 +183,7 @@ class ClaimTest < Bobbin::TestCase
   # A prepared statement's cached plan is made again only after an ANALYZE: one made while the table was empty (a new
   # install) read every ready job (or every one of the wildcard's queues) at each claim once they grew (120 ms a claim
   # beside 500,000 jobs, 0.4 after ANALYZE), until autovacuum analyzed the table (here: never).
-  test "PostgreSQL: a worker whose claim was planned on an empty table plans it again as its queues grow, before any ANALYZE" do
+  test "PostgreSQL: a worker whose claim was planned on an empty table plans it again as its queues grow, before any ANALYZE", long: true do
     skip_unless_postgres
     connection = Bobbin::Record.connection
     Bobbin::Schema.down(connection) # a new install's tables: empty, and never analyzed (no other test's statistics)

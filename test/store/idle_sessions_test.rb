@@ -12,7 +12,7 @@ class IdleSessionsTest < Bobbin::TestCase
     Bobbin::Record.connection.select_values("SELECT pid FROM pg_stat_activity WHERE application_name = $1", "sessions", [ name ])
   end
 
-  test "PostgreSQL: a worker whose sessions the server closes while it is idle runs each next job on notification, logging no outage" do
+  test "PostgreSQL: a worker whose sessions the server closes while it is idle runs each next job on notification, logging no outage", long: true do
     skip_unless_postgres
     name = "bobbin-idle-#{Process.pid}"
     url = "#{TestDatabase.url_with_pool(name: name)}&options=-c%20idle_session_timeout%3D1000"

@@ -51,7 +51,7 @@ class NetworkCutTest < Bobbin::TestCase
     end
   end
 
-  test "PostgreSQL: a worker whose database host vanishes notices within seconds, and runs jobs again once it is reachable" do
+  test "PostgreSQL: a worker whose database host vanishes notices within seconds, and runs jobs again once it is reachable", long: true do
     url = @forwarder.url("bobbin-cut")
     log = @log = "tmp/network-cut-#{Process.pid}.log"
     pids = []

@@ -199,7 +199,7 @@ class SchemaTest < Bobbin::TestCase
   # On tables with jobs an upgrade builds its indexes CONCURRENTLY, and such a build waits for every session that holds a
   # snapshot: a second `bobbin migrate` waiting in pg_advisory_lock held one, while it waited for the first, and
   # PostgreSQL ended the wait with "deadlock detected" (a trial: three at once, two failed, every time).
-  test "PostgreSQL: processes upgrading tables with jobs at once each succeed, and the jobs are kept" do
+  test "PostgreSQL: processes upgrading tables with jobs at once each succeed, and the jobs are kept", long: true do
     skip_unless_postgres
     2.times do
       with_connection { |connection| VersionOneSchema.install(connection) }
@@ -215,7 +215,7 @@ class SchemaTest < Bobbin::TestCase
   # `bobbin migrate` made the tables step by step outside a transaction on SQLite, so two at once (two containers at a
   # deploy sharing a volume) both found a column missing and one failed: "duplicate column name: operated_at"; another
   # said "upgraded from schema version 1" of the first's half-made tables. They take turns, as on PostgreSQL.
-  test "SQLite: processes running bobbin migrate at once on a new file each succeed, and the schema is made once" do
+  test "SQLite: processes running bobbin migrate at once on a new file each succeed, and the schema is made once", long: true do
     once_per_run
     with_tmpdir do |dir|
       4.times do |round|

@@ -42,7 +42,7 @@ class UnansweredStatementsTest < Bobbin::TestCase
   # A TERM as the database stopped answering: the stop began only once the claim under way gave up (~28 s, its
   # deadline), so running jobs had none of shutdown_timeout and were never interrupted, and the log said it was
   # "waiting up to 25s" for them 5 s before it exited (a trial). A claim's answer is not waited for once a stop is asked.
-  test "PostgreSQL: a TERM while the database does not answer begins the stop at once, waiting shutdown_timeout for the running jobs" do
+  test "PostgreSQL: a TERM while the database does not answer begins the stop at once, waiting shutdown_timeout for the running jobs", long: true do
     log = "tmp/unanswered-stop-#{Process.pid}.log"
     config = start_config({ "fibers" => 5 }, heartbeat_interval: 1, process_alive_threshold: 120)
     2.times { |i| StartThenSleepJob.enqueue(12, "long-#{i}") }
@@ -67,7 +67,7 @@ class UnansweredStatementsTest < Bobbin::TestCase
   # Active Record's own statements on connect (SET client_min_messages, …) had no bound: a reconnect under way as a
   # TERM came, on a session the server accepted and then never answered, held the claim loop and the heartbeat for as
   # long as the server stayed silent, and a lone worker never exited (README: shutdown_timeout + 12 s).
-  test "PostgreSQL: a worker whose reconnects are never answered still exits on TERM, its jobs left to recovery" do
+  test "PostgreSQL: a worker whose reconnects are never answered still exits on TERM, its jobs left to recovery", long: true do
     log = "tmp/unanswered-reconnect-#{Process.pid}.log"
     config = start_config({ "threads" => 2 }, heartbeat_interval: 1, process_alive_threshold: 600)
     pids = []

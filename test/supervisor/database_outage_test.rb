@@ -45,7 +45,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     {}
   end
 
-  test "restart PostgreSQL while 1,000 jobs flow: workers log the outage, reconnect, and every job finishes" do
+  test "restart PostgreSQL while 1,000 jobs flow: workers log the outage, reconnect, and every job finishes", long: true do
     cluster = cluster!
     Bobbin.enqueue_all(Array.new(1_000) { |i| [ OutageSafeJob, [ "job-#{i}" ] ] })
     log = log_file("outage")
@@ -63,7 +63,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     assert_match(/database unavailable|database reachable again|could not write/, File.read(log))
   end
 
-  test "after a PostgreSQL restart, jobs get live connections from the pool: none fails on one the restart closed" do
+  test "after a PostgreSQL restart, jobs get live connections from the pool: none fails on one the restart closed", long: true do
     cluster = cluster!
     log = log_file("restart-pool")
     pids = []
@@ -81,7 +81,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     end
   end
 
-  test "a worker stopped while PostgreSQL is down exits cleanly, says its jobs stay claimed, and they run once it is back" do
+  test "a worker stopped while PostgreSQL is down exits cleanly, says its jobs stay claimed, and they run once it is back", long: true do
     cluster = cluster!
     log = log_file("stop-in-outage")
     pids = []
@@ -108,7 +108,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     File.unlink(config.path) if config && File.exist?(config.path)
   end
 
-  test "a worker stopped while PostgreSQL is down writes a finished job's outcome once it is back within shutdown_timeout" do
+  test "a worker stopped while PostgreSQL is down writes a finished job's outcome once it is back within shutdown_timeout", long: true do
     cluster = cluster!
     log = log_file("stop-in-short-outage")
     pids = []
@@ -130,7 +130,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     pg_ctlcluster(*cluster, "start") if cluster
   end
 
-  test "a supervisor stopped while PostgreSQL is down exits cleanly and says who recovers its workers' jobs" do
+  test "a supervisor stopped while PostgreSQL is down exits cleanly and says who recovers its workers' jobs", long: true do
     cluster = cluster!
     log = log_file("supervisor-stop-in-outage")
     pids = []
@@ -176,7 +176,7 @@ class DatabaseOutageTest < Bobbin::TestCase
 
   # The supervisor returned an exited worker's jobs in its signal loop: while a frozen server (or a network that drops
   # packets) left that query unanswered, a TERM waited as long, and the other workers were never told to stop.
-  test "PostgreSQL frozen as a worker dies: the supervisor still passes TERM on, and recovers the dead one's job once it thaws" do
+  test "PostgreSQL frozen as a worker dies: the supervisor still passes TERM on, and recovers the dead one's job once it thaws", long: true do
     cluster = cluster!
     log = log_file("frozen-recovery")
     config = start_config({ "threads" => 1, "processes" => 2 }, heartbeat_interval: 0.5, process_alive_threshold: 4)
@@ -207,7 +207,7 @@ class DatabaseOutageTest < Bobbin::TestCase
 
   # Its statements waited half of process_alive_threshold for an answer and its reconnects ~20 s more, one after the
   # other: a lone worker's TERM took a minute with the default threshold (here 600 s: ten minutes).
-  test "PostgreSQL frozen: a lone worker's TERM still stops it, its job left to recovery, while the server stays frozen" do
+  test "PostgreSQL frozen: a lone worker's TERM still stops it, its job left to recovery, while the server stays frozen", long: true do
     cluster = cluster!
     log = log_file("frozen-worker-stop")
     config = start_config({ "fibers" => 5 }, heartbeat_interval: 1, process_alive_threshold: 600)
@@ -225,7 +225,7 @@ class DatabaseOutageTest < Bobbin::TestCase
   end
 
   # Its row's DELETE, on Active Record's session, waited for an answer for as long as the server stayed frozen.
-  test "PostgreSQL frozen: a supervisor's TERM still ends it, its row left to be pruned, while the server stays frozen" do
+  test "PostgreSQL frozen: a supervisor's TERM still ends it, its row left to be pruned, while the server stays frozen", long: true do
     cluster = cluster!
     log = log_file("frozen-supervisor-stop")
     config = start_config({ "fibers" => 2 }, heartbeat_interval: 1, process_alive_threshold: 600, shutdown_timeout: 1)
@@ -253,7 +253,7 @@ class DatabaseOutageTest < Bobbin::TestCase
 
   # Each try at returning its jobs said so: a line a second for each worker that exited during the outage, and each
   # restart that found the database down added one more.
-  test "a worker killed while PostgreSQL is down: one line says its jobs wait for the database, and they go back once it is back" do
+  test "a worker killed while PostgreSQL is down: one line says its jobs wait for the database, and they go back once it is back", long: true do
     cluster = cluster!
     log = log_file("recovery-in-outage")
     pids = []
@@ -277,7 +277,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     pg_ctlcluster(*cluster, "start") if cluster
   end
 
-  test "a worker that dies while PostgreSQL is down is started again until it is back: a warning per try, no crash trace" do
+  test "a worker that dies while PostgreSQL is down is started again until it is back: a warning per try, no crash trace", long: true do
     cluster = cluster!
     log = log_file("restart-in-outage")
     pids = []
@@ -302,7 +302,7 @@ class DatabaseOutageTest < Bobbin::TestCase
 
   # A failover can leave a worker's address answered by a read-only server (the old primary, now a replica) for a
   # while. Played here by a role of the worker's own whose new sessions are read-only, then writable again.
-  test "PostgreSQL turns read-only under a running worker: it logs an outage, keeps running, and runs jobs once writable" do
+  test "PostgreSQL turns read-only under a running worker: it logs an outage, keeps running, and runs jobs once writable", long: true do
     with_role("failover") { |role, url, name| read_only_under_a_worker(role, url, name) }
   end
 
@@ -339,7 +339,7 @@ class DatabaseOutageTest < Bobbin::TestCase
   # Between its registration and its first claim a worker opens its own sessions (claims, outcomes, notifications);
   # a server that refuses them then (max_connections reached, a restart, a blip) used to end the worker with a
   # backtrace. Played here by a role allowed one session: the worker's pooled one, which registered it.
-  test "PostgreSQL refuses a worker's own sessions just after it registered: it logs an outage, keeps running, and runs jobs once let in" do
+  test "PostgreSQL refuses a worker's own sessions just after it registered: it logs an outage, keeps running, and runs jobs once let in", long: true do
     with_role("limited", "CONNECTION LIMIT 1") do |role, url|
       log = log_file("refused-at-boot")
       pids = []
@@ -362,7 +362,7 @@ class DatabaseOutageTest < Bobbin::TestCase
     end
   end
 
-  test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs" do
+  test "PostgreSQL crashes (immediate stop) while jobs are enqueued one by one and run: every enqueue that returned runs", long: true do
     cluster = cluster!
     log = log_file("crash")
     pids = []
@@ -412,7 +412,7 @@ class DatabaseOutageTest < Bobbin::TestCase
   # A failover turns the database read-only for a while (`default_transaction_read_only`), and a session reads that
   # setting when it starts: the Active Record sessions the supervisor opened in the window refused every write long
   # after it ended, so its heartbeat and recurring ticks stopped for good (a trial).
-  test "a database read-only for a while: the supervisor's heartbeat writes again once it is writable" do
+  test "a database read-only for a while: the supervisor's heartbeat writes again once it is writable", long: true do
     skip_unless_postgres
     database = Bobbin::Record.connection.select_value("SELECT current_database()")
     log = log_file("read-only")
@@ -452,7 +452,7 @@ class DatabaseOutageTest < Bobbin::TestCase
   # Through an outage the claim loop backed off and then slept its idle poll (polling_interval: 600 here), and the listener
   # backed off to its own 30 s: jobs that fell due meanwhile, or were enqueued as the database came back, waited for the
   # listener's next try (or the poll). Once the database answers, the worker claims at once and listens again.
-  test "after a PostgreSQL outage a worker that polls rarely runs the jobs due meanwhile and those enqueued as it came back" do
+  test "after a PostgreSQL outage a worker that polls rarely runs the jobs due meanwhile and those enqueued as it came back", long: true do
     cluster = cluster!
     log = log_file("outage-pickup")
     pids = []

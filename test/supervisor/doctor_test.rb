@@ -154,7 +154,7 @@ class DoctorTest < Bobbin::TestCase
   # A queue database on another server (its URL another host's): doctor checked the app's server alone and said "OK",
   # `bobbin start` warned of nothing, and the queue's server (max_connections 12) refused the workers' sessions, failing
   # 295 of 300 jobs (a trial).
-  test "with Bobbin's database on another PostgreSQL server, each server's max_connections is checked against the connections opened there" do
+  test "with Bobbin's database on another PostgreSQL server, each server's max_connections is checked against the connections opened there", long: true do
     with_second_server(max_connections: 12, superuser_reserved_connections: 1) do |url|
       Bobbin::Record.establish_connection("#{url}&pool=4") # as config.bobbin.connects_to does
       connected = true
@@ -409,7 +409,7 @@ class DoctorTest < Bobbin::TestCase
   # Moving job classes one at a time (self.queue_adapter = :bobbin on each, the global adapter another) is the documented
   # way to switch, and doctor's failure stopped the deploy step that runs it (a trial): a warning then, still a failure
   # while no class uses Bobbin.
-  test "bobbin doctor in a Rails app moving job classes to Bobbin one by one warns, naming them; with none moved it fails" do
+  test "bobbin doctor in a Rails app moving job classes to Bobbin one by one warns, naming them; with none moved it fails", long: true do
     app = File.join(tmpdir, "app")
     FileUtils.cp_r(RailsAppProcesses::APP, app)
     variables = { "RAILS_APP_QUEUE_ADAPTER" => "async" }

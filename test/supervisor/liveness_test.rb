@@ -29,7 +29,7 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f(@log) if @log && passed?
   end
 
-  test "an event loop blocked twice as long as process_alive_threshold does not get its process pruned" do
+  test "an event loop blocked twice as long as process_alive_threshold does not get its process pruned", long: true do
     log = @log = "tmp/liveness-stall-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ LoopBlockingJob, [ 4, "blocker" ] ] ] + Array.new(30) { |i| [ CrashSafeJob, [ 0.2, "job-#{i}" ] ] })
     pids = []
@@ -46,7 +46,7 @@ class LivenessTest < Bobbin::TestCase
   # A table lock held for minutes (CREATE INDEX without CONCURRENTLY, VACUUM FULL) held the outcome writes a job finished
   # into, and the heartbeat behind them on the same session: the busy worker went silent, the other worker took over
   # housekeeping from it, pruned it as the lock ended, and its jobs ran a second time beside the first.
-  test "a table lock held past process_alive_threshold prunes no live worker: each job runs once, and the log says why it waited" do
+  test "a table lock held past process_alive_threshold prunes no live worker: each job runs once, and the log says why it waited", long: true do
     skip_unless_postgres
     log = @log = "tmp/liveness-table-lock-#{Process.pid}.log"
     keeper_log = "tmp/liveness-table-lock-keeper-#{Process.pid}.log"
@@ -77,7 +77,7 @@ class LivenessTest < Bobbin::TestCase
 
   # Alone in flight, the job is blamed for the "crash" (its attempt stands), and the worker's next claim may take it
   # back before its heartbeat does: it must still run once, and its outcome be written.
-  test "a live worker pruned with one job in flight keeps it: the job runs once and succeeds" do
+  test "a live worker pruned with one job in flight keeps it: the job runs once and succeeds", long: true do
     log = @log = "tmp/liveness-one-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 3, "alone" ] ] ])
     pids = []
@@ -99,7 +99,7 @@ class LivenessTest < Bobbin::TestCase
     assert_equal 1, LedgerEntry.count
   end
 
-  test "a host's Bobbin killed whole with -9 has its jobs back as it starts again, not a silence threshold later" do
+  test "a host's Bobbin killed whole with -9 has its jobs back as it starts again, not a silence threshold later", long: true do
     log = @log = "tmp/liveness-killed-whole-#{Process.pid}.log"
     killed_log = "tmp/liveness-killed-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 1, "survivor" ] ] ])
@@ -122,7 +122,7 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f(killed_log) if passed?
   end
 
-  test "a lone bobbin work killed with -9 has its jobs back as the next one starts, not a silence threshold later" do
+  test "a lone bobbin work killed with -9 has its jobs back as the next one starts, not a silence threshold later", long: true do
     log = @log = "tmp/liveness-lone-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 1, "lone-survivor" ] ] ])
     @config = start_config({ "fibers" => 5 }, heartbeat_interval: 0.5, process_alive_threshold: 600) # silence: 10 minutes
@@ -141,7 +141,7 @@ class LivenessTest < Bobbin::TestCase
   end
 
   # Hosts may be set up apart, or be mid-deploy to new settings: each process is judged by the threshold it runs with.
-  test "a supervisor with a 2 s threshold prunes no live worker of one that beats every 3 s (threshold 10 s)" do
+  test "a supervisor with a 2 s threshold prunes no live worker of one that beats every 3 s (threshold 10 s)", long: true do
     log = @log = "tmp/liveness-thresholds-#{Process.pid}.log"
     slow_log = "tmp/liveness-slow-#{Process.pid}.log"
     Bobbin.enqueue_all(Array.new(3) { |i| [ CrashSafeJob, [ 8, "job-#{i}" ] ] })
@@ -163,7 +163,7 @@ class LivenessTest < Bobbin::TestCase
   # The supervisor's loop turned once a second, and started its beats on its turns: with a heartbeat_interval of 1 s or
   # less its beats came more than two intervals apart, which it took for itself cut off from the database, so it trusted
   # no silence, and a frozen host's jobs stayed running for good.
-  test "a supervisor beating every 0.4 s recovers the jobs of a host that froze" do
+  test "a supervisor beating every 0.4 s recovers the jobs of a host that froze", long: true do
     log = @log = "tmp/liveness-frozen-host-#{Process.pid}.log"
     frozen_log = "tmp/liveness-frozen-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 5, "frozen" ] ] ])
@@ -184,7 +184,7 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f(frozen_log) if passed?
   end
 
-  test "a supervisor stopping gracefully for longer than process_alive_threshold keeps beating through the stop" do
+  test "a supervisor stopping gracefully for longer than process_alive_threshold keeps beating through the stop", long: true do
     log = @log = "tmp/liveness-long-stop-#{Process.pid}.log"
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 6, "long" ] ] ])
     pids = []
@@ -203,7 +203,7 @@ class LivenessTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "the supervisor removed its own row"
   end
 
-  test "a PostgreSQL outage longer than process_alive_threshold: no live worker is pruned, nothing runs twice" do
+  test "a PostgreSQL outage longer than process_alive_threshold: no live worker is pruned, nothing runs twice", long: true do
     skip_unless_postgres
     port = TestDatabase.url[/port=(\d+)/, 1] || "5432"
     cluster = `pg_lsclusters -h 2>/dev/null`.lines.map(&:split).find { |fields| fields[2] == port }
@@ -226,7 +226,7 @@ class LivenessTest < Bobbin::TestCase
 
   # Hosts sharing one PostgreSQL can disagree about the time; heartbeats are written and judged by the database's
   # clock, so a host whose clock runs ahead does not find every other host's workers silent.
-  test "PostgreSQL: a supervisor on a host whose clock runs 2 minutes ahead prunes no live worker of another" do
+  test "PostgreSQL: a supervisor on a host whose clock runs 2 minutes ahead prunes no live worker of another", long: true do
     skip_unless_postgres
     @skew = Tempfile.create([ "skew", ".rb" ])
     @skew.write("Time.singleton_class.prepend(Module.new { def now(...) = super + 120 }) # this host's clock runs ahead\n")
@@ -250,7 +250,7 @@ class LivenessTest < Bobbin::TestCase
     FileUtils.rm_f([ @skew&.path, (skewed_log if passed?) ].compact)
   end
 
-  test "a live worker whose row was pruned registers again and keeps its running jobs; a pruned supervisor registers again" do
+  test "a live worker whose row was pruned registers again and keeps its running jobs; a pruned supervisor registers again", long: true do
     log = @log = "tmp/liveness-reregister-#{Process.pid}.log"
     Bobbin.enqueue_all(Array.new(5) { |i| [ CrashSafeJob, [ 5, "job-#{i}" ] ] })
     pids = []

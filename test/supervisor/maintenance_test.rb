@@ -17,7 +17,7 @@ class MaintenanceTest < Bobbin::TestCase
     # More expired jobs than a round once deleted (10,000, one round every heartbeat_interval): a host that finishes
     # more than a thousand jobs a second must not pile them up. They are all gone before the second round. The
     # heartbeat is a minute apart, so what happens within the test's wait happened at start, not at a later beat.
-    test "bobbin #{command} recovers a dead process's jobs and sweeps every expired one as it starts" do
+    test "bobbin #{command} recovers a dead process's jobs and sweeps every expired one as it starts", long: true do
       id = ghost_with_a_job("rescued")
       # Dead by its pid (a process of this host killed): a silence alone is judged once the new process has reached the
       # database for the silent one's threshold (an outage may just have ended: see fresh_process_after_outage_test.rb).

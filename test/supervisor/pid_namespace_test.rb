@@ -14,7 +14,7 @@ class PidNamespaceTest < Bobbin::TestCase
     skip("this machine cannot make pid namespaces") unless system(*NAMESPACE, "true", [ :out, :err ] => File::NULL)
   end
 
-  test "a supervisor whose worker exits recovers that worker's jobs, not those of another host's worker with the same pid" do
+  test "a supervisor whose worker exits recovers that worker's jobs, not those of another host's worker with the same pid", long: true do
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "1", "--polling-interval", "0.05", prefix: NAMESPACE)
@@ -36,7 +36,7 @@ class PidNamespaceTest < Bobbin::TestCase
     end
   end
 
-  test "a supervisor that is pid 1 (a container without tini) waits for the processes its jobs leave behind: no zombies" do
+  test "a supervisor that is pid 1 (a container without tini) waits for the processes its jobs leave behind: no zombies", long: true do
     pids = []
     ensure_killed(pids) do
       pids << spawn_bobbin("start", "--fibers", "2", "--polling-interval", "0.05", prefix: NAMESPACE)

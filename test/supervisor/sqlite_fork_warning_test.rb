@@ -18,7 +18,7 @@ class SqliteForkWarningTest < Bobbin::TestCase
     Bundler.with_unbundled_env { yield env, [ "bundle", "exec", RbConfig.ruby, File.join(ROOT, "exe/bobbin"), *args ] }
   end
 
-  test "bobbin start on Active Record 7.2 and SQLite starts its workers without the sqlite3 gem's fork warning" do
+  test "bobbin start on Active Record 7.2 and SQLite starts its workers without the sqlite3 gem's fork warning", long: true do
     url = "sqlite3:#{File.join(Dir.mktmpdir, 'jobs.sqlite3')}"
     bobbin_on_rails_72(url) do |env, _|
       output, status = Open3.capture2e(env, "bundle", "check", chdir: ROOT)

@@ -31,7 +31,7 @@ class SupervisorTest < Bobbin::TestCase
     assert_equal [ 1 ], Bobbin::JobRecord.distinct.pluck(:attempts), "a crash with 200 jobs in flight costs none an attempt"
   end
 
-  test "TERM during long jobs: short ones finish, long ones return to ready, the supervisor exits within the timeout" do
+  test "TERM during long jobs: short ones finish, long ones return to ready, the supervisor exits within the timeout", long: true do
     Bobbin.enqueue_all(Array.new(3) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] } + Array.new(3) { |i| [ CrashSafeJob, [ 0.5, "short-#{i}" ] ] })
     pids = []
     ensure_killed(pids) do
@@ -53,7 +53,7 @@ class SupervisorTest < Bobbin::TestCase
   # or a dropped ssh session sends HUP to the group: Ruby's default ended every process at once, the jobs left to
   # recovery without shutdown_timeout (a review).
   %i[TERM INT HUP].each do |signal|
-    test "#{signal} to the whole process group is one graceful stop: the running jobs finish" do
+    test "#{signal} to the whole process group is one graceful stop: the running jobs finish", long: true do
       Bobbin.enqueue_all(Array.new(2) { |i| [ CrashSafeJob, [ 3, "long-#{i}" ] ] })
       log = File.join(Dir.mktmpdir, "bobbin.log")
       pids = []
@@ -75,7 +75,7 @@ class SupervisorTest < Bobbin::TestCase
 
   # Signalled alone (kill PID, not the group, as systemd's KillMode=mixed or an operator does), the supervisor read no
   # signal while it waited for its workers: a QUIT after TERM was lost and the stop took the whole shutdown_timeout.
-  test "QUIT to the supervisor while its TERM waits for long jobs stops the workers at once" do
+  test "QUIT to the supervisor while its TERM waits for long jobs stops the workers at once", long: true do
     Bobbin.enqueue_all(Array.new(2) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] })
     log = stop_twice(%w[start --fibers 2], :TERM, :QUIT, begun: "stopping workers gracefully", running: 2)
     assert_match(/QUIT while stopping, stopping workers now/, log)
@@ -84,7 +84,7 @@ class SupervisorTest < Bobbin::TestCase
 
   # A TERM that reached a worker between its fork and its own traps ran the supervisor's inherited handler and was
   # lost: the worker then ran until killed, shutdown_timeout + KILL_GRACE later (a CI run's supervisor took > 30 s).
-  test "TERM while a worker is still forking: the worker stops as it boots, and the supervisor exits at once" do
+  test "TERM while a worker is still forking: the worker stops as it boots, and the supervisor exits at once", long: true do
     log = "tmp/term-forking-#{Process.pid}.log"
     mark = File.expand_path("../../tmp/forked-term-#{Process.pid}", __dir__)
     FileUtils.rm_f(mark)
@@ -144,7 +144,7 @@ class SupervisorTest < Bobbin::TestCase
     end
   end
 
-  test "a worker that crashes as it boots logs the error with where it was raised, and the supervisor starts it again" do
+  test "a worker that crashes as it boots logs the error with where it was raised, and the supervisor starts it again", long: true do
     boot = Tempfile.create([ "crash_once", ".rb" ])
     armed = "#{boot.path}.armed"
     File.write(armed, "")
@@ -172,7 +172,7 @@ class SupervisorTest < Bobbin::TestCase
     [ boot&.path, armed, log ].compact.each { |path| FileUtils.rm_f(path) }
   end
 
-  test "a worker whose fork hook (the app's after_fork) raises crashes as it boots, leaving the supervisor's row and stop alone" do
+  test "a worker whose fork hook (the app's after_fork) raises crashes as it boots, leaving the supervisor's row and stop alone", long: true do
     mark = File.expand_path("../../tmp/fork-raised-#{Process.pid}", __dir__)
     FileUtils.rm_f(mark)
     log = "tmp/fork-raise-#{Process.pid}.log"
@@ -198,7 +198,7 @@ class SupervisorTest < Bobbin::TestCase
 
   # Its heartbeat ran in its signal loop: while a lock on bobbin_processes (or a frozen server) held it, a TERM waited
   # as long, and the workers were told to stop that late (18 s of a 20 s lock); TTIN during a stop was dropped (a review).
-  test "PostgreSQL: TERM and TTIN reach the workers while the supervisor's heartbeat waits for a lock" do
+  test "PostgreSQL: TERM and TTIN reach the workers while the supervisor's heartbeat waits for a lock", long: true do
     skip_unless_postgres
     Bobbin.enqueue_all([ [ CrashSafeJob, [ 3, "long" ] ] ])
     log = File.join(Dir.mktmpdir, "bobbin.log")
@@ -228,7 +228,7 @@ class SupervisorTest < Bobbin::TestCase
   # The supervisor queries from its clock's thread and its heartbeat's (and its main loop, recovering a worker that
   # exited), each on a connection of its Active Record pool: a beat held up (a lock, a long retention sweep) while the
   # clock ticked kept two open, where `bobbin doctor`'s total, held against max_connections, counted one.
-  test "PostgreSQL: the connections a deployment holds, its supervisor's heartbeat waiting while its clock ticks, stay within doctor's total" do
+  test "PostgreSQL: the connections a deployment holds, its supervisor's heartbeat waiting while its clock ticks, stay within doctor's total", long: true do
     skip_unless_postgres
     pool = Bobbin::Pool.parse({ "threads" => 1 }, "workers[0]")
     total = Bobbin::ConnectionBudget.total([ pool ], :fork) # the child's Active Record pool is this process's size (25)
@@ -258,7 +258,7 @@ class SupervisorTest < Bobbin::TestCase
 
   # PRODUCT.md: Bobbin warns or refuses at boot when PostgreSQL's max_connections cannot hold the pool it computed. Only
   # `bobbin doctor` checked; `bobbin start` booted without a word, and the workers' sessions were refused at their busiest.
-  test "PostgreSQL: bobbin start warns as it boots when max_connections cannot hold what its pools may open, or not beside other clients" do
+  test "PostgreSQL: bobbin start warns as it boots when max_connections cannot hold what its pools may open, or not beside other clients", long: true do
     skip_unless_postgres
     max, reserved = %w[max_connections superuser_reserved_connections].map { |name| Bobbin::Record.connection.select_value("SHOW #{name}").to_i }
     others = Array.new(5) { Bobbin::Record.connection_db_config.new_connection.tap(&:connect!) } # other clients' sessions
@@ -298,7 +298,7 @@ class SupervisorTest < Bobbin::TestCase
   # In async mode the supervisor's clock and heartbeat threads take connections from the pool its jobs use: with a pool
   # of just the jobs' need, jobs holding theirs (a transaction) left its heartbeat waiting checkout_timeout, again and
   # again, and its row went stale past process_alive_threshold (a supervisor judged dead while alive).
-  test "async mode: the Active Record pool must hold the supervisor's clock and heartbeat besides the jobs, whose transactions then starve neither" do
+  test "async mode: the Active Record pool must hold the supervisor's clock and heartbeat besides the jobs, whose transactions then starve neither", long: true do
     assert_config_exit(run_bobbin("start", "--mode", "async", "--threads", "2", env: { "DATABASE_URL" => TestDatabase.url_with_pool(2) }, timeout: 30),
                        /the Active Record pool of "primary" has 2 connections but 1 pools in one process and its supervisor's clock and heartbeat needs 4; set pool: 4/)
     skip("SQLite: the jobs' write transactions hold its one writer, whatever the pool") unless postgres?
@@ -326,7 +326,7 @@ class SupervisorTest < Bobbin::TestCase
   # With Bobbin's tables in a database of their own (connects_to), the async supervisor's clock and heartbeat take their
   # connections from that database's pool, which the jobs' enqueues use too; its size was not checked: jobs holding its
   # connections (enqueues in a transaction) left the heartbeat waiting checkout_timeout, its row stale (a review).
-  test "async mode with a queue database of its own: its pool must hold the supervisor's clock and heartbeat besides the jobs' enqueues" do
+  test "async mode with a queue database of its own: its pool must hold the supervisor's clock and heartbeat besides the jobs' enqueues", long: true do
     skip_unless_postgres # SQLite: the jobs' write transactions hold its one writer, whatever the pool
     queue = write_queue_database_file
     assert_config_exit(run_bobbin("start", "--mode", "async", "--threads", "2", "-r", queue,
@@ -356,7 +356,7 @@ class SupervisorTest < Bobbin::TestCase
   # forked again (its recovery gave up on the lock after the busy timeout, made short here): that child hung for ever
   # in the sqlite3 gem's after-fork close, and no job ran again. The holder waits its turn for the lock: the
   # supervisor's heartbeat and its worker write too, and a BEGIN IMMEDIATE among them failed a CI run.
-  test "SQLite: a worker restarted while the supervisor's threads wait on another writer's lock runs jobs" do
+  test "SQLite: a worker restarted while the supervisor's threads wait on another writer's lock runs jobs", long: true do
     skip("SQLite's write lock") if postgres?
     log = File.join(Dir.mktmpdir, "bobbin.log")
     holder = "db = SQLite3::Database.new(ARGV[0]); db.busy_timeout = 10_000; db.execute('BEGIN IMMEDIATE'); puts('locked'); $stdout.flush; sleep(6); db.execute('COMMIT')"
@@ -380,7 +380,7 @@ class SupervisorTest < Bobbin::TestCase
     end
   end
 
-  test "workers of a supervisor killed with -9 stop on their own within seconds" do
+  test "workers of a supervisor killed with -9 stop on their own within seconds", long: true do
     pids = []
     children = []
     ensure_killed(pids, children) do
@@ -411,7 +411,7 @@ class SupervisorTest < Bobbin::TestCase
   # StandardError: the slot's thread ended with it, the supervisor's reap raised it again, and the whole process exited,
   # every pool gone, nothing restarted.
   %w[Exception Interrupt].each do |error|
-    test "async mode: #{error} raised into a worker's thread ends that worker alone, and the supervisor starts it again" do
+    test "async mode: #{error} raised into a worker's thread ends that worker alone, and the supervisor starts it again", long: true do
       log = "tmp/async-raised-#{error}-#{Process.pid}.log"
       async_worker_replaced(log) { WatchdogRaisingJob.enqueue(error) }
       assert_match(/bobbin worker thread crashed: #{error}: the watchdog's #{error}/, File.read(log))
@@ -424,7 +424,7 @@ class SupervisorTest < Bobbin::TestCase
 
   # A fiber job's Thread.exit ends its worker's thread, which has no value then: the slot took it for a thread still
   # running, so the supervisor never said the worker exited and restarted it with no delay, however fast it kept dying.
-  test "async mode: a worker whose thread a job ended is said to have exited, and is started again" do
+  test "async mode: a worker whose thread a job ended is said to have exited, and is started again", long: true do
     log = "tmp/async-killed-#{Process.pid}.log"
     id = nil
     async_worker_replaced(log) { id = ExitJob.enqueue("thread_exit") }
@@ -448,7 +448,7 @@ class SupervisorTest < Bobbin::TestCase
   # Its worker thread ended once the stop gave up on the job (killed, it ran on in its C call): the process then waited at
   # exit for the call to return (for ever, for one that never does), and the job stayed claimed by a row the worker had
   # removed, for any host to give to another worker while it still ran.
-  test "async mode: a thread job stuck in a C call past the stop goes back to ready, and the process exits 3 in bounded time" do
+  test "async mode: a thread job stuck in a C call past the stop goes back to ready, and the process exits 3 in bounded time", long: true do
     id = CCallJob.enqueue(120_000, "stuck")
     pids = []
     ensure_killed(pids) do

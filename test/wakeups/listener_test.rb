@@ -77,7 +77,7 @@ class ListenerTest < Bobbin::TestCase
     end
   end
 
-  test "after a silent network cut of the listening connection, the loss is logged, polling takes over and the listener reconnects" do
+  test "after a silent network cut of the listening connection, the loss is logged, polling takes over and the listener reconnects", long: true do
     log = StringIO.new
     logger = Bobbin.config.logger
     Bobbin.config.logger = Logger.new(log)
@@ -105,7 +105,7 @@ class ListenerTest < Bobbin::TestCase
   # woken by notifications again, whatever the server did next: at its LISTEN, or earlier, as Active Record readied the
   # new session (SET client_min_messages, the type map's queries) before the listener's own bounded statements.
   { "statements are never answered" => "LISTEN bobbin_probe", "session goes silent as Active Record readies it" => "client_min_messages" }.each do |what, statement|
-    test "a reconnect whose #{what} is a lost connection: the listener reconnects and notifications resume" do
+    test "a reconnect whose #{what} is a lost connection: the listener reconnects and notifications resume", long: true do
       proxy = through_proxy
       with_idle_worker(poll: 60, fallback: 0.5) do
         old = listeners
@@ -122,7 +122,7 @@ class ListenerTest < Bobbin::TestCase
     end
   end
 
-  test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume" do
+  test "after a PostgreSQL restart, jobs enqueued meanwhile run and notifications resume", long: true do
     cluster = local_cluster or skip("needs a local PostgreSQL cluster this user can restart")
     with_idle_worker(poll: 60, fallback: 0.5) do
       assert pg_ctlcluster(*cluster, "restart", "-m", "fast"), "PostgreSQL restarted"

@@ -57,7 +57,7 @@ class PickupTest < Bobbin::TestCase
 
   # Two jobs due a few ms apart: the claim took the first; the look for the next due time, made once the second was
   # due too, asked only for jobs not due yet, and the second waited for the next poll (a trial: 4–10 s late, 3 of 3).
-  test "jobs due a few milliseconds apart all run at their time on a worker polling every 60 s" do
+  test "jobs due a few milliseconds apart all run at their time on a worker polling every 60 s", long: true do
     with_idle_worker do
       at = Time.now + 1 # pairs 0.4 s apart, the second of each 1.2 to 4 ms after the first: the claim's and the look's time
       pairs = Array.new(8) { |i| [ [ SleepJob, [ 0, "a#{i}" ], { run_at: at + i * 0.4 } ], [ SleepJob, [ 0, "b#{i}" ], { run_at: at + i * 0.4 + 0.0012 + i * 0.0004 } ] ] }
@@ -88,7 +88,7 @@ class PickupTest < Bobbin::TestCase
   # A worker that finishes many jobs a second claims a few ahead (Claimer#prefetch), so a claim can fill every slot and
   # still take fewer jobs than it asked for. Full, the worker leaves due times to a freed slot, which woke a listening
   # worker only after a claim that took all it asked for: the scheduled job waited for the next poll.
-  test "a job scheduled ahead runs at its time when, just before, a claim filled every slot of a worker claiming ahead" do
+  test "a job scheduled ahead runs at its time when, just before, a claim filled every slot of a worker claiming ahead", long: true do
     with_idle_worker do
       id = SleepJob.enqueue_in(4, 0, "scheduled")
       Bobbin.enqueue_all(Array.new(3000) { [ SleepJob, [ 0 ] ] }) # thousands a second: the worker claims ahead
@@ -236,7 +236,7 @@ class PickupTest < Bobbin::TestCase
     Bobbin.config.durable_enqueue = true
   end
 
-  test "enqueue_all of 10,000 jobs sends one announcement" do
+  test "enqueue_all of 10,000 jobs sends one announcement", long: true do
     with_idle_worker do
       Bobbin.enqueue_all(Array.new(10_000) { |i| [ SleepJob, [ 0 ], { queue: "bulk#{i % 3}" } ] })
       notices = assert_heard(1)

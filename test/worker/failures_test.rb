@@ -158,7 +158,7 @@ class FailuresTest < Bobbin::TestCase
 
   # Each unknown-class try raised its attempts (and gave it back in max_attempts): the first real failure's backoff was
   # reckoned from attempt 16, backoff × 2^15 capped at 6 h, so a job that waited out a rolling deploy then waited hours.
-  test "a job whose class was unknown for many tries retries its first real failure after its own backoff" do
+  test "a job whose class was unknown for many tries retries its first real failure after its own backoff", long: true do
     id = tried_unknown("LateFlakyJob", [ "late", 2 ], max_attempts: 4, tries: 15)
     assert_equal [ "ready", 15, 19 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts, :max_attempts)
 

@@ -24,7 +24,7 @@ class FiberSafetyTest < Bobbin::TestCase
     nil while Bobbin.monotonic < deadline
   end
 
-  test "five jobs whose C call holds the loop are named with their line and duration; fifty HTTP jobs beside them are not blamed" do
+  test "five jobs whose C call holds the loop are named with their line and duration; fifty HTTP jobs beside them are not blamed", long: true do
     blocking = with_fake_server do |url|
       Bobbin.enqueue_all(Array.new(50) { |i| [ HttpJob, [ "#{url}/delay?ms=50", "http-#{i}" ] ] })
       Bobbin.enqueue_all(Array.new(5) { |i| [ BlockingCallJob, [ 1_000, "block-#{i}" ] ] }).tap { drain(fibers: 60) }
@@ -174,7 +174,7 @@ class FiberSafetyTest < Bobbin::TestCase
 
   # The job's 3 s are CPU time: on a loaded host it holds the loop longer (a CI run's took over 10 s), so the waits are
   # long and the heartbeat longer still; a worker left running by a failed wait is stopped, not left to the next test.
-  test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later" do
+  test "the process row shows a stall's lag while it goes on, and its end, each within a second, not a heartbeat later", long: true do
     Bobbin.config.set(heartbeat_interval: 120, process_alive_threshold: 360)
     SleepJob.enqueue(6, "keeps the worker on after the stall")
     lag = -> { Bobbin::ProcessRecord.where(kind: "worker").pick(:loop_lag_ms) }
@@ -242,7 +242,7 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_equal [ offloaded, stalled ].sort, Bobbin::JobRecord.where(state: "succeeded").pluck(:id).sort
   end
 
-  test "no stall is reported when no job holds the loop: 2,000 sleeping jobs, noop jobs and GC pressure" do
+  test "no stall is reported when no job holds the loop: 2,000 sleeping jobs, noop jobs and GC pressure", long: true do
     Bobbin.enqueue_all(Array.new(2_000) { [ SleepJob, [ 0.05 ] ] } + Array.new(500) { [ NoopJob, [] ] } +
                        Array.new(20) { [ GarbageJob, [ 200 ] ] })
     drain(fibers: 2_000)
@@ -272,7 +272,7 @@ class FiberSafetyTest < Bobbin::TestCase
     assert_empty @stalls
   end
 
-  test "TERM with lane jobs in flight returns them to ready; kill -9 leaves them to recovery" do
+  test "TERM with lane jobs in flight returns them to ready; kill -9 leaves them to recovery", long: true do
     Bobbin.enqueue_all(Array.new(2) { |i| [ LaneSleepJob, [ 60, "lane-#{i}" ] ] })
     pids = []
     ensure_killed(pids) do

@@ -85,7 +85,7 @@ class FiberWorkerTest < Bobbin::TestCase
     assert_equal 1, Bobbin.counts["succeeded"]
   end
 
-  test "a task a job left running that swallows its stop is ended after the grace: the worker's run returns, its row goes, the job runs again" do
+  test "a task a job left running that swallows its stop is ended after the grace: the worker's run returns, its row goes, the job runs again", long: true do
     StubbornTaskJob::STOPS.clear
     id = StubbornTaskJob.enqueue
     worker = Bobbin::Worker.new(fibers: 2, polling_interval: 0.05, shutdown_timeout: 0)

@@ -99,7 +99,7 @@ class LostClaimsTest < Bobbin::TestCase
     assert_equal 1, query { Bobbin::JobRecord.find(@late).attempts }
   end
 
-  test "a lost claim among a backlog of jobs: every job runs exactly once, the lost ones too" do
+  test "a lost claim among a backlog of jobs: every job runs exactly once, the lost ones too", long: true do
     Bobbin.config.set(heartbeat_interval: 0.5, process_alive_threshold: 3)
     Bobbin.enqueue_all(Array.new(2_000) { |i| [ SleepJob, [ 0.02, "job-#{i}" ] ] })
     bobbin_log do |log|

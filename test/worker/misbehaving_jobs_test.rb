@@ -29,7 +29,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
       assert LedgerEntry.exists?(key: "after"), "the job after them ran on the same single slot"
     end
 
-    test "a #{mode} job that ignores its interrupt is not handed back while it runs, and the process still exits" do
+    test "a #{mode} job that ignores its interrupt is not handed back while it runs, and the process still exits", long: true do
       id = StubbornJob.enqueue("stubborn")
       log = @log = "tmp/stubborn-#{mode}-#{Process.pid}.log"
       pids = []
@@ -225,7 +225,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
     runner&.join(30) rescue nil # before the fix, its join raised the watchdog's error
   end
 
-  test "a job that kills its process is isolated and failed; the 40 jobs beside it keep their attempts and finish" do
+  test "a job that kills its process is isolated and failed; the 40 jobs beside it keep their attempts and finish", long: true do
     poison = PoisonJob.enqueue("poison")
     Bobbin.enqueue_all(Array.new(40) { |i| [ ChaosJob, [ 0.5, "innocent-#{i}" ] ] })
     pids = []
@@ -251,7 +251,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_raises(Bobbin::ConfigurationError, "just under the raw limit, where creating fibers hangs") { Bobbin::Worker.new(fibers: near) }
   end
 
-  test "a fiber job that stops yielding while the claim loop waits inside a claim still cannot block TERM" do
+  test "a fiber job that stops yielding while the claim loop waits inside a claim still cannot block TERM", long: true do
     skip_unless_postgres # SQLite's calls never yield to the loop
     go = File.expand_path("tmp/spin-late-go-#{Process.pid}") # the job spins once this exists: after the claim has parked
     id = SpinJob.enqueue("spin-late", go)
@@ -289,7 +289,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
 
   # The log had no "stopping on TERM" line (the stop logs on the loop the job holds), then said the job "did not stop
   # within 5s of their interrupt", though no interrupt could reach it: it is said from the heartbeat thread, naming the job.
-  test "a fiber job that never yields cannot block TERM: the process exits with its stop overdue, the log says why, and the job is recovered" do
+  test "a fiber job that never yields cannot block TERM: the process exits with its stop overdue, the log says why, and the job is recovered", long: true do
     id = SpinJob.enqueue("spin")
     log = @log = "tmp/spin-#{Process.pid}.log"
     pids = []
@@ -393,7 +393,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
     thread&.kill
   end
 
-  test "bobbin start: a job that ignores its interrupt is back in the queue as its worker exits, not only at the next start" do
+  test "bobbin start: a job that ignores its interrupt is back in the queue as its worker exits, not only at the next start", long: true do
     id = StubbornJob.enqueue("stubborn-supervised")
     LedgerJob.enqueue("beside")
     log = @log = "tmp/stubborn-supervised-#{Process.pid}.log"
@@ -411,7 +411,7 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_equal 0, Bobbin::ProcessRecord.count, "no row left behind"
   end
 
-  test "bobbin start --mode async: a fiber job that ignores its interrupt does not keep the process from exiting" do
+  test "bobbin start --mode async: a fiber job that ignores its interrupt does not keep the process from exiting", long: true do
     id = StubbornJob.enqueue("stubborn-async")
     log = @log = "tmp/stubborn-async-#{Process.pid}.log"
     pids = []

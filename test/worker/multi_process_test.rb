@@ -3,7 +3,7 @@
 require "test_helper"
 
 class MultiProcessTest < Bobbin::TestCase
-  test "two worker processes on one PostgreSQL run each of 5,000 jobs exactly once" do
+  test "two worker processes on one PostgreSQL run each of 5,000 jobs exactly once", long: true do
     skip_unless_postgres
     Bobbin.enqueue_all(Array.new(5_000) { |i| [ LedgerJob, [ "job-#{i}" ] ] })
     pids = []

@@ -42,7 +42,7 @@ class QuietTest < Bobbin::TestCase
     end
   end
 
-  test "TSTP to bobbin start: every worker goes quiet, the process rows say so, and a worker that dies is not restarted" do
+  test "TSTP to bobbin start: every worker goes quiet, the process rows say so, and a worker that dies is not restarted", long: true do
     @config = start_config({ "fibers" => 2, "processes" => 2 })
     gate = GatedJob.gate("quiet-supervisor")
     log = @log = "tmp/quiet-supervisor-#{Process.pid}.log"
@@ -90,7 +90,7 @@ class QuietTest < Bobbin::TestCase
     end
   end
 
-  test "TSTP to bobbin start while a worker is still booting (forked, its trap not set yet): it goes quiet once it runs" do
+  test "TSTP to bobbin start while a worker is still booting (forked, its trap not set yet): it goes quiet once it runs", long: true do
     @config = start_config({ "threads" => 2, "processes" => 1 })
     log = @log = "tmp/quiet-booting-#{Process.pid}.log"
     mark = File.expand_path("../../tmp/forked-#{Process.pid}", __dir__)

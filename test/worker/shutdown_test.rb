@@ -4,7 +4,7 @@ require "test_helper"
 
 class ShutdownTest < Bobbin::TestCase
   %w[fibers threads].each do |mode|
-    test "TERM with #{mode} in flight: short jobs finish, long ones return to ready, the process exits in time" do
+    test "TERM with #{mode} in flight: short jobs finish, long ones return to ready, the process exits in time", long: true do
       Bobbin.enqueue_all(Array.new(4) { |i| [ CrashSafeJob, [ 60, "long-#{i}" ] ] } + Array.new(4) { |i| [ CrashSafeJob, [ 0.5, "short-#{i}" ] ] })
       pids = []
       log = File.join(Dir.mktmpdir, "work.log")
@@ -71,7 +71,7 @@ class ShutdownTest < Bobbin::TestCase
 
   # Counted from the TERM, a QUIT more than 7 s into its wait found the stop overdue at once: the worker exited 3 within a
   # second, saying the job had not stopped within 5 s of its interrupt, its cleanup cut short (a review).
-  test "QUIT long into a TERM's wait still gives the jobs their 5 s to unwind, and their attempt back" do
+  test "QUIT long into a TERM's wait still gives the jobs their 5 s to unwind, and their attempt back", long: true do
     path = File.join(Dir.mktmpdir, "unwound")
     id = SlowUnwindJob.enqueue(path, 2)
     pids = []
@@ -92,7 +92,7 @@ class ShutdownTest < Bobbin::TestCase
   end
 
   %w[fibers threads].each do |mode|
-    test "QUIT with #{mode} mid-transaction: jobs go back only once stopped, whole transactions, no connection reused" do
+    test "QUIT with #{mode} mid-transaction: jobs go back only once stopped, whole transactions, no connection reused", long: true do
       Bobbin.enqueue_all(Array.new(8) { |i| [ TransactionLoopJob, [ "job-#{i}", 1_500 ] ] })
       log = @log = "tmp/quit-#{mode}-#{Process.pid}.log"
       pids = []
@@ -131,7 +131,7 @@ class ShutdownTest < Bobbin::TestCase
 
   # An embedded worker (Worker#run) removed its row as it returned, its job still running on a thread its kill could
   # not end: the job named no live process, and the next recovery anywhere ran it again beside the first run.
-  test "an embedded worker whose job outlives its kill keeps its row beating: the job is not run again while it runs" do
+  test "an embedded worker whose job outlives its kill keeps its row beating: the job is not run again while it runs", long: true do
     gate = File.join(Dir.mktmpdir, "gate")
     id = DeafJob.enqueue("deaf", gate)
     worker = outlived_stop("deaf", gate)
@@ -149,7 +149,7 @@ class ShutdownTest < Bobbin::TestCase
 
   # Its stop's deadline (no new session past it) stayed on the session its row beats on, after the stop: a session
   # lost then was never opened again, the row went silent while the job ran, and recovery would run it a second time.
-  test "PostgreSQL: the row beating for a job that outlived its kill beats on after its session is lost" do
+  test "PostgreSQL: the row beating for a job that outlived its kill beats on after its session is lost", long: true do
     skip_unless_postgres
     Bobbin.config.set(heartbeat_interval: 0.5)
     gate = File.join(Dir.mktmpdir, "gate")
@@ -170,7 +170,7 @@ class ShutdownTest < Bobbin::TestCase
   # its interrupt included: the loop ran that job's fiber for ever, so `run` never returned after its stop, and its
   # row, no longer beating, left the job to be run again beside the first. Its fiber is ended as a thread pool's
   # thread is, and the job goes back to ready.
-  test "an embedded fiber pool stops though its job rescues its interrupt: run returns and the job goes back to ready" do
+  test "an embedded fiber pool stops though its job rescues its interrupt: run returns and the job goes back to ready", long: true do
     id = StubbornJob.enqueue("stubborn")
     log = File.join(Dir.mktmpdir, "embedded.log")
     script = <<~RUBY
