@@ -19,11 +19,11 @@ module Bobbin
     # "long" (`bin/rake test:long`) those marked `long: true`, each needing seconds of real processes (a generated Rails
     # app, Puma, PostgreSQL stopped or cut, a process killed, frozen or stopped mid-job and waited out). Unset (a file
     # run by hand), both.
-    LANES = { "" => %i[default long], "default" => %i[default], "long" => %i[long] }.freeze
+    LANES = { "" => %i[default long], "default" => %i[default], "long" => %i[long] }
+              .fetch(ENV["BOBBIN_TEST_LANE"].to_s) { raise ArgumentError, "BOBBIN_TEST_LANE: default, long or unset" }
 
     def self.test(name, long: false, &block)
-      lanes = LANES.fetch(ENV["BOBBIN_TEST_LANE"].to_s) { raise ArgumentError, "BOBBIN_TEST_LANE: default, long or unset" }
-      super(name, &block) if lanes.include?(long ? :long : :default)
+      super(name, &block) if LANES.include?(long ? :long : :default)
     end
 
     setup do
