@@ -31,6 +31,10 @@ module Bobbin
     attr_reader :fiber_db_concurrency
     # Extra runs a job gets when its process dies under it, beyond its own retries; then it fails.
     attr_reader :crash_retries
+    # Seconds (≥ 0.01) a crash suspect (a job in flight at repeated crashes, see Recovery) runs alone in its worker.
+    # One still running then (a long job, or one that never returns) lets the next suspect start beside it, rather than
+    # holding its fellows back for as long as it runs.
+    attr_reader :crash_quarantine
     # true (default): an enqueue returns once PostgreSQL has the job on disk. false: a single enqueue outside a
     # transaction commits without waiting for the WAL flush (synchronous_commit off for that statement only), about
     # twice as fast; a crash of PostgreSQL or its host (not of the app) can lose the last ~0.6 s of such enqueues.
@@ -78,6 +82,7 @@ module Bobbin
       @notifications = true
       @fiber_db_concurrency = 3
       @crash_retries = 2
+      @crash_quarantine = 60
       @durable_enqueue = true
       @stall_threshold = 0.1
       @thread_lane = 2

@@ -566,7 +566,7 @@ module Bobbin
 
         @full = false
         @pacer.refresh(@claimer.database_now) { @claimer.next_run_at }
-        wait(@pacer.idle_wait(@claimer.database_now))
+        wait([ @pacer.idle_wait(@claimer.database_now), @claimer.quarantine_left ].compact.min)
       end
 
       def room? = @executor.busy < @executor.capacity

@@ -155,7 +155,7 @@ class ConfigFileTest < Bobbin::TestCase
   end
 
   test "Bobbin.configure checks every setting as it is set" do
-    { polling_interval: 0, heartbeat_interval: 0, shutdown_timeout: -3, retention: 0, crash_retries: 0, max_argument_bytes: 1.5,
+    { polling_interval: 0, heartbeat_interval: 0, shutdown_timeout: -3, retention: 0, crash_retries: 0, crash_quarantine: 0, max_argument_bytes: 1.5,
       process_alive_threshold: 20, fiber_db_concurrency: nil }.each do |name, value|
       error = assert_raises(Bobbin::ConfigurationError) { Bobbin.configure { |c| c.public_send(:"#{name}=", value) } }
       assert_match(/\ABobbin\.config\.#{name}: must be/, error.message)

@@ -119,6 +119,24 @@ class UnexpectedErrorsTest < Bobbin::TestCase
     locker&.disconnect!
   end
 
+  # A trial: a suspect that never returned (a job hung on a call without a timeout) held back every other suspect of
+  # its crashes for good, while its worker ran new jobs beside it. Past crash_quarantine the next one starts beside it,
+  # at once, not at the worker's next poll.
+  test "a crash suspect still running after crash_quarantine lets the next suspect start beside it" do
+    Bobbin.config.set(crash_quarantine: 1)
+    gate = GatedJob.gate("long-suspect")
+    first = GatedJob.enqueue(gate, "long-suspect")
+    second = LedgerJob.enqueue("next-suspect")
+    Bobbin::JobRecord.where(id: [ first, second ]).update_all(crashes: Bobbin::Recovery::SUSPECT)
+    Bobbin::JobRecord.where(id: second).update_all(priority: 1) # claimed after the first
+    start_worker(threads: 2, polling_interval: 60, notified_polling_interval: 60)
+    wait_for("the first suspect started") { GatedJob.started(gate) == 1 }
+    wait_for("the next suspect ran beside it, before any poll", timeout: 30) { LedgerEntry.exists?(key: "next-suspect") }
+    assert_equal "running", Bobbin::JobRecord.where(id: first).pick(:state), "the first still runs"
+    GatedJob.open_gate(gate)
+    wait_for("both done") { Bobbin.counts["succeeded"] == 2 }
+  end
+
   test "a claim loop that fails stops like TERM: the running job finishes and its outcome is written, then the error goes on" do
     gate = GatedJob.gate("crash")
     running = GatedJob.enqueue(gate, "running")

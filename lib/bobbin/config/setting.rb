@@ -6,7 +6,7 @@ module Bobbin
   module Setting
     # The smallest value each setting in seconds accepts (retention must also be above 0, or nil to keep forever).
     SECONDS = { polling_interval: 0.01, notified_polling_interval: 0.01, heartbeat_interval: 0.1, shutdown_timeout: 0,
-                process_alive_threshold: 0, retention: 0, stall_threshold: 0.01 }.freeze
+                process_alive_threshold: 0, retention: 0, stall_threshold: 0.01, crash_quarantine: 0.01 }.freeze
     # Settings that are whole numbers ≥ 1 (max_argument_bytes may be nil: no limit).
     COUNTS = %i[max_argument_bytes fiber_db_concurrency crash_retries].freeze
     # Settings that are whole numbers ≥ 0 (0: none).

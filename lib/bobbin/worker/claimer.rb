@@ -5,7 +5,9 @@ module Bobbin
     # Decides how many jobs to claim and claims them: free slots plus a small prefetch, gathered into one
     # statement per wave; backs off through database outages and reconciles afterwards; and keeps jobs that
     # that were in flight at repeated crashes ("suspects", see Recovery) to one at a time, so a job that kills
-    # its process is caught and blamed, while the jobs that merely ran beside it keep their attempts.
+    # its process is caught and blamed, while the jobs that merely ran beside it keep their attempts. One at a time for
+    # crash_quarantine seconds each: a suspect still running then lets the next start beside it (one that never
+    # returned held back every other suspect for good, however many non-suspect jobs ran beside it: a trial).
     class Claimer
       GATHER = 0.003
       PREFETCH_WINDOW = 0.01
@@ -56,6 +58,14 @@ module Bobbin
 
       # True while a crash suspect this worker claimed keeps the others out of its claims.
       def quarantining? = !@suspect.nil?
+
+      # Seconds until the suspect running alone lets the next one in (crash_quarantine after it was claimed; 0 once
+      # that is past), nil when none holds the others back: an idle worker's wait ends then, not at its next poll.
+      def quarantine_left
+        return nil unless suspect_held?
+
+        [ @suspect_since + Bobbin.config.crash_quarantine - Bobbin.monotonic, 0 ].max
+      end
 
       # Returns this worker's running rows to ready, except `keep`, and announces them; returns how many. `store`:
       # another of the worker's stores to do it through (nil: the claimer's). `reason`, for the release event: "stopping",
@@ -168,6 +178,7 @@ module Bobbin
 
           suspects = jobs.select { |job| job.crashes >= Recovery::SUSPECT }
           @suspect = suspects.first.id
+          @suspect_since = Bobbin.monotonic
           extra = suspects.drop(1).map(&:id)
           announce if extra.any? && @store.hand_back(@worker.process_id, extra).positive?
           jobs.reject { |job| extra.include?(job.id) }
@@ -175,10 +186,13 @@ module Bobbin
 
         # The suspect is out of flight once its outcome is written, not when its perform returns: until then its row
         # reads `running`, and a crash of this process would find it in flight beside the next suspect and blame both.
+        # Past crash_quarantine the next suspect may start beside it all the same (a crash then counts against both).
         def suspect_free?
-          @suspect = nil if @suspect && !@worker.held?(@suspect)
+          @suspect = nil if @suspect && (!suspect_held? || Bobbin.monotonic - @suspect_since >= Bobbin.config.crash_quarantine)
           @suspect.nil?
         end
+
+        def suspect_held? = !@suspect.nil? && @worker.held?(@suspect)
 
         # After an outage a claim may have committed without us seeing its rows: hand such jobs back, keeping
         # those handed to the executor, those with an unwritten outcome and `claimed`, the ones the first
