@@ -45,6 +45,7 @@ module Bobbin
   autoload :OutageLog, "bobbin/outage_log"
   autoload :LibraryFrames, "bobbin/library_frames"
   autoload :ThreadErrors, "bobbin/thread_errors"
+  autoload :SignalGuard, "bobbin/signal_guard"
   autoload :ConnectionBudget, "bobbin/connection_budget"
   autoload :FiberSafety, "bobbin/fiber_safety"
   autoload :LogSubscriber, "bobbin/log_subscriber"

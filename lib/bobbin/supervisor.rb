@@ -69,6 +69,7 @@ module Bobbin
           return database_replaced if @database_file&.replaced?
 
           beat_at = beat_aside(beat_at)
+          @signal_guard.check
           ::Process.setproctitle("bobbin supervisor [#{@slots.count(&:running?)}/#{@slots.size} workers]")
         end
       end
@@ -240,15 +241,26 @@ module Bobbin
         @stopping = true
         Bobbin.logger.info("bobbin supervisor: #{signal}, stopping workers #{graceful ? 'gracefully' : 'now'}")
         @slots.each { |slot| slot.stop(graceful: graceful) }
-        deadline = Bobbin.monotonic + (graceful ? Bobbin.config.shutdown_timeout : 0) + KILL_GRACE
-        wait_for_workers(deadline, graceful)
-        @slots.each(&:kill)
+        stopped_at = Bobbin.monotonic
+        wait_for_workers(stopped_at + (graceful ? Bobbin.config.shutdown_timeout : 0) + KILL_GRACE, graceful)
+        kill_overdue(Bobbin.monotonic - stopped_at)
         reap
         # As long as its row's DELETE may take: KILL_GRACE, past workers that had already given up on a frozen server,
         # made its exit 10 s longer for a recovery that would not be answered either (a review). A database that answers
         # returns their jobs in milliseconds.
         recover_before_exit(ProcessRecord::DEREGISTER_WAIT)
         left_to_recovery
+      end
+
+      # Worker processes still running at the stop's deadline are killed, each named: one that never began its stop (a job
+      # had trapped its TERM) was killed without a word, as if it had stopped. Async mode's threads: leave_stuck_threads.
+      def kill_overdue(waited)
+        overdue = @slots.select { |slot| slot.pid && slot.alive? }
+        if overdue.any?
+          Bobbin.logger.error("bobbin supervisor: worker #{overdue.join(', ')} still running #{waited.round}s after the stop " \
+                              "(shutdown_timeout + #{KILL_GRACE}s); killing it: its running jobs go back to ready")
+        end
+        overdue.each(&:kill)
       end
 
       # Waits until every worker has ended or `deadline`, beating meanwhile: a long graceful stop must not look
@@ -313,11 +325,12 @@ module Bobbin
       end
 
       # In a worker forked from here, until its own traps are in, these handlers hold the signal for it (Slot.held).
+      # Kept in by the loop (SignalGuard): in async mode jobs run in this process, and one may trap a signal.
       def trap_signals
         supervisor = ::Process.pid
-        [ *SIGNALS, Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].each do |signal|
-          trap(signal) { ::Process.pid == supervisor ? @signal_writer.write_nonblock("#{signal}\n", exception: false) : Slot.held << signal }
-        end
+        @signal_guard = SignalGuard.new("bobbin supervisor", [ *SIGNALS, Worker::QUIET_SIGNAL, Worker::Backtraces::SIGNAL ].to_h do |signal|
+          [ signal, proc { ::Process.pid == supervisor ? @signal_writer.write_nonblock("#{signal}\n", exception: false) : Slot.held << signal } ]
+        end)
       end
 
       def next_signal(timeout)

@@ -102,7 +102,7 @@ module Bobbin
       handlers = { "TERM" => -> { stop(signal: "TERM") }, "HUP" => -> { stop(signal: "HUP") }, "INT" => -> { stop(signal: "INT", again: @supervisor.nil?) },
                    "QUIT" => -> { stop(timeout: 0, signal: "QUIT") }, QUIET_SIGNAL => -> { quiet },
                    Backtraces::SIGNAL => -> { Backtraces.log_later([ self ]) } }
-      previous = handlers.to_h { |signal, handler| [ signal, trap(signal) { handler.call } ] }
+      @signal_guard = SignalGuard.new("bobbin worker", handlers.transform_values { |handler| proc { handler.call } })
       held_signals.each { |signal| handlers[signal]&.call }
       @owns_process = true
       # A service's lines go out as they happen: Ruby buffers stdout that is a pipe or a file (systemd, Docker), and a
@@ -110,8 +110,12 @@ module Bobbin
       $stdout.sync = true
       run
     ensure
-      previous&.each { |signal, handler| trap(signal, handler || "DEFAULT") }
+      @signal_guard&.restore
+      @signal_guard = nil
     end
+
+    # Puts back this worker's signal handlers if other code replaced them (SignalGuard); nothing unless `start` put them in.
+    def guard_signals = @signal_guard&.check
 
     # Runs in the foreground until `stop`, leaving signals to the caller (the supervisor's async mode).
     def run = work(drain: false)

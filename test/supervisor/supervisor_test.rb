@@ -104,6 +104,50 @@ class SupervisorTest < Bobbin::TestCase
     [ mark, log ].each { |path| FileUtils.rm_f(path) }
   end
 
+  # A trial: a job that trapped TERM took its worker's stop; the worker went on claiming, and the supervisor killed it
+  # once shutdown_timeout had passed, saying nothing. The worker puts its handler back within a second, saying so.
+  # In async mode the job runs in the supervisor's process, and takes the supervisor's TERM.
+  %w[fork async].each do |mode|
+    test "#{mode} mode: a job that traps TERM does not take the stop: the handler is put back, and TERM stops the workers gracefully" do
+      log = "tmp/trap-term-#{Process.pid}.log"
+      mark = File.expand_path("../../tmp/trap-term-mark-#{Process.pid}", __dir__)
+      FileUtils.rm_f(mark)
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("start", "--mode", mode, "--fibers", "5", "--polling-interval", "0.05", log: log)
+        TrapTermJob.enqueue(mark)
+        wait_for("the handler put back") { File.read(log).include?("its TERM handler was replaced by other code") }
+        Process.kill(:TERM, pids.first)
+        status = wait_exit(pids.first, timeout: 20) # shutdown_timeout is 25 s: a TERM the job took is waited out past this
+        assert status&.success?, "the supervisor exited by itself, cleanly (#{status.inspect}): #{File.read(log)}"
+      end
+      assert_match(mode == "fork" ? /bobbin worker \d+ stopping on TERM/ : /bobbin supervisor: TERM, stopping workers gracefully/, File.read(log))
+      refute File.exist?(mark), "the job's handler did not get the TERM"
+      assert_equal 1, LedgerEntry.where(key: "trapped").count
+    ensure
+      [ mark, log ].each { |path| FileUtils.rm_f(path) }
+    end
+  end
+
+  # Killed at the stop's deadline without a word, as if it had stopped: a worker that never began its stop (above).
+  test "a worker still running at the stop's deadline is killed, named in the log, and its running job goes back to ready", long: true do
+    log = "tmp/overdue-#{Process.pid}.log"
+    id = CrashSafeJob.enqueue(60, "overdue")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "2", "--polling-interval", "0.05", "--shutdown-timeout", "0", log: log)
+      wait_for("the job started") { StartEntry.exists?(key: "overdue") }
+      worker = Bobbin::ProcessRecord.where(kind: "worker").pick(:pid)
+      Process.kill(:STOP, worker) # it cannot act on the stop
+      Process.kill(:TERM, pids.first)
+      wait_exit(pids.first, timeout: 60)
+    end
+    assert_match(/bobbin supervisor: worker fibers-2#0 \(pid \d+, queues \*\) still running \d+s after the stop \(shutdown_timeout \+ \d+s\); killing it/, File.read(log))
+    assert_equal "ready", Bobbin::JobRecord.where(id: id).pick(:state), File.read(log)
+  ensure
+    FileUtils.rm_f(log)
+  end
+
   # Async mode's twin: a stop asked before the slot's thread had made its Worker found none to tell, and the thread
   # then ran its worker until the supervisor left it behind as stuck (exit 3).
   test "async mode: a stop asked while a worker thread is still booting stops it" do

@@ -101,6 +101,17 @@ class CrashSafeJob
   end
 end
 
+# Takes the process's TERM, as a gem that traps it at load does: the handler only records that it ran.
+class TrapTermJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(mark)
+    Signal.trap("TERM") { File.write(mark, "the job's handler ran") }
+    LedgerEntry.create!(key: "trapped", pid: Process.pid)
+  end
+end
+
 # Survives database outages: retried quickly, and its ledger write is idempotent.
 class OutageSafeJob
   include Bobbin::Job

@@ -4,7 +4,8 @@ module Bobbin
   class Worker
     # Every heartbeat_interval: tells the database this process is alive and how busy it is, and (the elected
     # worker among those without a supervisor) runs the host's Maintenance, also at boot and within a second while
-    # it is behind. Every second: stops the worker if its supervisor is gone or its stop is overdue, and writes the
+    # it is behind. Every second: stops the worker if its supervisor is gone or its stop is overdue, puts back its signal
+    # handlers if a job replaced them, and writes the
     # stalls its jobs caused to their rows, and beats while a job holds the event loop. Runs on a thread of its own,
     # so a job that blocks the event loop cannot make its live process look dead.
     class Heartbeat
@@ -37,6 +38,7 @@ module Bobbin
           begin
             orphaned! if @supervisor_pid && ::Process.ppid != @supervisor_pid
             @worker.exit_if_stop_overdue
+            @worker.guard_signals
             @worker.stop_if_database_replaced
             @worker.stall_log&.flush(@store)
             if signal == :beat || Bobbin.monotonic - last >= @interval || stall_to_show?

@@ -1,0 +1,29 @@
+# frozen_string_literal: true
+
+module Bobbin
+  # The signal handlers a Bobbin process installs, kept in: checked each second (from the heartbeat's thread, the
+  # supervisor's loop) and put back, with a warning, when other code replaced them. A job that trapped TERM (or a gem
+  # it loaded) took the worker's stop: in a trial TERM printed the job's line, the worker went on claiming, and the
+  # supervisor killed it once shutdown_timeout had passed, its running jobs never given their graceful end. A signal
+  # that comes before the check still goes to the other handler.
+  class SignalGuard
+    # Installs `handlers` ({ "TERM" => a Proc, ... }); `owner` names the process in the warning.
+    def initialize(owner, handlers)
+      @owner = owner
+      @handlers = handlers
+      @previous = handlers.to_h { |signal, handler| [ signal, Signal.trap(signal, handler) ] }
+    end
+
+    # Puts back any of the handlers that was replaced, saying which.
+    def check
+      replaced = @handlers.filter_map { |signal, handler| signal unless Signal.trap(signal, handler).equal?(handler) }
+      return if replaced.empty?
+
+      Bobbin.logger.warn("#{@owner}: its #{replaced.join(', ')} #{replaced.size == 1 ? 'handler was' : 'handlers were'} replaced by other code " \
+                         "(a job, or a gem a job loaded: Signal.trap); put back, so that a stop still stops it")
+    end
+
+    # Puts back the handlers there were before (the process's own, at a lone worker's end).
+    def restore = @previous.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
+  end
+end
