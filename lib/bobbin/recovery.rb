@@ -64,8 +64,9 @@ module Bobbin
     # records why on each job. They go behind the
     # jobs queued meanwhile (run_at now): put first in line, the jobs in flight at one crash were the ones in flight at
     # the next, and two kills in a row made a whole batch of innocent jobs suspects that ran one at a time (the chaos test).
-    def recover(process_id, reason, beside: [])
-      running = JobRecord.where(state: "running", claimed_by: [ process_id, *beside ])
+    # `except`: jobs left as they are (a live worker's own, still in its hands).
+    def recover(process_id, reason, beside: [], except: [])
+      running = JobRecord.where(state: "running", claimed_by: [ process_id, *beside ]).where.not(id: except)
       blamed = blamed_ids(running)
       error = { last_error_class: ProcessDied.name, last_error_message: "#{reason} while this job was running",
                 last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }

@@ -242,7 +242,9 @@ module Bobbin
     # first beat after. One statement on the partial index of running jobs (bobbin_jobs_running), which reads this
     # worker's running rows only and, with none lost, writes nothing. `store`: nil for the claimer's.
     def release_lost(store = nil)
-      return 0 unless @claimer && !@stopping # a stop's own release hands them back, said as a stop's (a beat's, mid-stop, said "lost")
+      # A stop's own release hands them back, said as a stop's (a beat's, mid-stop, said "lost"); so does the end of a
+      # fiber pool's loop, whose jobs leave the executor as it cancels them (a crash's, counted: a beat's had not).
+      return 0 if @claimer.nil? || @stopping || @loop_interrupted || @executor.loop_failed?
       unless @claiming.try_lock
         @lost_wanted = true
         return 0
@@ -295,7 +297,7 @@ module Bobbin
     # A loop ended by an exception (raised into its thread from outside, past the claim loop's own rescue) is said as such:
     # it was blamed on a job's Thread.exit, after the crash's own line (a review).
     def loop_lost
-      why = @loop_error ? "by #{@loop_error.class}: #{Printable.printable(@loop_error.message.to_s.lines.first.to_s.strip[0, 200])}" : "(a job's Thread.exit or Thread#kill)"
+      why = @loop_error ? "by #{loop_error_said}" : "(a job's Thread.exit or Thread#kill)"
       Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended #{why}; " \
                           "stopping, the jobs it ran #{@loop_error ? 'go' : 'beside that one go'} back to ready")
       @outcomes.stop
@@ -696,7 +698,7 @@ module Bobbin
         # Past the stop's deadline the listener is not waited for: stuck on a server that does not answer, its wait added
         # 3 s to a worker's exit (a review).
         Wakeups.unsubscribe(self, within: (0 if stop_due_at && Bobbin.monotonic > stop_due_at))
-        released = @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
+        released = loop_crashed? ? recover_crashed : @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
         return outlive_stuck if @stuck.any? && !@owns_process && @supervisor.nil? && !stuck_loop
         return exited_under_it(released) unless Thread.main.alive?
 
@@ -705,6 +707,23 @@ module Bobbin
       rescue StandardError => error
         Bobbin.logger.warn("bobbin worker #{@process_id}: could not deregister (others will recover its jobs): #{error.message}")
       end
+
+      # True when an error ended the loop from outside the claim loop's own rescue, with no stop under way: raised into
+      # its thread (a job's thread with Thread.abort_on_exception), or out of the event loop itself. Interrupt and the
+      # like are the caller's stop, not a crash.
+      def loop_crashed? = @loop_error.is_a?(StandardError) && !@stop_began
+
+      # The jobs in flight at such a crash go back as a crashed process's do, counting it (Recovery), so that a job that
+      # keeps ending its worker this way is caught and blamed. Handed back as at a stop, they never counted: one job and
+      # the 50 beside it crashed the worker at each restart, for good, none of them ever run (a trial). Outcomes first.
+      def recover_crashed
+        @outcomes&.stop
+        @outcomes&.flush
+        Recovery.recover(@process_id, "worker #{@process_id} (pid #{::Process.pid}) crashed (#{loop_error_said})", except: unreleasable)
+      end
+
+      # The error that ended the loop, in one line.
+      def loop_error_said = "#{@loop_error.class}: #{Printable.printable(@loop_error.message.to_s.lines.first.to_s.strip[0, 200])}"
 
       # An embedded worker (no process of its own to exit, no supervisor) whose jobs outlived their interrupt, on threads
       # its kill could not end: its row stays and beats while they run, as a forked worker's process stays until they

@@ -112,6 +112,20 @@ class TrapTermJob
   end
 end
 
+# Ends its worker's loop from a thread of its own, as an app that sets Thread.abort_on_exception does: once `running`
+# jobs have started, the thread's error is raised into the main thread.
+class AbortingThreadJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(running)
+    sleep 0.05 until StartEntry.count >= running
+    Thread.abort_on_exception = true
+    Thread.new { raise "boom from the job's thread" }
+    sleep 5
+  end
+end
+
 # Survives database outages: retried quickly, and its ledger write is idempotent.
 class OutageSafeJob
   include Bobbin::Job

@@ -243,6 +243,29 @@ class MisbehavingJobsTest < Bobbin::TestCase
     assert_equal [ 1 ], innocents.distinct.pluck(:attempts), "no innocent job burnt an attempt on the poison job's crashes"
   end
 
+  # A trial: handed back as at a stop, the jobs in flight never counted the crash, and the job and the 50 beside it
+  # crashed the worker at each restart, for good, none of them ever run. Counted, the blame finds the job (above).
+  # (A thread pool's loop runs on the thread the error is raised into, and stops as when its claim loop fails: the jobs
+  # finish, or go back at shutdown_timeout.)
+  %w[fibers].each do |pool|
+    test "#{pool}: an error a job's thread raises into the worker's loop (Thread.abort_on_exception) is a crash the jobs in flight count" do
+      innocents = Array.new(2) { |i| CrashSafeJob.enqueue(30, "beside-#{i}") }
+      poison = AbortingThreadJob.enqueue(2)
+      log = "tmp/aborting-thread-#{Process.pid}.log"
+      pids = []
+      ensure_killed(pids) do
+        pids << spawn_bobbin("work", "--#{pool}", "5", "--polling-interval", "0.05", log: log)
+        status = wait_exit(pids.first, timeout: 60)
+        refute status.nil? || status.success?, "the worker crashed (#{status.inspect}): #{File.read(log)}"
+      end
+      assert_match(/crashed \(RuntimeError: boom from the job's thread\) while this job was running|worker \d+ \(pid \d+\) crashed \(RuntimeError: boom from the job's thread\)/, File.read(log))
+      assert_equal [ [ "ready", 0, 1 ] ] * 3, Bobbin::JobRecord.where(id: [ poison, *innocents ]).pluck(:state, :attempts, :crashes), File.read(log)
+      refute Bobbin::ProcessRecord.exists?, "the worker deregistered"
+    ensure
+      FileUtils.rm_f(log)
+    end
+  end
+
   test "more fibers than the machine can map fail at boot with the limit, not a silent hang" do
     limit = File.read("/proc/sys/vm/max_map_count").to_i
     error = assert_raises(Bobbin::ConfigurationError) { Bobbin::Worker.new(fibers: limit) }

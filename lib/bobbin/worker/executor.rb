@@ -29,6 +29,10 @@ module Bobbin
       # Jobs finished since start.
       def completed = @lock.synchronize { @completed }
 
+      # True once an exception raised into the loop from outside is ending it under its jobs (FiberExecutor#run): they
+      # leave the executor as it cancels them, and are no claims lost to hand back (Worker#release_lost).
+      def loop_failed? = !@loop_failed.nil?
+
       # Ids of the jobs handed over and not yet done.
       def held_ids = @lock.synchronize { @held.keys }
 

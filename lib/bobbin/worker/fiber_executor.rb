@@ -88,12 +88,14 @@ module Bobbin
       def run(&body)
         return in_loop(Async::Task.current, &body) if Async::Task.current?
 
+        @loop_failed = nil
         Fiber.blocking do
           EventLoop.new(interrupt: @on_interrupt, worker_pool: worker_pool).run(finished: false) { |task| in_loop(task, &body) }.wait
         rescue Exception # rubocop:disable Lint/RescueException -- only noted, and raised on
           # An exception raised into this thread from outside (a job's watchdog thread's Thread#raise) ends the loop under
           # its jobs, which the scheduler's close below cancels: as beside a job's Thread.exit, they count as interrupted
           # and go back to ready with their attempt. They were failed for good with Async::Cancel (a review).
+          @loop_failed = true
           interrupt_beside
           raise
         ensure

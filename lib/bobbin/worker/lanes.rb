@@ -34,6 +34,9 @@ module Bobbin
       # Jobs finished since start, in both.
       def completed = @both.sum(&:completed)
 
+      # The fibers' loop is the lanes' loop.
+      def loop_failed? = @fibers.loop_failed?
+
       # Ids of the jobs handed over and not yet done, in both.
       def held_ids = @both.flat_map(&:held_ids)
 
