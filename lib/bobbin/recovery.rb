@@ -64,10 +64,12 @@ module Bobbin
     # records why on each job. They go behind the
     # jobs queued meanwhile (run_at now): put first in line, the jobs in flight at one crash were the ones in flight at
     # the next, and two kills in a row made a whole batch of innocent jobs suspects that ran one at a time (the chaos test).
-    # `except`: jobs left as they are (a live worker's own, still in its hands).
-    def recover(process_id, reason, beside: [], except: [])
+    # `except`: jobs left as they are (a live worker's own, still in its hands). `lone: false` blames only a suspect, not a
+    # job alone in flight: an error raised into a worker's loop from another thread may come from a thread that outlived
+    # the job that started it.
+    def recover(process_id, reason, beside: [], except: [], lone: true)
       running = JobRecord.where(state: "running", claimed_by: [ process_id, *beside ]).where.not(id: except)
-      blamed = blamed_ids(running)
+      blamed = blamed_ids(running, lone: lone)
       error = { last_error_class: ProcessDied.name, last_error_message: "#{reason} while this job was running",
                 last_error_backtrace: nil, claimed_at: nil, crashes: Arel.sql("crashes + 1") }
       # The database's time, as claims compare run_at with: this host's clock 30 s ahead kept a dead host's jobs
@@ -92,10 +94,10 @@ module Bobbin
       [ failed, Store.updated_ids(blamed, error.merge(state: Arel.sql(Store::WAITING), run_at: now, started_at: nil)) ]
     end
 
-    # The jobs a crash counts against: the only one in flight, else the suspect in flight.
-    def blamed_ids(running)
+    # The jobs a crash counts against: the only one in flight (with `lone`), else the suspect in flight.
+    def blamed_ids(running, lone:)
       rows = running.pluck(:id, :crashes)
-      rows.size == 1 ? rows.map(&:first) : rows.select { |_, crashes| crashes >= SUSPECT }.map(&:first)
+      rows.size == 1 && lone ? rows.map(&:first) : rows.select { |_, crashes| crashes >= SUSPECT }.map(&:first)
     end
 
     # Jobs that were in flight beside the crash get their attempt back; without a suspect to blame, their crash

@@ -5,17 +5,22 @@ module Bobbin
   # supervisor's loop) and put back, with a warning, when other code replaced them. A job that trapped TERM (or a gem
   # it loaded) took the worker's stop: in a trial TERM printed the job's line, the worker went on claiming, and the
   # supervisor killed it once shutdown_timeout had passed, its running jobs never given their graceful end. A signal
-  # that comes before the check still goes to the other handler.
+  # that comes before the check still goes to the other handler. Installed from a thread other than the main one (a
+  # worker an app starts with `Worker#start` on a thread of its own), the handlers are not kept in: the app's server
+  # traps its own signals after them, and putting Bobbin's back would take the app's stop away.
   class SignalGuard
     # Installs `handlers` ({ "TERM" => a Proc, ... }); `owner` names the process in the warning.
     def initialize(owner, handlers)
       @owner = owner
       @handlers = handlers
+      @kept = Thread.current == Thread.main
       @previous = handlers.to_h { |signal, handler| [ signal, Signal.trap(signal, handler) ] }
     end
 
     # Puts back any of the handlers that was replaced, saying which.
     def check
+      return unless @kept
+
       replaced = @handlers.filter_map { |signal, handler| signal unless Signal.trap(signal, handler).equal?(handler) }
       return if replaced.empty?
 

@@ -714,12 +714,13 @@ module Bobbin
       def loop_crashed? = @loop_error.is_a?(StandardError) && !@stop_began
 
       # The jobs in flight at such a crash go back as a crashed process's do, counting it (Recovery), so that a job that
-      # keeps ending its worker this way is caught and blamed. Handed back as at a stop, they never counted: one job and
+      # keeps ending its worker this way is caught and blamed (as a suspect only: the error's thread may have outlived
+      # its job, so a job alone in flight is not blamed for it). Handed back as at a stop, they never counted: one job and
       # the 50 beside it crashed the worker at each restart, for good, none of them ever run (a trial). Outcomes first.
       def recover_crashed
         @outcomes&.stop
         @outcomes&.flush
-        Recovery.recover(@process_id, "worker #{@process_id} (pid #{::Process.pid}) crashed (#{loop_error_said})", except: unreleasable)
+        Recovery.recover(@process_id, "worker #{@process_id} (pid #{::Process.pid}) crashed (#{loop_error_said})", except: unreleasable, lone: false)
       end
 
       # The error that ended the loop, in one line.
