@@ -143,6 +143,12 @@ module Bobbin
     # An outage or a busy pool: what housekeeping waits out and tries again, rather than report as a bug.
     def self.transient?(error) = outage?(error) || busy?(error) || locked?(error)
 
+    # True for an error the database or its driver raised (not one raised into the calling thread from outside).
+    def self.database_error?(error)
+      error.is_a?(ActiveRecord::ActiveRecordError) || (defined?(PG::Error) && error.is_a?(PG::Error)) ||
+        (defined?(SQLite3::Exception) && error.is_a?(SQLite3::Exception)) || false
+    end
+
     # Looked up on each error (rare), so a driver loaded after the first one still counts.
     def self.outage_errors
       [

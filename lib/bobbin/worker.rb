@@ -297,7 +297,7 @@ module Bobbin
     # A loop ended by an exception (raised into its thread from outside, past the claim loop's own rescue) is said as such:
     # it was blamed on a job's Thread.exit, after the crash's own line (a review).
     def loop_lost
-      why = @loop_error ? "by #{loop_error_said}" : "(a job's Thread.exit or Thread#kill)"
+      why = @loop_error ? "by #{error_said(@loop_error)}" : "(a job's Thread.exit or Thread#kill)"
       Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended #{why}; " \
                           "stopping, the jobs it ran #{@loop_error ? 'go' : 'beside that one go'} back to ready")
       @outcomes.stop
@@ -380,6 +380,7 @@ module Bobbin
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
         @wait_ends = nil
         @stop_began = @interrupted = @stop_held_said = false
+        @crash = nil
       end
 
       # A worker claims jobs on connections of its own. Started inside a transaction its caller holds open (a test's;
@@ -448,7 +449,13 @@ module Bobbin
       def serve(drain, services)
         claim_loop(drain)
       rescue StandardError => error
-        Bobbin.logger.error("bobbin worker #{@process_id}: stopping, its claim loop failed: #{Store.reason(error)}")
+        if raised_elsewhere?(error)
+          @crash = error
+          Bobbin.logger.error("bobbin worker #{@process_id}: stopping, another thread raised into its claim loop: #{error_said(error)}; " \
+                              "its jobs go back to ready as a crashed worker's")
+        else
+          Bobbin.logger.error("bobbin worker #{@process_id}: stopping, its claim loop failed: #{Store.reason(error)}")
+        end
         ThreadErrors.report(error, task: "bobbin worker #{@process_id}: claim loop")
         shut_down(services)
         raise
@@ -638,7 +645,7 @@ module Bobbin
       def release_unfinished
         unwritten = flush_outcomes_until(@wait_ends || Bobbin.monotonic + @shutdown_timeout) ? 0 : @outcomes.pending_ids.size
         unwritten_jobs = "#{unwritten} #{'finished job'.pluralize(unwritten)} whose outcome could not be written"
-        released = @claimer.release_all(keep: unreleasable) # to ready, or blocked behind their concurrency limit (a trial)
+        released = @crash ? recover_crashed(@crash) : @claimer.release_all(keep: unreleasable) # ready, or blocked behind their limit (a trial)
         Bobbin.logger.info("bobbin worker #{@process_id} stopped; #{released} unfinished jobs handed back to run again" \
                            "#{"; #{unwritten_jobs} stay claimed until recovery returns them to ready" if unwritten.positive?}" \
                            "#{"; #{@stuck.size} still running after their interrupt (below)" if @stuck.any?}")
@@ -698,7 +705,7 @@ module Bobbin
         # Past the stop's deadline the listener is not waited for: stuck on a server that does not answer, its wait added
         # 3 s to a worker's exit (a review).
         Wakeups.unsubscribe(self, within: (0 if stop_due_at && Bobbin.monotonic > stop_due_at))
-        released = loop_crashed? ? recover_crashed : @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
+        released = loop_crashed? ? recover_crashed(@loop_error) : @claimer&.release_all(keep: unreleasable, store: (@writer if stuck_loop))
         return outlive_stuck if @stuck.any? && !@owns_process && @supervisor.nil? && !stuck_loop
         return exited_under_it(released) unless Thread.main.alive?
 
@@ -717,14 +724,20 @@ module Bobbin
       # keeps ending its worker this way is caught and blamed (as a suspect only: the error's thread may have outlived
       # its job, so a job alone in flight is not blamed for it). Handed back as at a stop, they never counted: one job and
       # the 50 beside it crashed the worker at each restart, for good, none of them ever run (a trial). Outcomes first.
-      def recover_crashed
+      # A thread pool's claim loop runs on the thread such an error is raised into: it stops as when it fails (its jobs
+      # given shutdown_timeout), and its unfinished jobs go back so too (release_unfinished).
+      def recover_crashed(error)
         @outcomes&.stop
         @outcomes&.flush
-        Recovery.recover(@process_id, "worker #{@process_id} (pid #{::Process.pid}) crashed (#{loop_error_said})", except: unreleasable, lone: false)
+        Recovery.recover(@process_id, "worker #{@process_id} (pid #{::Process.pid}) crashed (#{error_said(error)})", except: unreleasable, lone: false)
       end
 
-      # The error that ended the loop, in one line.
-      def loop_error_said = "#{@loop_error.class}: #{Printable.printable(@loop_error.message.to_s.lines.first.to_s.strip[0, 200])}"
+      # True when `error` was raised in another thread and passed into this one (Thread.abort_on_exception hands the
+      # error itself to the main thread): its backtrace is that thread's, without this claim loop in it.
+      def raised_elsewhere?(error) = error.backtrace_locations&.none? { |location| location.base_label == "claim_loop" }
+
+      # An error in one line.
+      def error_said(error) = "#{error.class}: #{Printable.printable(error.message.to_s.lines.first.to_s.strip[0, 200])}"
 
       # An embedded worker (no process of its own to exit, no supervisor) whose jobs outlived their interrupt, on threads
       # its kill could not end: its row stays and beats while they run, as a forked worker's process stays until they

@@ -245,16 +245,17 @@ class MisbehavingJobsTest < Bobbin::TestCase
 
   # A trial: handed back as at a stop, the jobs in flight never counted the crash, and the job and the 50 beside it
   # crashed the worker at each restart, for good, none of them ever run. Counted, the blame finds the job (above).
-  # (A thread pool's loop runs on the thread the error is raised into, and stops as when its claim loop fails: the jobs
-  # finish, or go back at shutdown_timeout.)
-  %w[fibers].each do |pool|
+  # (A thread pool's claim loop runs on the thread the error is raised into: it stops as when it fails, its jobs given
+  # shutdown_timeout, and they go back counting the crash too. A long job that did it was handed back and run again, for
+  # good, every shutdown_timeout.)
+  %w[fibers threads].each do |pool|
     test "#{pool}: an error a job's thread raises into the worker's loop (Thread.abort_on_exception) is a crash the jobs in flight count" do
       innocents = Array.new(2) { |i| CrashSafeJob.enqueue(30, "beside-#{i}") }
       poison = AbortingThreadJob.enqueue(2)
       log = "tmp/aborting-thread-#{Process.pid}.log"
       pids = []
       ensure_killed(pids) do
-        pids << spawn_bobbin("work", "--#{pool}", "5", "--polling-interval", "0.05", log: log)
+        pids << spawn_bobbin("work", "--#{pool}", "5", "--polling-interval", "0.05", "--shutdown-timeout", "1", log: log)
         status = wait_exit(pids.first, timeout: 60)
         refute status.nil? || status.success?, "the worker crashed (#{status.inspect}): #{File.read(log)}"
       end

@@ -55,7 +55,12 @@ module Bobbin
           rescue StandardError => error
             ended = true
             raise Locked, "#{name} #{Store.lock_waited} (CREATE INDEX without CONCURRENTLY, VACUUM FULL, ALTER TABLE, LOCK TABLE?)" if Store.locked?(error)
-            raise unless Store.outage?(error)
+            unless Store.outage?(error)
+              # Not the database's answer: an error raised into the thread mid-call from outside (a job's thread under
+              # Thread.abort_on_exception), which may leave the statement in flight, as a call cut short does (below).
+              @broken = true unless Store.database_error?(error)
+              raise
+            end
 
             @broken = true
             raise Unavailable, "database unavailable during #{name}: #{Store.reason(error)}"
