@@ -242,9 +242,10 @@ module Bobbin
     # first beat after. One statement on the partial index of running jobs (bobbin_jobs_running), which reads this
     # worker's running rows only and, with none lost, writes nothing. `store`: nil for the claimer's.
     def release_lost(store = nil)
-      # A stop's own release hands them back, said as a stop's (a beat's, mid-stop, said "lost"); so does the end of a
-      # fiber pool's loop, whose jobs leave the executor as it cancels them (a crash's, counted: a beat's had not).
-      return 0 if @claimer.nil? || @stopping || @loop_interrupted || @executor.loop_failed?
+      # A stop's own release hands them back, said as a stop's (a beat's, mid-stop, said "lost"), also a shutdown for a
+      # failed claim loop, where no stop was asked; so does the end of a fiber pool's loop, whose jobs leave the executor
+      # as it cancels them. A crash's counts it: a beat's did not (a trial's job was never blamed).
+      return 0 if @claimer.nil? || @stopping || @stop_began || @loop_interrupted || @executor.loop_failed?
       unless @claiming.try_lock
         @lost_wanted = true
         return 0
