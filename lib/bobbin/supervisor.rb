@@ -258,7 +258,7 @@ module Bobbin
         overdue = @slots.select { |slot| slot.pid && slot.alive? }
         if overdue.any?
           Bobbin.logger.error("bobbin supervisor: worker #{overdue.join(', ')} still running #{waited.round}s after the stop " \
-                              "(shutdown_timeout + #{KILL_GRACE}s); killing it: its running jobs go back to ready")
+                              "(shutdown_timeout + #{KILL_GRACE}s); killing #{overdue.one? ? 'it' : 'them'}: their running jobs go back to ready")
         end
         overdue.each(&:kill)
       end

@@ -727,10 +727,14 @@ module Bobbin
       # the 50 beside it crashed the worker at each restart, for good, none of them ever run (a trial). Outcomes first.
       # A thread pool's claim loop runs on the thread such an error is raised into: it stops as when it fails (its jobs
       # given shutdown_timeout), and its unfinished jobs go back so too (release_unfinished).
+      # With the database away they stay claimed, for the recovery of a crashed process (its supervisor's, at its exit).
       def recover_crashed(error)
         @outcomes&.stop
         @outcomes&.flush
         Recovery.recover(@process_id, "worker #{@process_id} (pid #{::Process.pid}) crashed (#{error_said(error)})", except: unreleasable, lone: false)
+      rescue ActiveRecord::ActiveRecordError => failure
+        Bobbin.logger.warn("bobbin worker #{@process_id}: could not return its jobs as it crashed (#{Store.reason(failure)}); recovery will")
+        0
       end
 
       # True when `error` was raised in another thread and passed into this one (Thread.abort_on_exception hands the
