@@ -360,6 +360,7 @@ module Bobbin
         @loop_thread = Thread.current
         @loop_error = nil
         @loop_interrupted = false
+        @looping = true # an error from here on ended a running loop (loop_crashed?); one at boot did not
         @executor.run do
           # Beating before the heap settles: a slow boot on a loaded host (these collections) was silence to prune.
           services = [ Thread.new { @outcomes.run }, @heartbeat_thread = Thread.new { @heartbeat.run } ]
@@ -376,7 +377,7 @@ module Bobbin
         # the two raced, and a beat between this removal of the row and the heartbeat's look registered it again, for good.
         # Not when the process exits under the worker: Ruby is killing the heartbeat too, which then finished nothing.
         finish unless Thread.current.status == "aborting" && @heartbeat_thread&.alive? && Thread.main.alive?
-        @working = false
+        @working = @looping = false
         Worker.mark_stopping(self, false) # a stop asked as it finished
         @stopping = false # a worker can run again; a stop asked before or during its boot holds (not reset there)
         @wait_ends = nil
@@ -718,8 +719,9 @@ module Bobbin
 
       # True when an error ended the loop from outside the claim loop's own rescue, with no stop under way: raised into
       # its thread (a job's thread with Thread.abort_on_exception), or out of the event loop itself. Interrupt and the
-      # like are the caller's stop, not a crash.
-      def loop_crashed? = @loop_error.is_a?(StandardError) && !@stop_began
+      # like are the caller's stop, not a crash; so is an error at boot (the database down as it starts: a warning, not a
+      # crash, and no job claimed yet).
+      def loop_crashed? = @looping && @loop_error.is_a?(StandardError) && !@stop_began
 
       # The jobs in flight at such a crash go back as a crashed process's do, counting it (Recovery), so that a job that
       # keeps ending its worker this way is caught and blamed (as a suspect only: the error's thread may have outlived
