@@ -711,6 +711,9 @@ module Bobbin
         return outlive_stuck if @stuck.any? && !@owns_process && @supervisor.nil? && !stuck_loop
         return exited_under_it(released) unless Thread.main.alive?
 
+        # A crash's finish comes with the heartbeat still beating: a beat after the row's removal registered it again, and
+        # the row outlived the process (CI). A stop's shut_down has stopped it already; loop_lost runs on it.
+        stop_heartbeat unless stuck_loop || Thread.current == @heartbeat_thread
         deregister if @process_id && @stuck.empty? # the row names who holds them
         [ (@claimer unless stuck_loop), @writer ].compact.each(&:close)
       rescue StandardError => error
