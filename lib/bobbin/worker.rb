@@ -298,9 +298,7 @@ module Bobbin
     # A loop ended by an exception (raised into its thread from outside, past the claim loop's own rescue) is said as such:
     # it was blamed on a job's Thread.exit, after the crash's own line (a review).
     def loop_lost
-      why = @loop_error ? "by #{error_said(@loop_error)}" : "(a job's Thread.exit or Thread#kill)"
-      Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended #{why}; " \
-                          "stopping, the jobs it ran #{@loop_error ? 'go' : 'beside that one go'} back to ready")
+      say_loop_ended
       @outcomes.stop
       @outcomes.flush
       finish(stuck_loop: true)
@@ -734,6 +732,7 @@ module Bobbin
       # given shutdown_timeout), and its unfinished jobs go back so too (release_unfinished).
       # With the database away they stay claimed, for the recovery of a crashed process (its supervisor's, at its exit).
       def recover_crashed(error)
+        say_loop_ended if error.equal?(@loop_error) # the heartbeat, stopped before the row goes, does not say it (loop_lost)
         @outcomes&.stop
         @outcomes&.flush
         Recovery.recover(@process_id, "worker #{@process_id} (pid #{::Process.pid}) crashed (#{error_said(error)})", except: unreleasable, lone: false)
@@ -745,6 +744,12 @@ module Bobbin
       # True when `error` was raised in another thread and passed into this one (Thread.abort_on_exception hands the
       # error itself to the main thread): its backtrace is that thread's, without this claim loop in it.
       def raised_elsewhere?(error) = error.backtrace_locations&.none? { |location| location.base_label == "claim_loop" }
+
+      def say_loop_ended
+        why = @loop_error ? "by #{error_said(@loop_error)}" : "(a job's Thread.exit or Thread#kill)"
+        Bobbin.logger.error("bobbin worker #{@process_id}: the thread running its loop ended #{why}; " \
+                            "stopping, the jobs it ran #{@loop_error ? 'go' : 'beside that one go'} back to ready")
+      end
 
       # An error in one line.
       def error_said(error) = "#{error.class}: #{Printable.printable(error.message.to_s.lines.first.to_s.strip[0, 200])}"
