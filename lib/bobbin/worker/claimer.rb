@@ -188,7 +188,7 @@ module Bobbin
         # reads `running`, and a crash of this process would find it in flight beside the next suspect and blame both.
         # Past crash_quarantine the next suspect may start beside it all the same (a crash then counts against both).
         def suspect_free?
-          @suspect = nil if @suspect && (!suspect_held? || Bobbin.monotonic - @suspect_since >= Bobbin.config.crash_quarantine)
+          @suspect = nil unless quarantine_left&.positive?
           @suspect.nil?
         end
 
