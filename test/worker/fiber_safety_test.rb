@@ -211,7 +211,11 @@ class FiberSafetyTest < Bobbin::TestCase
     Bobbin.enqueue_all(Array.new(4) { |i| [ LaneSleepJob, [ 30, "lane-#{i}" ] ] })
     worker = Bobbin::Worker.new(fibers: 2, thread_lane: 1, polling_interval: 0.05)
     thread = Thread.new { worker.run }
-    status = wait_for("lane jobs claimed and waiting in line") { worker.status.then { |now| now if now[:queued].to_i >= 2 } }
+    # Two in line and the lane's thread running one: a job handed to the lane waits in line until that thread takes it
+    # (a CI run read the status in between: busy 0, queued 2).
+    status = wait_for("lane jobs claimed, one running and two waiting in line") do
+      worker.status.then { |now| now if now[:queued].to_i >= 2 && now[:busy].to_i >= 1 }
+    end
     assert_equal 1, status[:busy], "the one lane job running: #{status.slice(:busy, :queued, :capacity)}"
     assert_operator status[:busy], :<=, status[:capacity]
   ensure
