@@ -410,10 +410,11 @@ module Bobbin
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
         Instrumentation.instrument(:start_process, process_event)
-        @claimer = Claimer.new(self, Store.open(@selection), @executor)
+        @claimer = Claimer.new(self, Store.open(@selection).tap { |store| store.on_new_session = method(:close_idle_job_connections) }, @executor)
         Wakeups.subscribe(self)
         @writer = Store.open(@selection)
         @writer.on_back = method(:database_back)
+        @writer.on_new_session = method(:close_idle_job_connections)
         @outcomes = OutcomeBuffer.new(@writer, @process_id, on_written: method(:outcomes_written))
         @execution = Execution.new(interrupted: @executor.method(:interrupted?), interruptible: @executor.method(:interruptible))
         @stall_log = StallLog.new(@process_id) if @detector
@@ -434,6 +435,18 @@ module Bobbin
       def database_back
         @waker.wake
         Wakeups.reachable!
+      end
+
+      # One of the worker's own sessions was lost and replaced (an outage, a restart, a session closed while idle): the
+      # jobs' idle pooled connections most likely went with it. They are closed now, before the claim or outcome that
+      # found the loss goes on: Active Record trusts a connection used in the last verify_timeout seconds without a
+      # check, and a job's first statement outside a transaction (an upsert) on one the restart had closed failed the job.
+      # A worker whose every slot was busy through a restart claimed nothing then, reconnected quietly, and lost the
+      # next jobs that way (a trial). Connections in use stay: their jobs see the loss themselves.
+      def close_idle_job_connections
+        ActiveRecord::Base.connection_handler.connection_pool_list(:all).each(&:flush!)
+      rescue StandardError => error
+        Bobbin.logger.warn("bobbin worker #{@process_id}: closing the jobs' idle database connections failed: #{error.class}: #{error.message}")
       end
 
       # A crash suspect's place frees when its outcome is written (Claimer#suspect_free?): the claim loop looks again.

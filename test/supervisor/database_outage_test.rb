@@ -81,6 +81,25 @@ class DatabaseOutageTest < Bobbin::TestCase
     end
   end
 
+  # Every slot busy through the restart, the claim loop sent nothing then, and the worker's sessions, idle a second,
+  # reconnected quietly at their next statement: no outage was seen, so the pool kept the connections the restart had
+  # closed, and the next jobs' first statements failed on them (a trial).
+  test "after a PostgreSQL restart no claim saw (every slot busy through it), jobs still get live connections from the pool", long: true do
+    cluster = cluster!
+    log = log_file("restart-busy-pool")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("work", "--fibers", "5", "--polling-interval", "0.1", log: log,
+                                                                                env: { "DATABASE_URL" => "#{TestDatabase.url_with_pool}&verify_timeout=600" })
+      Bobbin.enqueue_all(Array.new(5) { |i| [ UpsertThenSleepJob, [ "busy-#{i}", 4 ] ] })
+      wait_for("every slot busy, each job's connection used") { LedgerEntry.count == 5 }
+      assert pg_ctlcluster(*cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
+      query { Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "after-#{i}" ] ] }) }
+      wait_for("the jobs to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == 25 }
+      assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections:\n#{File.read(log)}")
+    end
+  end
+
   test "a worker stopped while PostgreSQL is down exits cleanly, says its jobs stay claimed, and they run once it is back", long: true do
     cluster = cluster!
     log = log_file("stop-in-outage")

@@ -748,3 +748,14 @@ class StartThenSleepJob
     sleep(seconds)
   end
 end
+
+# Writes its row on a pooled connection (one statement, no transaction), then sleeps, holding its slot.
+class UpsertThenSleepJob
+  include Bobbin::Job
+  bobbin_options retries: 0
+
+  def perform(key, seconds)
+    LedgerEntry.upsert({ key: key, pid: Process.pid }, unique_by: :key)
+    sleep(seconds)
+  end
+end

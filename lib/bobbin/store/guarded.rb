@@ -39,6 +39,11 @@ module Bobbin
       # outage: a worker's claim loop, backing off, claims then, rather than at its next try.
       attr_writer :on_back
 
+      # Called (on the calling thread, holding this store's lock, before the call goes on) once a new session replaced a
+      # lost one (an outage, or one the server closed while it sat idle): whatever closed it (a restart, a failover, an
+      # idle timeout) most likely closed the idle connections of Active Record's pools too.
+      attr_writer :on_new_session
+
       # Closes the underlying connection.
       def close = @lock.synchronize { @store.close }
 
@@ -50,7 +55,10 @@ module Bobbin
           back = @broken # read without the lock: at worst one wake more, or one less (the claim loop's backoff still ends)
           @lock.synchronize do
             ended = false
-            reconnect if @broken || dropped_while_idle?
+            if @broken || dropped_while_idle?
+              reconnect
+              @on_new_session&.call
+            end
             yield.tap { ended = true }
           rescue StandardError => error
             ended = true

@@ -196,11 +196,9 @@ module Bobbin
 
         # After an outage a claim may have committed without us seeing its rows: hand such jobs back, keeping
         # those handed to the executor, those with an unwritten outcome and `claimed`, the ones the first
-        # claim after it returned. The jobs' idle pooled connections are closed too: Active Record trusts one used in
-        # the last verify_timeout seconds without a check, and the first statement outside a transaction on one the
-        # outage closed (an upsert, an update_all) would fail its job.
+        # claim after it returned. (The jobs' idle pooled connections were closed as the claim's new session opened:
+        # Worker#close_idle_job_connections.)
         def reconcile(claimed)
-          ActiveRecord::Base.connection_handler.connection_pool_list(:all).each(&:flush!)
           announce if @store.release(@worker.process_id, @worker.held_ids + claimed.map(&:id)).positive?
           Bobbin.logger.info("bobbin worker #{@worker.process_id}: database reachable again")
           Wakeups.reachable! # its listener, backing off, reconnects now: a job enqueued from here on wakes this worker
