@@ -441,8 +441,8 @@ module Bobbin
       # jobs' idle pooled connections most likely went with it. They are closed now, before the claim or outcome that
       # found the loss goes on: Active Record trusts a connection used in the last verify_timeout seconds without a
       # check, and a job's first statement outside a transaction (an upsert) on one the restart had closed failed the job.
-      # A worker whose every slot was busy through a restart claimed nothing then, reconnected quietly, and lost the
-      # next jobs that way (a trial). Connections in use stay: their jobs see the loss themselves.
+      # A worker whose every slot was busy through a restart claimed nothing then, reconnected quietly, and failed its
+      # next jobs that way. Connections in use stay: their jobs see the loss themselves.
       def close_idle_job_connections
         ActiveRecord::Base.connection_handler.connection_pool_list(:all).each(&:flush!)
       rescue StandardError => error
