@@ -63,41 +63,35 @@ class DatabaseOutageTest < Bobbin::TestCase
     assert_match(/database unavailable|database reachable again|could not write/, File.read(log))
   end
 
-  test "after a PostgreSQL restart, jobs get live connections from the pool: none fails on one the restart closed", long: true do
+  # A 5-fiber worker runs `before` (jobs that each write a LedgerEntry), PostgreSQL restarts once they have, and 20
+  # upserts follow: none may fail on a pooled connection the restart closed. Active Record trusts a connection used in
+  # the last verify_timeout seconds (2 by default) without a check: a long one stands for a busy pool whose connections
+  # were in use a moment before the restart.
+  def assert_live_connections_after_restart(name, before)
     cluster = cluster!
-    log = log_file("restart-pool")
+    log = log_file(name)
     pids = []
     ensure_killed(pids) do
-      # Active Record trusts a connection used in the last verify_timeout seconds (2 by default) without a check: a long
-      # one stands for a busy pool whose connections were in use a moment before the restart.
       pids << spawn_bobbin("work", "--fibers", "5", "--polling-interval", "0.1", log: log,
                                                                                 env: { "DATABASE_URL" => "#{TestDatabase.url_with_pool}&verify_timeout=600" })
-      Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "before-#{i}" ] ] }) # every pool connection is used
-      wait_for("the first jobs") { LedgerEntry.count == 20 }
+      Bobbin.enqueue_all(before)
+      wait_for("the first jobs' rows") { LedgerEntry.count == before.size }
       assert pg_ctlcluster(*cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
       query { Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "after-#{i}" ] ] }) }
-      wait_for("the jobs enqueued after the restart to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == 40 }
-      assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections")
+      wait_for("the jobs to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == before.size + 20 }
+      assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections:\n#{File.read(log)}")
     end
+  end
+
+  test "after a PostgreSQL restart, jobs get live connections from the pool: none fails on one the restart closed", long: true do
+    assert_live_connections_after_restart("restart-pool", Array.new(20) { |i| [ LedgerUpsertJob, [ "before-#{i}" ] ] }) # every pool connection is used
   end
 
   # Every slot busy through the restart, the claim loop sent nothing then, and the worker's sessions, idle a second,
   # reconnected quietly at their next statement: no outage was seen, so the pool kept the connections the restart had
-  # closed, and the next jobs' first statements failed on them (a trial).
+  # closed, and the next jobs' first statements failed on them (5 of 20).
   test "after a PostgreSQL restart no claim saw (every slot busy through it), jobs still get live connections from the pool", long: true do
-    cluster = cluster!
-    log = log_file("restart-busy-pool")
-    pids = []
-    ensure_killed(pids) do
-      pids << spawn_bobbin("work", "--fibers", "5", "--polling-interval", "0.1", log: log,
-                                                                                env: { "DATABASE_URL" => "#{TestDatabase.url_with_pool}&verify_timeout=600" })
-      Bobbin.enqueue_all(Array.new(5) { |i| [ UpsertThenSleepJob, [ "busy-#{i}", 4 ] ] })
-      wait_for("every slot busy, each job's connection used") { LedgerEntry.count == 5 }
-      assert pg_ctlcluster(*cluster, "restart", "-m", "fast"), "PostgreSQL restarted"
-      query { Bobbin.enqueue_all(Array.new(20) { |i| [ LedgerUpsertJob, [ "after-#{i}" ] ] }) }
-      wait_for("the jobs to finish", timeout: 60) { query { Bobbin.counts.values_at("succeeded", "failed").sum } == 25 }
-      assert_equal({}, Bobbin::JobRecord.where(state: "failed").group(:last_error_class).count, "jobs failed on closed connections:\n#{File.read(log)}")
-    end
+    assert_live_connections_after_restart("restart-busy-pool", Array.new(5) { |i| [ UpsertThenSleepJob, [ "busy-#{i}", 4 ] ] })
   end
 
   test "a worker stopped while PostgreSQL is down exits cleanly, says its jobs stay claimed, and they run once it is back", long: true do
