@@ -219,6 +219,7 @@ module Bobbin
     # clearing it (later reads see them); announced after the commit.
     def self.write(connection, rows)
       sql = for_adapter(connection.adapter_name)
+      connection.bobbin_reopen_if_closed if sql == PostgreSQL && connection.respond_to?(:bobbin_reopen_if_closed)
       notices = notices(rows)
       if notices.one? && sql == PostgreSQL && sql.pipelined?(connection) && rows.none? { |row| row[:concurrency_key] }
         return write_announcing(connection, sql, rows, notices.first)

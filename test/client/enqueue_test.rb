@@ -91,21 +91,61 @@ class EnqueueTest < Bobbin::TestCase
     end
   end
 
-  test "PostgreSQL: an enqueue on a session the server ended raises Active Record's connection error, and the next one goes through" do
-    skip_unless_postgres
-    sessions_killed!
-    ActiveRecord::Base.connection_handler.clear_all_connections!(:all) # none an earlier test marked unrestorable (raw_connection)
-    FlakyJob.enqueue("before", 0)
-    pid = Bobbin::Record.connection_pool.with_connection { |connection| connection.select_value("SELECT pg_backend_pid()") } # not raw_connection: it
-    # marks the connection as one Active Record cannot restore by reconnecting, and so never checks it again
+  # The pooled session of the app's thread, by its server pid (not raw_connection: that marks the connection as one
+  # Active Record cannot restore by reconnecting, and so never checks it again).
+  def backend_pid = Bobbin::Record.connection_pool.with_connection { |connection| connection.select_value("SELECT pg_backend_pid()") }
+
+  def terminate(pid)
     admin = PG.connect(TestDatabase.url)
     admin.exec_params("SELECT pg_terminate_backend($1)", [ pid ])
     wait_for("the session gone") { admin.exec_params("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", [ pid ]).getvalue(0, 0) == "0" }
-    admin.close
-    error = assert_raises(ActiveRecord::ActiveRecordError) { FlakyJob.enqueue("on the ended session", 0) }
+    # Out of pg_stat_activity a moment before its process exits and its socket closes (the test's server is local).
+    wait_for("the server process gone") { !File.exist?("/proc/#{pid}") } if File.directory?("/proc/self")
+  ensure
+    admin&.close
+  end
+
+  # A PostgreSQL restart or failover ends every pooled session. Active Record checks only a connection idle longer than
+  # verify_timeout, so the first enqueue on a connection used a moment before the restart failed, though it had sent
+  # nothing.
+  test "PostgreSQL: an enqueue on a pooled session the server ended while it sat idle opens a new one and goes through" do
+    skip_unless_postgres
+    sessions_killed!
+    ActiveRecord::Base.connection_handler.clear_all_connections!(:all) # none an earlier test marked unrestorable (raw_connection)
+    Bobbin::Record.connection_pool.with_connection do |connection|
+      connection.instance_variable_get(:@config)[:verify_timeout] = 600 # Active Record's 2 s, however slow the machine
+      FlakyJob.enqueue("before", 0)
+      pid = backend_pid
+      terminate(pid)
+      id = FlakyJob.enqueue("on the ended session", 0)
+      assert Bobbin::JobRecord.exists?(id)
+      refute_equal pid, backend_pid, "a new session"
+    end
+  ensure
+    Bobbin::Record.connection_pool.disconnect! # no connection with that verify_timeout stays in the pool
+  end
+
+  test "PostgreSQL: an enqueue whose session the server ends on its way raises Active Record's connection error, and the next one goes through" do
+    skip_unless_postgres
+    sessions_killed!
+    ActiveRecord::Base.connection_handler.clear_all_connections!(:all)
+    locker = PG.connect(TestDatabase.url)
+    locker.exec("BEGIN; LOCK TABLE bobbin_jobs IN EXCLUSIVE MODE") # the INSERT waits for it
+    pid = nil
+    enqueue = Thread.new do
+      pid = backend_pid
+      FlakyJob.enqueue("on its way", 0)
+    end
+    enqueue.report_on_exception = false
+    wait_for("the INSERT waiting") { pid && locker.exec_params("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", [ pid ]).getvalue(0, 0) == "Lock" }
+    terminate(pid)
+    locker.exec("ROLLBACK")
+    error = assert_raises(ActiveRecord::ActiveRecordError) { enqueue.value }
     assert Bobbin::Store.outage?(error), "a lost connection, as callers tell one: #{error.class}: #{error.message}"
     refute_match(/pipeline mode/, error.message, "the error that ended the session, not libpq's complaint at leaving pipeline mode")
     assert FlakyJob.enqueue("after", 0)
+  ensure
+    locker&.close
   end
 
   test "an enqueue to a database without Bobbin's tables says to migrate, not the database's own complaint" do

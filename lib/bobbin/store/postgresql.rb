@@ -221,6 +221,27 @@ module Bobbin
       end
       ActiveSupport.on_load(:active_record_postgresqladapter) { prepend ForgetOnReset }
 
+      # True when the server has closed `raw`'s session while it sat idle (a restart, a failover, pg_terminate_backend,
+      # an idle timeout): its goodbye waits on the socket. Reading without blocking finds it: the server's FATAL message
+      # takes one read and the end of the stream after it another (a reset fails the first).
+      def self.closed?(raw)
+        2.times { raw.consume_input }
+        raw.status == PG::CONNECTION_BAD
+      rescue PG::ConnectionBad, PG::UnableToSend
+        true
+      end
+
+      # Lets an enqueue outside a transaction look, before it sends anything, for a goodbye on the app's pooled
+      # connection (see `closed?`): Active Record trusts a connection used in the last verify_timeout seconds (2 by
+      # default) without a check, so after a short PostgreSQL restart or failover the next enqueue on a pooled
+      # connection that sat idle through it failed (ConnectionFailed), though it had sent nothing.
+      module ReopenClosed
+        def bobbin_reopen_if_closed
+          reconnect! if @raw_connection && !transaction_open? && PostgreSQL.closed?(@raw_connection)
+        end
+      end
+      ActiveSupport.on_load(:active_record_postgresqladapter) { include ReopenClosed }
+
       # Like `insert` outside a transaction, and announces the rows with NOTIFY `payload` in the same round trip:
       # libpq's pipeline sends both statements at once, each its own transaction, so the INSERT's durable commit
       # never holds NOTIFY's cluster-wide lock. Returns the ids; raises the INSERT's error, if any, as Active Record would.
@@ -415,16 +436,8 @@ module Bobbin
       # When a stopping worker stops waiting for answers (see Guarded#deadline).
       attr_writer :deadline
 
-      # True when the server has closed this session while it sat idle. Reading what waits on its socket, without
-      # blocking, finds the goodbye: the server's FATAL message takes one read and the end of the stream after it
-      # another (a reset fails the first).
-      def dropped?
-        raw = @adapter.raw_connection
-        2.times { raw.consume_input }
-        raw.status == PG::CONNECTION_BAD
-      rescue PG::ConnectionBad, PG::UnableToSend
-        true
-      end
+      # True when the server has closed this session while it sat idle (see `closed?`).
+      def dropped? = PostgreSQL.closed?(@adapter.raw_connection)
 
       # Closes the connection.
       def close = @adapter.disconnect!
