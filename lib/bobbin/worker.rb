@@ -410,11 +410,10 @@ module Bobbin
         @process_id = record.id
         @registration = record.attributes.symbolize_keys.slice(*Store::PROCESS_COLUMNS)
         Instrumentation.instrument(:start_process, process_event)
-        @claimer = Claimer.new(self, Store.open(@selection).tap { |store| store.on_new_session = method(:close_idle_job_connections) }, @executor)
+        @claimer = Claimer.new(self, own_store, @executor)
         Wakeups.subscribe(self)
-        @writer = Store.open(@selection)
+        @writer = own_store
         @writer.on_back = method(:database_back)
-        @writer.on_new_session = method(:close_idle_job_connections)
         @outcomes = OutcomeBuffer.new(@writer, @process_id, on_written: method(:outcomes_written))
         @execution = Execution.new(interrupted: @executor.method(:interrupted?), interruptible: @executor.method(:interruptible))
         @stall_log = StallLog.new(@process_id) if @detector
@@ -436,6 +435,9 @@ module Bobbin
         @waker.wake
         Wakeups.reachable!
       end
+
+      # A store on a session of the worker's own (the claimer's, the writer's).
+      def own_store = Store.open(@selection).tap { |store| store.on_new_session = method(:close_idle_job_connections) }
 
       # One of the worker's own sessions was lost and replaced (an outage, a restart, a session closed while idle): the
       # jobs' idle pooled connections most likely went with it. They are closed now, before the claim or outcome that
