@@ -222,14 +222,24 @@ module Bobbin
       connection.bobbin_reopen_if_closed if sql == PostgreSQL && connection.respond_to?(:bobbin_reopen_if_closed)
       notices = notices(rows)
       if notices.one? && sql == PostgreSQL && sql.pipelined?(connection) && rows.none? { |row| row[:concurrency_key] }
-        return write_announcing(connection, sql, rows, notices.first)
+        return all_stored!(write_announcing(connection, sql, rows, notices.first), rows)
       end
 
       insert = -> { connection.uncached { rows.any? { |row| row[:concurrency_key] } ? insert_limited(connection, sql, rows) : sql.insert(connection, rows) } }
-      ids = sql == SQLite ? Wakeups.inserting(connection, &insert) : insert.call
+      ids = all_stored!(sql == SQLite ? Wakeups.inserting(connection, &insert) : insert.call, rows)
       connection.clear_query_cache
       notices.each { |notice| Wakeups.announce(notice.queues, at: notice.at, connection: connection) }
       ids
+    end
+
+    # `ids`, one for each of `rows`: an INSERT that stored fewer (its values lost on the way: Active Record 7.2 dropped a
+    # SQLite statement's binds, see SQLite.run) returned fewer ids, and each enqueue it lost returned as if it had
+    # stored its job.
+    def self.all_stored!(ids, rows)
+      return ids if ids.size == rows.size
+
+      raise EnqueueError, "Bobbin stored #{ids.size} of the #{rows.size} jobs given to it; the others were not stored. Please report this " \
+                          "with your Active Record version and database adapter"
     end
 
     # PostgreSQL outside a transaction: the INSERT and its NOTIFY in one round trip.

@@ -167,7 +167,9 @@ module Bobbin
       def capped_queues(now, cap)
         paused = QueuePause.pluck(:queue).to_set
         binds = [ bind("run_at", now), ActiveRecord::Relation::QueryAttribute.new("cap", cap + 1, ActiveModel::Type::Integer.new) ]
-        rows = JobRecord.with_connection { |connection| connection.select_rows(capped_queues_sql, "Bobbin queues", binds) }
+        rows = JobRecord.with_connection do |connection|
+          postgres? ? connection.select_rows(capped_queues_sql, "Bobbin queues", binds) : Store::SQLite.run(connection, :select_rows, capped_queues_sql, "Bobbin queues", binds)
+        end
         counted = rows.to_h { |name, *counts| [ name, counts ] }
         (counted.keys | paused.to_a).map do |name|
           ready, scheduled_ready, scheduled_blocked, blocked, running, failed, oldest = counted.fetch(name, [ 0, 0, 0, 0, 0, 0, nil ])

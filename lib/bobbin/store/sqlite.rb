@@ -88,14 +88,26 @@ module Bobbin
       # so an enqueue inside a transaction commits or rolls back with it. Returns the ids in order.
       def self.insert(connection, rows)
         json = JSON.generate(rows.map { |row| row.values_at(*NEW_JOB) })
-        connection.select_rows(INSERT, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
+        run(connection, :select_rows, INSERT, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
+      end
+
+      # `connection.public_send(method, sql, name, binds)` for an Active Record connection. Active Record before 8.0
+      # drops a SQLite statement's binds when prepared statements are off (`prepared_statements: false`, or query log
+      # tags, which a Rails 7.2 app enables in development): every enqueue inserted nothing from a NULL list and returned
+      # no id, and a retry_on retry vanished (a review). Then the values go into the text (`?N`), quoted.
+      def self.run(connection, method, sql, name, binds)
+        unless connection.prepared_statements
+          sql = sql.gsub(/\?(\d+)/) { connection.quote(binds.fetch(Integer($1) - 1).then { |bind| bind.is_a?(ActiveModel::Attribute) ? bind.value_for_database : bind }) }
+          binds = []
+        end
+        connection.public_send(method, sql, name, binds)
       end
 
       # Like `insert`, for rows some of which carry a concurrency limit: those are inserted blocked (Store.insert
       # promotes them in the same transaction).
       def self.insert_limited(connection, rows)
         json = JSON.generate(rows.map { |row| row.values_at(*LIMITED_JOB) })
-        connection.select_rows(INSERT_LIMITED, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
+        run(connection, :select_rows, INSERT_LIMITED, "Bobbin Enqueue", [ Store.timestamp(Time.now), json ]).map(&:first)
       end
 
       # Turns blocked jobs of `keys` ready while their key has a free slot; returns how many (see PROMOTE).
@@ -103,7 +115,7 @@ module Bobbin
         return 0 if keys.empty?
 
         connection.transaction(requires_new: true) do
-          connection.exec_update(PROMOTE, "Bobbin Promote", [ Store.timestamp(Time.now), JSON.generate(keys.uniq) ])
+          run(connection, :exec_update, PROMOTE, "Bobbin Promote", [ Store.timestamp(Time.now), JSON.generate(keys.uniq) ])
         end
       end
 
