@@ -109,6 +109,25 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal %w[discarded ready discarded ready], states("LimitedJob/d"), "no promotion pass needed"
   end
 
+
+  # A discard of a filter walks it in batches; each batch let its key's next blocked job through, one a later batch was
+  # to discard, and an idle worker ran it first (a review: 134 of 2,500 such jobs ran).
+  test "a bulk discard over more than one batch lets none of its jobs through, and frees the key once it is done" do
+    jobs = Bobbin::Operator::Actions::BATCH + 100
+    Bobbin.enqueue_all(Array.new(jobs) { |i| [ LimitedJob, [ "e", i ], { queue: "sweep" } ] })
+    kept = Bobbin.enqueue_all([ [ LimitedJob, [ "e", jobs ], { queue: "keep" } ] ]).first
+    ready = Bobbin::JobRecord.where(queue: "sweep", state: "ready").pluck(:id)
+    assert_equal 2, ready.size
+    let_through = []
+    batches = 0
+    ActiveSupport::Notifications.subscribed(->(*) { batches += 1; let_through.concat(Bobbin::JobRecord.where(queue: "sweep", state: "ready").where.not(id: ready).pluck(:id)) }, "discard.bobbin") do
+      assert_equal jobs, Bobbin::Operator.discard_all({ queue: "sweep" }, by: "ops")
+    end
+    assert_operator batches, :>, 1
+    assert_empty let_through, "a job the discard was to reach became ready before it"
+    assert_equal [ "discarded" ], Bobbin::JobRecord.where(queue: "sweep").distinct.pluck(:state)
+    assert_equal "ready", Bobbin::JobRecord.find(kept).state, "the key's slots were handed on to the job outside the filter"
+  end
   test "bad limits are refused where they are declared or enqueued, naming the job" do
     error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job }.bobbin_options(concurrency: { to: 0, key: "x" }) }
     assert_match(/to: must be a whole number/, error.message)
