@@ -86,8 +86,8 @@ class CommandLineTest < Bobbin::TestCase
     assert_equal [ 0, "paused mail (it already was)\n" ], run_bobbin("pause", "mail").then { |status, out, _| [ status.exitstatus, out ] }
     assert_equal [ 0, "resumed mail\n" ], run_bobbin("resume", "mail").then { |status, out, _| [ status.exitstatus, out ] }
     assert_equal [ 0, "was not paused: mail\n" ], run_bobbin("resume", "mail").then { |status, out, _| [ status.exitstatus, out ] }
-    assert_equal [ 0, "paused \\e[2Jclr\n" ], run_bobbin("pause", "\e[2Jclr").then { |status, out, _| [ status.exitstatus, out ] }, "shown escaped"
-    assert Bobbin::QueuePause.exists?(queue: "\e[2Jclr"), "the queue as named"
+    assert_config_exit(run_bobbin("pause", "\e[2Jclr"), /\Abobbin: pause: no job can be in a queue named "\\e\[2Jclr": /, exitstatus: 64)
+    assert_not Bobbin::QueuePause.exists?(queue: "\e[2Jclr")
     status, _, err = run_bobbin("pause", "")
     assert_equal [ 64, "bobbin: pause: QUEUE must be a queue's name, got \"\"\n" ], [ status.exitstatus, err ]
     assert_not Bobbin::QueuePause.exists?(queue: "")

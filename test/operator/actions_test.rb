@@ -102,6 +102,17 @@ class OperatorActionsTest < Bobbin::TestCase
 
   # The README's Bobbin.pause and `bobbin pause` (which calls it) raised "database is locked" after the busy timeout where
   # Operator.pause (the dashboard's) waited (a review).
+  # `pause("mail,web")` (a list, as --queues takes) or "mail " returned 1 and paused nothing: no job can be in such a
+  # queue, an enqueue refuses its name (a review).
+  test "a pause names a queue a job can be in; resume takes any name a pause was stored under" do
+    [ "mail,web", "mail ", " mail", "mail\n", "\e[2Jclr" ].each do |name|
+      assert_raises(ArgumentError, match: /\Ano job can be in a queue named #{Regexp.escape(Bobbin::Printable.printable(name.inspect))}: /) { Bobbin::Operator.pause(name) }
+    end
+    assert_empty Bobbin::QueuePause.pluck(:queue)
+    Bobbin::QueuePause.insert_all([ { queue: "mail ", created_at: Time.now.utc } ]) # stored before the check
+    assert_equal 1, Bobbin::Operator.resume("mail ")
+  end
+
   test "Bobbin.pause and Bobbin.resume wait for SQLite's write lock as Operator's do" do
     skip("SQLite's write lock") if postgres?
     assert_equal 1, while_sqlite_locked { Bobbin.pause("mail") }

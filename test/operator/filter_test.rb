@@ -74,6 +74,14 @@ class OperatorFilterTest < Bobbin::TestCase
     assert_equal [], ids(search: %q(C:\imports\Q4))
   end
 
+  # SQLite refuses a LIKE pattern over 50,000 bytes: a search of 12,500 backslashes (doubled by JSON, then by LIKE's
+  # escaping) was a 500 on the dashboard (a review).
+  test "the longest search runs, whatever its characters; a longer one is refused" do
+    longest = Bobbin::Operator::Filter::SEARCH_CHARACTERS
+    [ "\\", "\u0001", "%", "\u{1F600}" ].each { |character| assert_equal [], ids(search: character * longest), character.inspect }
+    assert_match(/search is at most #{longest} characters, got #{longest + 1}/, assert_raises(ArgumentError) { ids(search: "a" * (longest + 1)) }.message)
+  end
+
   test "bad criteria are refused with a message naming them" do
     assert_match(/unknown state "lost"/, assert_raises(ArgumentError) { ids(state: "lost") }.message)
     assert_match(/unknown job filter colour/, assert_raises(ArgumentError) { ids(colour: "red") }.message)

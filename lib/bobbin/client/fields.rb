@@ -25,13 +25,18 @@ module Bobbin
       # The queue as a UTF-8 String: a non-empty String or Symbol without control characters, at most 255 bytes.
       def queue(value, job)
         name = utf8(value.is_a?(Symbol) ? value.name : value)
-        # Control characters (NUL, a newline, \e[2J) in a name went raw into Active Job's log lines; a comma, or spaces
-        # around it, made a name no worker's queue list can select (both trials).
-        return name if name && !name.empty? && name == name.strip && !name.include?(",") && !name.match?(Printable::UNPRINTABLE) &&
-                       name.bytesize <= QUEUE_BYTES
+        return name if queue_name?(name)
 
         raise EnqueueError, "#{job}: queue must be a non-empty String or Symbol of valid UTF-8 without control characters, commas or " \
                             "spaces around it, at most #{QUEUE_BYTES} bytes, got #{Printable.printable(value.inspect[0, 80])}"
+      end
+
+      # Whether `name` (a String, or nil) can name a queue. Control characters (NUL, a newline, \e[2J) in a name went raw
+      # into Active Job's log lines; a comma, or spaces around it, made a name no worker's queue list can select (both
+      # trials).
+      def queue_name?(name)
+        !name.nil? && !name.empty? && name == name.strip && !name.include?(",") && !name.match?(Printable::UNPRINTABLE) &&
+          name.bytesize <= QUEUE_BYTES
       end
 
       # The priority, an Integer in PostgreSQL's and SQLite's common 32-bit range (lower runs first).

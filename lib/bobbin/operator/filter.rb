@@ -11,6 +11,9 @@ module Bobbin
       STATES = %w[ready scheduled blocked running succeeded failed discarded].freeze
       TIMES = %i[enqueued_after enqueued_before finished_after finished_before].freeze
       KEYS = (%i[state queue class_name process_id active_job_id search stalled] + TIMES).freeze
+      # The longest search. Escaped for JSON and LIKE a character takes at most 7 bytes (a control character as JSON's
+      # \\u0001, its backslash doubled), so 4,000 stay within SQLite's LIKE pattern limit of 50,000 bytes.
+      SEARCH_CHARACTERS = 4_000
       # Ids both databases keep (a 64-bit integer).
       ID_RANGE = (-(2**63)..((2**63) - 1))
 
@@ -58,6 +61,8 @@ module Bobbin
         raise ArgumentError, "unknown state #{@state.inspect} (one of #{STATES.join(', ')})" if @state && !STATES.include?(@state)
 
         @queue, @class_name, @active_job_id, @search = criteria.values_at(:queue, :class_name, :active_job_id, :search).map { |v| v&.to_s }
+        # SQLite refused a longer one's LIKE pattern: a 500 on the dashboard, a backtrace from the CLI (a review).
+        raise ArgumentError, "search is at most #{SEARCH_CHARACTERS} characters, got #{@search.size}" if @search && @search.size > SEARCH_CHARACTERS
         @process_id = number(:process_id, criteria[:process_id])
         @stalled = flag(:stalled, criteria[:stalled])
         TIMES.each { |key| instance_variable_set(:"@#{key}", time(key, criteria[key])) }

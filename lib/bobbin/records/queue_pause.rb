@@ -13,6 +13,12 @@ module Bobbin
       # A worker's queue list reads `reports_*` as every queue starting with `reports_`; a pause names one queue, and
       # `bobbin pause 'reports_*'` said "paused reports_*" while every reports_ queue went on being claimed (a review).
       raise ArgumentError, pattern_named("pause", queue) if queue.end_with?("*")
+      # `pause("mail,web")` (as `--queues` reads a list) or "mail " returned 1 and paused nothing a job can be in: an
+      # enqueue refuses such a name (a review). `resume` takes any name, so a pause stored before this check can go.
+      unless Client::Fields.queue_name?(Client::Fields.utf8(queue))
+        raise ArgumentError, "no job can be in a queue named #{Printable.printable(queue[0, 80].inspect)}: a queue's name has no " \
+                             "commas, control characters or spaces around it (pause the queues of a list one by one)"
+      end
 
       insert_all([ { queue: queue, created_at: Time.now.utc } ], unique_by: :bobbin_pauses_queue)
         .length.tap { Wakeups.announce([ queue ], paused: true) }
