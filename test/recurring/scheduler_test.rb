@@ -39,6 +39,7 @@ class RecurringSchedulerTest < Bobbin::TestCase
   end
 
   test "after downtime a scheduler enqueues the latest missed tick once and skips the older ones" do
+    Bobbin::RecurringTask.sync([ every_second ], Time.now.utc - 60) # configured before it
     Bobbin::RecurringRun.create!(task_key: "every_second", run_at: Time.now.utc.floor - 30, created_at: Time.now.utc)
     Bobbin::Recurring::Scheduler.new([ every_second ]).pass
     assert_equal 2, ticks.size
@@ -148,6 +149,18 @@ class RecurringSchedulerTest < Bobbin::TestCase
     Object.send(:remove_const, :UnloadableTickJob) if Object.const_defined?(:UnloadableTickJob, false)
   end
 
+  test "a task whose job raises an Active Record error as it is built is logged with its key and skipped; the others tick" do
+    now = Time.now.floor
+    gone = Bobbin::Recurring::Task.parse("gone_account", { schedule: "every second", class: "GoneAccountTickJob" }, "t")
+    log = bobbin_log do
+      scheduler = Bobbin::Recurring::Scheduler.new([ gone, every_second ])
+      scheduler.pass(now) && scheduler.pass(now + 2)
+    end
+    assert_equal [ now + 1, now + 2 ], ticks.map(&:first)
+    assert_match(/bobbin recurring: task gone_account: ActiveRecord::RecordNotFound: Couldn't find Account/, log)
+    assert_equal 0, Bobbin::RecurringRun.where(task_key: "gone_account").count
+  end
+
   # A task's args are stored as JSON with the task (bobbin_recurring_tasks): args JSON cannot write (NaN from Ruby, or
   # `.nan` in recurring.yml) failed that sync, of every task, at every pass, so no task ticked (a review).
   test "a task whose args JSON cannot write is refused, logged with its key; the other tasks are stored and still tick" do
@@ -212,6 +225,29 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_match(/bobbin test: clock.*bobbin_recurring_tasks/, log)
   ensure
     rename&.("bobbin_recurring_tasks_away", "bobbin_recurring_tasks")
+  end
+
+  def nightly(schedule) = Bobbin::Recurring::Task.parse("nightly", { schedule: schedule, class: "TickJob", args: [ "n" ] }, "t")
+
+  def nightly_runs = Bobbin::RecurringRun.where(task_key: "nightly").order(:run_at).pluck(:run_at)
+
+  # A daily task moved from 3:00 to 4:00 and deployed at 10:00 ran again at once: its 4:00 tick counted as missed since
+  # its 3:00 run, though no scheduler was down; a task taken out and put back later ran at once too (a review).
+  test "a task whose schedule changed, or that came back to the configuration, starts at its next tick; downtime after is caught up" do
+    day = Time.utc(2026, 12, 1)
+    scheduler = Bobbin::Recurring::Scheduler.new([ nightly("0 3 * * *") ])
+    scheduler.pass(day + 3 * 3600 - 1) && scheduler.pass(day + 3 * 3600)
+    assert_equal [ day + 3 * 3600 ], nightly_runs
+
+    Bobbin::Recurring::Scheduler.new([ nightly("0 4 * * *") ]).pass(day + 10 * 3600) # the deploy
+    Bobbin::Recurring::Scheduler.new([ nightly("0 4 * * *") ]).pass(day + 10 * 3600 + 5) # its second host
+    assert_equal [ day + 3 * 3600 ], nightly_runs, "nothing at the deploy"
+    Bobbin::Recurring::Scheduler.new([ nightly("0 4 * * *") ]).pass(day + 28 * 3600 + 60) # after downtime over its next tick
+    assert_equal [ day + 3 * 3600, day + 28 * 3600 ], nightly_runs, "the tick missed after it, caught up"
+
+    Bobbin::Recurring::Scheduler.new([ every_second ]).pass(day + 29 * 3600) # taken out (its runs are kept)
+    Bobbin::Recurring::Scheduler.new([ nightly("0 4 * * *") ]).pass(day + 60 * 3600) # and back
+    assert_equal [ day + 3 * 3600, day + 28 * 3600 ], nightly_runs, "nothing when it came back"
   end
 
   test "a task that never ran starts at its next tick: nothing is caught up on the first pass" do
@@ -313,4 +349,11 @@ class RecurringSchedulerTest < Bobbin::TestCase
     assert_equal runs.size, Bobbin::JobRecord.where(class_name: "TickJob").count, "one job per tick"
     assert_equal runs.map(&:last).sort, Bobbin::JobRecord.where(class_name: "TickJob").order(:id).pluck(:id)
   end
+end
+
+# Its queue is an account's, looked up as the job is made (the Rails guide's queue_as block): the account is gone.
+class GoneAccountTickJob < ActiveJob::Base
+  queue_as { raise ActiveRecord::RecordNotFound, "Couldn't find Account with 'id'=gone" }
+
+  def perform = nil
 end

@@ -12,14 +12,19 @@ module Bobbin
     # Makes the table list exactly `tasks` (Recurring::Task): a scheduler does this when it starts, so every
     # host should share one recurring configuration. Syncs take turns: two supervisors of a deploy that changed
     # recurring.yml (one old, one new) each deleted the rows the other upserted, and PostgreSQL ended one "deadlock
-    # detected" (a trial); on SQLite writers take turns anyway.
-    def self.sync(tasks)
-      now = Time.now.utc
+    # detected" (a trial); on SQLite writers take turns anyway. A row's updated_at is when its task's schedule was
+    # set (`now`: the row added, or its schedule changed), where the schedulers count its missed ticks from.
+    def self.sync(tasks, now = Time.now.utc)
       transaction do
         connection.execute("SELECT pg_advisory_xact_lock(hashtextextended('bobbin-recurring-sync', 0))", "Bobbin Recurring Sync") if Store.postgresql?(connection_db_config)
         where.not(key: tasks.map(&:key)).delete_all
+        next if tasks.none?
+
+        stored = where(key: tasks.map(&:key)).pluck(:key, :schedule).to_h
         upsert_all(tasks.map { |task| task.attributes.merge(created_at: now, updated_at: now) }, unique_by: :bobbin_recurring_tasks_key,
-                   update_only: %i[schedule class_name command arguments queue priority description]) if tasks.any?
+                   update_only: %i[schedule class_name command arguments queue priority description], record_timestamps: false)
+        rescheduled = tasks.filter_map { |task| task.key if stored.key?(task.key) && stored[task.key] != task.attributes[:schedule] }
+        where(key: rescheduled).update_all(updated_at: now) if rescheduled.any?
       end
     end
 

@@ -9,7 +9,9 @@ module Bobbin
     # Missed ticks. While a scheduler runs, every tick since its previous pass is enqueued, even when a pass
     # comes late. Ticks that fell while no scheduler ran (downtime) are caught up once: the latest of them is
     # enqueued when a scheduler starts, the older ones are skipped (and logged once the latest is enqueued). A task
-    # that never ran starts at its next tick. A pass more than MAX_BEHIND ticks late is treated like downtime, and so
+    # that never ran starts at its next tick, and so does one new to the configuration or whose schedule changed: its
+    # ticks count from when that schedule was set (a daily job moved from 3:00 to 4:00 ran again at the deploy, its
+    # 4:00 tick "missed" since its 3:00 run; a review). A pass more than MAX_BEHIND ticks late is treated like downtime, and so
     # is the pass after one the database failed: a scheduler that could not reach it missed those ticks as a stopped
     # one does (after an 80 s outage, a task of every 5 s ran 15 times at once; a trial).
     class Scheduler
@@ -34,16 +36,16 @@ module Bobbin
       # clock ran 30 s ahead enqueued every tick 30 s early, and twice as many for 30 s as it started: a trial); the
       # next tick is returned on this host's clock, for its wait.
       def pass(now = nil)
-        sync unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
-        return if @tasks.empty?
-
         offset = 0 # the database's clock less this host's
-        unless now
+        unless now || (@synced && @tasks.empty?)
           here = Time.now
           now = ProcessRecord.now
           offset = now - here
         end
-        @last_runs = nil
+        sync(now) unless @synced # with no tasks too: the last ones taken out of the configuration are removed then
+        return if @tasks.empty?
+
+        @resumes_from = nil
         plans = @tasks.filter_map { |task| plan(task, now) }
         ticks = plans.flat_map { |task, due, _skipped_since, rows| due.zip(rows).map { |tick, row| [ task.key, tick, row ] } }
         taken = ticks.map { |key, tick, _row| [ key, tick ] }.zip(RecurringRun.claim_all(ticks)).to_h
@@ -62,9 +64,9 @@ module Bobbin
       private
         # A task that cannot be stored is refused, said once, and the others are stored: its args (NaN) failed the sync
         # of every task, at every pass, so none ticked (its job could not be written either).
-        def sync
+        def sync(now)
           @tasks = @tasks.select { |task| storable?(task) }
-          RecurringTask.sync(@tasks)
+          RecurringTask.sync(@tasks, now.getutc)
           @synced = true
         end
 
@@ -77,11 +79,21 @@ module Bobbin
         end
 
         # The task's due ticks, with their job rows and when the ticks it skips began; nil when its job cannot be built.
+        # A database error reading its ticks ends the pass, and the next one tries them again.
         def plan(task, now)
           ticks, skipped_since = due(task, now)
-          [ task, ticks, skipped_since, ticks.map { task.job_row } ]
+          rows = job_rows(task, ticks, now)
+          [ task, ticks, skipped_since, rows ] if rows
+        end
+
+        # The ticks' job rows, or nil when the task's job cannot be built (its class cannot be found or loaded, Active
+        # Job cannot serialize its arguments, its queue_as block raised): that is logged with the task's key and its
+        # ticks skipped. Only an outage meanwhile ends the pass: any Active Record error did, so a queue_as block that
+        # looked up a record gone (RecordNotFound) stopped every task, every second, in a line that named none (a review).
+        def job_rows(task, ticks, now)
+          ticks.map { task.job_row }
         rescue StandardError => error
-          raise if error.is_a?(ActiveRecord::ActiveRecordError) # the pass ends, and the next one tries these ticks again
+          raise if Store.outage?(error)
 
           @since[task.key] = now
           @logger.error("bobbin recurring: #{error.is_a?(ConfigurationError) ? error.message : "task #{task.key}: #{error.class}: #{error.message}"}")
@@ -94,7 +106,7 @@ module Bobbin
           return steady(task, since, now) if since && !@failed
           return resume(task, since, now) if since
 
-          last = last_runs[task.key]
+          last = resumes_from[task.key]
           last ? resume(task, last, now) : [ [] ]
         end
 
@@ -117,9 +129,14 @@ module Bobbin
                        "enqueued only the latest (#{latest.utc.iso8601})")
         end
 
-        # The latest tick each task ran (by any scheduler), read once a pass for all of them.
-        def last_runs
-          @last_runs ||= RecurringRun.where(task_key: @tasks.map(&:key)).group(:task_key).maximum(:run_at)
+        # Where each task that ran counts its missed ticks from: its latest tick (by any scheduler), or when its schedule
+        # was set if that is later. Read once a pass for all of them.
+        def resumes_from
+          @resumes_from ||= begin
+            latest = RecurringRun.where(task_key: @tasks.map(&:key)).group(:task_key).maximum(:run_at)
+            set = RecurringTask.where(key: latest.keys).pluck(:key, :updated_at).to_h
+            latest.to_h { |key, run_at| [ key, [ run_at, set[key] ].compact.max ] }
+          end
         end
     end
   end
