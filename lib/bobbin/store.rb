@@ -288,6 +288,17 @@ module Bobbin
       connection.transaction { sql.insert_limited(connection, rows).tap { sql.promote(connection, keys) } }
     end
 
+    # Lets blocked jobs of `keys` through to their free slots through a worker's own `store`, announcing them. Its
+    # statements go through Active Record's logging, held back as housekeeping's are (in development each limited job's
+    # finish printed 20 lines of SQL to the terminal). A failure is logged: the Clock's next pass promotes them.
+    def self.let_through(store, keys, logger = Bobbin.logger)
+      return if keys.empty?
+
+      store.announce(Wakeups::Notice.new(nil, nil)) if Maintenance.quietly { store.promote(keys.uniq) }.positive?
+    rescue StandardError => error # Store::Unavailable, or a statement refused
+      logger.warn("bobbin: could not let waiting jobs of #{keys.uniq.size} concurrency keys through yet: #{error.message}")
+    end
+
     # Lets blocked jobs of `keys` through to their free slots, announcing them; a failure is logged (the Clock's
     # next pass promotes them).
     def self.promote_keys(keys)

@@ -128,6 +128,18 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     assert_equal [ "discarded" ], Bobbin::JobRecord.where(queue: "sweep").distinct.pluck(:state)
     assert_equal "ready", Bobbin::JobRecord.find(kept).state, "the key's slots were handed on to the job outside the filter"
   end
+  # A `bobbin work` stopping handed its limited job back blocked, and only a promotion pass let it through: with no
+  # other worker on the host, the next one's, up to heartbeat_interval later (a review: 7 s).
+  test "a limited job a stopping worker hands back is let through as it is handed back, not at a later promotion pass" do
+    id = SleepingLimitedJob.enqueue(120)
+    worker = Bobbin::Worker.new(threads: 1, shutdown_timeout: 0.2, polling_interval: 0.05)
+    thread = Thread.new { worker.run }
+    wait_for("the job running") { Bobbin::JobRecord.find(id).state == "running" }
+    worker.stop
+    thread.join
+    assert_equal [ "ready", 0 ], Bobbin::JobRecord.where(id: id).pick(:state, :attempts)
+  end
+
   test "bad limits are refused where they are declared or enqueued, naming the job" do
     error = assert_raises(Bobbin::ConfigurationError) { Class.new { include Bobbin::Job }.bobbin_options(concurrency: { to: 0, key: "x" }) }
     assert_match(/to: must be a whole number/, error.message)
@@ -352,4 +364,12 @@ class ConcurrencyLimitsTest < Bobbin::TestCase
     commit&.<< true
     operator&.join
   end
+end
+
+# Sleeps, one at a time.
+class SleepingLimitedJob
+  include Bobbin::Job
+  bobbin_options retries: 0, concurrency: { to: 1, key: ->(_seconds) { "one" } }
+
+  def perform(seconds) = sleep(seconds)
 end

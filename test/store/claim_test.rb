@@ -373,7 +373,7 @@ class ClaimTest < Bobbin::TestCase
   test "release returns held jobs to ready and gives back the attempt, except those kept" do
     ids = Bobbin.enqueue_all(Array.new(3) { |i| [ SleepJob, [ i ] ] })
     store.claim(@process_id, 3)
-    assert_equal 2, @store.release(@process_id, [ ids[0] ])
+    assert_equal [ nil, nil ], @store.release(@process_id, [ ids[0] ]), "the concurrency key of each job it returned"
     assert_equal({ ids[0] => [ "running", 1 ], ids[1] => [ "ready", 0 ], ids[2] => [ "ready", 0 ] },
                  Bobbin::JobRecord.where(id: ids).to_h { |job| [ job.id, [ job.state, job.attempts ] ] })
   end

@@ -45,6 +45,7 @@ module Bobbin
       RELEASE = <<~SQL
         UPDATE bobbin_jobs SET state = #{WAITING}, attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = $1 AND NOT (id = ANY($2::bigint[]))
+        RETURNING concurrency_key
       SQL
 
       INSERT = <<~SQL
@@ -59,6 +60,7 @@ module Bobbin
       HAND_BACK = <<~SQL
         UPDATE bobbin_jobs SET state = #{WAITING}, attempts = GREATEST(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = $1 AND id = ANY($2::bigint[])
+        RETURNING concurrency_key
       SQL
 
       HEARTBEAT = <<~SQL
@@ -373,9 +375,10 @@ module Bobbin
         end
       end
 
-      # Returns the claimed jobs `ids` to ready untouched (their attempt given back).
+      # Returns the claimed jobs `ids` to ready untouched (their attempt given back); returns the concurrency key of each
+      # job it returned (nil for one without), for the worker to let them through.
       def hand_back(process_id, ids)
-        exec(HAND_BACK, [ process_id, @array.encode(ids) ], &:cmd_tuples)
+        exec(HAND_BACK, [ process_id, @array.encode(ids) ]) { |result| result.column_values(0) }
       end
 
       # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns).
@@ -396,9 +399,10 @@ module Bobbin
         exec(FINISH, [ process_id, *columns ], &:cmd_tuples)
       end
 
-      # Returns the jobs `process_id` holds, except those in `keep`, to ready, giving back the interrupted attempt.
+      # Returns the jobs `process_id` holds, except those in `keep`, to ready, giving back the interrupted attempt;
+      # returns the concurrency key of each job it returned (nil for one without).
       def release(process_id, keep = [])
-        exec(RELEASE, [ process_id, @array.encode(keep) ], &:cmd_tuples)
+        exec(RELEASE, [ process_id, @array.encode(keep) ]) { |result| result.column_values(0) }
       end
 
       # Records that `process_id` is alive, with its live numbers and (fiber pools) loop lag, longest lag and stalls.

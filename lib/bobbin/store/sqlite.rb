@@ -22,6 +22,7 @@ module Bobbin
       RELEASE = <<~SQL
         UPDATE bobbin_jobs SET state = #{WAITING}, attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = ? AND id NOT IN (SELECT value FROM json_each(?))
+        RETURNING concurrency_key
       SQL
 
       INSERT = <<~SQL
@@ -36,6 +37,7 @@ module Bobbin
       HAND_BACK = <<~SQL
         UPDATE bobbin_jobs SET state = #{WAITING}, attempts = MAX(attempts - 1, 0), claimed_at = NULL, started_at = NULL
         WHERE state = 'running' AND claimed_by = ? AND id IN (SELECT value FROM json_each(?))
+        RETURNING concurrency_key
       SQL
 
       HEARTBEAT = "UPDATE bobbin_processes SET last_heartbeat_at = ?, metadata = ?, loop_lag_ms = ?, max_loop_lag_ms = ?, stalls = ? WHERE id = ?"
@@ -143,9 +145,10 @@ module Bobbin
         end
       end
 
-      # Returns the claimed jobs `ids` to ready untouched (their attempt given back).
+      # Returns the claimed jobs `ids` to ready untouched (their attempt given back); returns the concurrency key of each
+      # job it returned (nil for one without), for the worker to let them through.
       def hand_back(process_id, ids)
-        transaction { execute(HAND_BACK, [ process_id, JSON.generate(ids) ]) && db.changes }
+        transaction { execute(HAND_BACK, [ process_id, JSON.generate(ids) ]).map { |row| row["concurrency_key"] } }
       end
 
       # Puts back the process row of a live process that was pruned as dead (`row`: Hash of its columns).
@@ -175,9 +178,10 @@ module Bobbin
         end
       end
 
-      # Returns the jobs `process_id` holds, except those in `keep`, to ready, giving back the interrupted attempt.
+      # Returns the jobs `process_id` holds, except those in `keep`, to ready, giving back the interrupted attempt;
+      # returns the concurrency key of each job it returned (nil for one without).
       def release(process_id, keep = [])
-        transaction { execute(RELEASE, [ process_id, JSON.generate(keep) ]) && db.changes }
+        transaction { execute(RELEASE, [ process_id, JSON.generate(keep) ]).map { |row| row["concurrency_key"] } }
       end
 
       # Records that `process_id` is alive, with its live numbers and (fiber pools) loop lag, longest lag and stalls.

@@ -72,12 +72,12 @@ module Bobbin
       # "quiet" (jobs claimed ahead) or "lost" (jobs a claim took that the worker never heard of).
       def release_all(keep: [], store: nil, reason: "stopping")
         store ||= @store
-        store.release(@worker.process_id, keep).tap do |count|
-          next unless count.positive?
+        keys = store.release(@worker.process_id, keep)
+        return 0 if keys.empty?
 
-          Instrumentation.instrument(:release, process_id: @worker.process_id, count: count, reason: reason)
-          announce(store)
-        end
+        Instrumentation.instrument(:release, process_id: @worker.process_id, count: keys.size, reason: reason)
+        returned(keys, store)
+        keys.size
       end
 
       # The earliest time a ready job of this worker's unpaused queues that the last claim could not take becomes due
@@ -165,7 +165,7 @@ module Bobbin
           return fresh if written.empty?
 
           if @worker.flush_outcomes
-            announce if @store.hand_back(@worker.process_id, written).positive?
+            returned(@store.hand_back(@worker.process_id, written))
           else
             @failures ||= 0 # the database went away meanwhile: the first claim after it reconciles
           end
@@ -180,7 +180,7 @@ module Bobbin
           @suspect = suspects.first.id
           @suspect_since = Bobbin.monotonic
           extra = suspects.drop(1).map(&:id)
-          announce if extra.any? && @store.hand_back(@worker.process_id, extra).positive?
+          returned(@store.hand_back(@worker.process_id, extra)) if extra.any?
           jobs.reject { |job| extra.include?(job.id) }
         end
 
@@ -199,13 +199,23 @@ module Bobbin
         # claim after it returned. (The jobs' idle pooled connections were closed as the claim's new session opened:
         # Worker#close_idle_job_connections.)
         def reconcile(claimed)
-          announce if @store.release(@worker.process_id, @worker.held_ids + claimed.map(&:id)).positive?
+          returned(@store.release(@worker.process_id, @worker.held_ids + claimed.map(&:id)))
           Bobbin.logger.info("bobbin worker #{@worker.process_id}: database reachable again")
           Wakeups.reachable! # its listener, backing off, reconnects now: a job enqueued from here on wakes this worker
           nil
         end
 
         # Jobs handed back are ready for any worker (their queues are not known here: every worker with room looks).
+        # Jobs this worker returned to their queues (`keys`: the concurrency key of each, see Store#release): those blocked
+        # behind their limit are let through now, and idle workers woken. A stopping `bobbin work` may be its host's only
+        # Clock: its limited jobs waited blocked for another worker's promotion pass, up to heartbeat_interval (a review).
+        def returned(keys, store = @store)
+          return if keys.empty?
+
+          announce(store)
+          Store.let_through(store, keys.compact)
+        end
+
         def announce(store = @store)
           store.announce(Wakeups::Notice.new(nil, nil))
         rescue Store::Unavailable

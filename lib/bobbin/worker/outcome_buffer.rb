@@ -138,15 +138,7 @@ module Bobbin
         end
 
         # Finished jobs freed slots of their keys: waiting jobs take them now (Maintenance catches any this misses).
-        # Its statements go through Active Record's logging, held back as housekeeping's are (in development each
-        # limited job's finish printed 20 lines of SQL to the terminal).
-        def promote(keys)
-          return if keys.empty?
-
-          @store.announce(Wakeups::Notice.new(nil, nil)) if Maintenance.quietly { @store.promote(keys) }.positive?
-        rescue StandardError => error # Store::Unavailable, or a statement refused: Maintenance promotes them then
-          @logger.warn("bobbin: could not let waiting jobs of #{keys.uniq.size} concurrency keys through yet: #{error.message}")
-        end
+        def promote(keys) = Store.let_through(@store, keys, @logger)
 
         # Retries written are announced with the time the first one falls due, so an idle worker wakes for it.
         def announce_retries(outcomes)
