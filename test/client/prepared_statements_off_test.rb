@@ -4,7 +4,7 @@ require "test_helper"
 require "open3"
 
 # Active Record 7.2 drops a SQLite statement's binds when prepared statements are off (`prepared_statements: false`,
-# or query log tags, which `rails new` 7.2 enables in development): each enqueue inserted nothing and returned no id,
+# or query log tags, `query_log_tags_enabled`): each enqueue inserted nothing and returned no id,
 # Active Job called it enqueued, and a retry_on retry vanished (a review). Run in a process of each bundle: Active
 # Record 7.2's (the Rails suite's) and this one's.
 class PreparedStatementsOffTest < Bobbin::TestCase

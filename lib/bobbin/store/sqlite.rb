@@ -95,7 +95,7 @@ module Bobbin
 
       # `connection.public_send(method, sql, name, binds)` for an Active Record connection. Active Record before 8.0
       # drops a SQLite statement's binds when prepared statements are off (`prepared_statements: false`, or query log
-      # tags, which a Rails 7.2 app enables in development): every enqueue inserted nothing from a NULL list and returned
+      # tags, `config.active_record.query_log_tags_enabled`): every enqueue inserted nothing from a NULL list and returned
       # no id, and a retry_on retry vanished (a review). Then the values go into the text (`?N`), quoted.
       def self.run(connection, method, sql, name, binds)
         unless connection.prepared_statements
