@@ -9,12 +9,17 @@ module Bobbin
   # worker an app starts with `Worker#start` on a thread of its own), the handlers are not kept in: the app's server
   # traps its own signals after them, and putting Bobbin's back would take the app's stop away.
   class SignalGuard
+    # Signals left ignored when the process started ignoring them: HUP under `nohup`, which Bobbin's trap took away, so
+    # that closing the terminal stopped a `nohup bobbin start` all the same (a review). A forked worker inherits it.
+    STAYS_IGNORED = %w[HUP].freeze
+
     # Installs `handlers` ({ "TERM" => a Proc, ... }); `owner` names the process in the warning.
     def initialize(owner, handlers)
       @owner = owner
-      @handlers = handlers
       @kept = Thread.current == Thread.main
       @previous = handlers.to_h { |signal, handler| [ signal, Signal.trap(signal, handler) ] }
+      ignored = STAYS_IGNORED.select { |signal| @previous[signal] == "IGNORE" }.each { |signal| Signal.trap(signal, "IGNORE") }
+      @handlers = handlers.except(*ignored)
     end
 
     # Puts back any of the handlers that was replaced, saying which.

@@ -73,6 +73,23 @@ class SupervisorTest < Bobbin::TestCase
     end
   end
 
+  # Bobbin trapped HUP over the ignore nohup set, so closing the terminal of a `nohup bobbin start &` stopped it all the
+  # same (a review).
+  test "under nohup a HUP to the whole process group stops nothing; the workers go on running jobs", long: true do
+    log = File.join(Dir.mktmpdir, "bobbin.log")
+    pids = []
+    ensure_killed(pids) do
+      pids << spawn_bobbin("start", "--fibers", "2", "--processes", "2", "--polling-interval", "0.05", log: log, prefix: [ "nohup" ])
+      wait_for("2 workers started", seen: -> { File.read(log) }) { File.read(log).scan(/bobbin worker \d+ \(pid \d+\) started/).size == 2 }
+      Process.kill(:HUP, -pids.first)
+      LedgerJob.enqueue("after-hup")
+      wait_for("the job enqueued after the HUP to run", seen: -> { File.read(log) }) { LedgerEntry.exists?(key: "after-hup") }
+      refute_match(/HUP|stopping/, File.read(log))
+      Process.kill(:TERM, pids.first)
+      assert wait_exit(pids.first, timeout: 60)&.success?, File.read(log)
+    end
+  end
+
   # Signalled alone (kill PID, not the group, as systemd's KillMode=mixed or an operator does), the supervisor read no
   # signal while it waited for its workers: a QUIT after TERM was lost and the stop took the whole shutdown_timeout.
   test "QUIT to the supervisor while its TERM waits for long jobs stops the workers at once", long: true do
