@@ -141,7 +141,10 @@ class ConfigFileTest < Bobbin::TestCase
       "retention: 0" => /production\.retention: must be a number of seconds > 0, got 0/,
       "retention: -5" => /production\.retention: must be a number of seconds > 0, got -5/,
       "polling_interval: \"1\"" => /production\.polling_interval: must be a number of seconds ≥ 0\.01, got "1"/,
-      "fiber_db_concurrency: 0" => /production\.fiber_db_concurrency: must be a whole number of at least 1, got 0/ }.each do |setting, pattern|
+      "fiber_db_concurrency: 0" => /production\.fiber_db_concurrency: must be a whole number of at least 1, got 0/,
+      # "Keep them all" as a huge number passed, and each housekeeping pass then failed in PostgreSQL (a review).
+      "retention: 1000000000000" => /production\.retention: must be at most 3153600000 seconds \(100 years\), got 1000000000000; retention: nil keeps finished jobs forever/,
+      "process_alive_threshold: 3.0e+300" => /production\.process_alive_threshold: must be at most 3153600000 seconds \(100 years\), got 3\.0e\+300\z/ }.each do |setting, pattern|
       assert_config_error(pattern, "production:\n  #{setting}\n  workers: [{ fibers: 1 }]\n")
     end
     assert_config_error(/workers\[0\]\.polling_interval: must be a number of seconds ≥ 0\.01, got -1/, "production:\n  workers: [{ fibers: 1, polling_interval: -1 }]\n")

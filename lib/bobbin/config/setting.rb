@@ -12,6 +12,9 @@ module Bobbin
     # Settings that are whole numbers ≥ 0 (0: none).
     SIZES = %i[thread_lane offload_threads].freeze
     NILABLE = %i[retention max_argument_bytes].freeze
+    # The longest any setting in seconds may be (100 years). `retention: 1e12` (for "keep them all") passed, and then
+    # every housekeeping pass failed in PostgreSQL: its cut-off, now less that, is before any timestamp (a review).
+    LONGEST = 100 * 365 * 86_400.0
     # Settings that false turns off.
     OFFABLE = %i[stall_threshold].freeze
     # Settings that are true or false.
@@ -26,9 +29,9 @@ module Bobbin
       return flag(value, where) if FLAGS.include?(name)
       return count(value, where) if COUNTS.include?(name)
       return count(value, where, min: 0) if SIZES.include?(name)
-      return seconds(value, where, above: 0) if name == :retention
+      return seconds(value, where, above: 0, at_most: LONGEST, longer: "; retention: nil keeps finished jobs forever") if name == :retention
 
-      seconds(value, where, min: SECONDS.fetch(name) { raise ConfigurationError, "unknown setting #{name.inspect}" })
+      seconds(value, where, min: SECONDS.fetch(name) { raise ConfigurationError, "unknown setting #{name.inspect}" }, at_most: LONGEST)
     end
 
     # Raises ConfigurationError for any given (non-nil) value its setting refuses; `where` names the caller
@@ -62,9 +65,11 @@ module Bobbin
       raise ConfigurationError, "#{where}: must be a whole number of at least #{min}, got #{value.inspect}"
     end
 
-    # A finite number of seconds ≥ `min` (or > `above`), as a Float.
-    def seconds(value, where, min: 0, above: nil)
+    # A finite number of seconds ≥ `min` (or > `above`), and at most `at_most`, as a Float; `longer` ends the message
+    # for one over `at_most`.
+    def seconds(value, where, min: 0, above: nil, at_most: Float::INFINITY, longer: "")
       number = value.is_a?(Numeric) && value.real? && value.finite?
+      raise ConfigurationError, "#{where}: must be at most #{at_most.to_i} seconds (100 years), got #{value.inspect}#{longer}" if number && value > at_most
       return value.to_f if number && (above ? value > above : value >= min)
 
       raise ConfigurationError, "#{where}: must be a number of seconds #{above ? "> #{above}" : "≥ #{min}"}, got #{value.inspect}"
