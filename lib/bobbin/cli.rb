@@ -248,8 +248,10 @@ module Bobbin
       end
 
       def load_pools(options, optional: false)
-        config = options[:config] || ("config/bobbin.yml" if File.exist?("config/bobbin.yml") && !ConfigFile.loaded?("config/bobbin.yml"))
-        ConfigFile.load(config, optional: optional) if config
+        # One the app loaded as it booted (a Rails app's config/bobbin.yml, also when -c names it) is not loaded again: over
+        # what config.bobbin and the initializers set after it (a review).
+        config = options[:config] || ("config/bobbin.yml" if File.exist?("config/bobbin.yml"))
+        ConfigFile.load(config, optional: optional) if config && !ConfigFile.loaded?(config)
         load_recurring
         pool = options.slice(:queues, :fibers, :threads, :processes, :polling_interval, :stall_threshold, :thread_lane).transform_keys(&:to_s)
         Bobbin.config.set(**options.slice(:shutdown_timeout, :notified_polling_interval))

@@ -406,6 +406,23 @@ class DoctorTest < Bobbin::TestCase
     GoodJobLimitedDoctorJob.bobbin_concurrency = nil
   end
 
+  # `-c config/bobbin.yml`, the default spelled out, loaded the file a second time after the app had booted: its settings
+  # and pools replaced what config.bobbin and the initializers had set over it (a review).
+  test "bobbin doctor -c config/bobbin.yml in a Rails app reads the file once: an initializer's setting still wins over it", long: true do
+    app = File.join(tmpdir, "app")
+    FileUtils.cp_r(RailsAppProcesses::APP, app)
+    File.write(File.join(app, "config/bobbin.yml"), "development:\n  shutdown_timeout: 25\n")
+    FileUtils.mkdir_p(File.join(app, "config/initializers"))
+    File.write(File.join(app, "config/initializers/bobbin.rb"), "Bobbin.configure { |config| config.shutdown_timeout = 10 }\n")
+    report = File.join(tmpdir, "report.rb")
+    File.write(report, "at_exit { puts \"shutdown_timeout=\#{Bobbin.config.shutdown_timeout}\" }\n")
+    [ [], %w[-c config/bobbin.yml], [ "-c", File.join(app, "config/bobbin.yml") ] ].each do |flags|
+      status, output = bobbin_in_rails_app("doctor", "--fibers", "5", *flags, "--require", report, env: "development", app: app)
+      assert_equal 0, status.exitstatus, output
+      assert_match(/^shutdown_timeout=10\.0$/, output, flags.inspect)
+    end
+  end
+
   # Moving job classes one at a time (self.queue_adapter = :bobbin on each, the global adapter another) is the documented
   # way to switch, and doctor's failure stopped the deploy step that runs it (a trial): a warning then, still a failure
   # while no class uses Bobbin.
