@@ -48,6 +48,17 @@ class FailuresTest < Bobbin::TestCase
     Object.send(:remove_const, :SlowRetryJob)
   end
 
+  # The jitter was Kernel#rand's: a job that seeded it (srand) gave the jobs failing after it one jitter (a review).
+  test "jobs that seed Ruby's random numbers as they fail still come back spread by the jitter" do
+    Object.const_set(:SlowRetryJob, Class.new(FlakyJob) { bobbin_options backoff: 100 })
+    SlowRetryJob.define_method(:perform) { |key, _failures| srand(42) && raise(ArgumentError, "seeded #{key}") }
+    ids = Array.new(5) { |i| SlowRetryJob.enqueue("s#{i}", 5) }
+    delays = retry_delays(ids, attempt: 1)
+    assert_operator delays.max - delays.min, :>, 1, "jitter spreads retries that failed together: #{delays}"
+  ensure
+    Object.send(:remove_const, :SlowRetryJob)
+  end
+
   test "a backoff of 0.0 retries at once however many attempts came before (0.0 × 2**1024 was NaN)" do
     job_class = Class.new(FlakyJob) { bobbin_options retries: 1_100, backoff: 0.0 }
     Object.const_set(:EagerRetryJob, job_class)

@@ -106,6 +106,9 @@ module Bobbin
         @rails = AppExecutor.rails?
         @job_hooks = (@rails ? [ AppExecutor.method(:wrap_job) ] : []) + hooks
         @logger = logger
+        # The retries' jitter: Kernel#rand is the process's, and a job that called srand(42) gave every job failing after
+        # it the same jitter, so they came back together (a review). Made in the worker's process, after any fork.
+        @jitter = Random.new
         @classes = {}
         @thread_jobs = {}
         @pid = ::Process.pid
@@ -347,7 +350,7 @@ module Bobbin
           base = job_class.respond_to?(:bobbin_options) ? job_class.bobbin_options[:backoff] : Job::DEFAULTS[:backoff]
           # ±25 %, then the cap: at most is at most. A backoff of 0.0 stays 0: 0.0 × 2**1024 (Infinity) is NaN, and a
           # job of many retries failed for good at its 1,025th attempt (a review).
-          delay = base.zero? ? 0.0 : [ base * (2**(own_attempt(job, job_class) - 1)) * rand(0.75..1.25), at_most ].min
+          delay = base.zero? ? 0.0 : [ base * (2**(own_attempt(job, job_class) - 1)) * @jitter.rand(0.75..1.25), at_most ].min
           @logger.info("bobbin: #{named(job)} failed attempt #{job.attempts}/#{of} " \
                        "(#{describe(error)}); retrying in #{delay.round(1)}s")
           Instrumentation.instrument(:retry, event_payload(job, error).merge(run_at: Time.now + delay))
