@@ -20,17 +20,29 @@ module Bobbin
     end
 
     module ClassMethods
-      # With options, sets this class's queue, priority, retries, backoff (seconds) and concurrency; without, returns them.
+      # With options, sets this class's queue, priority, retries, backoff (seconds) and concurrency; without, returns them:
+      # its own over its parent's as they are now (a copy taken at the first read kept a subclass on the parent's old
+      # options once the parent changed them; a review). A nil queue or priority is the default's.
       def bobbin_options(**options)
-        return @bobbin_options ||= inherited_bobbin_options if options.empty?
+        if options.empty?
+          parent = inherited_bobbin_options
+          return @bobbin_options if @bobbin_options && @bobbin_options_over.equal?(parent)
+
+          @bobbin_options_over = parent
+          return @bobbin_options = parent.merge(@own_bobbin_options || {}).freeze
+        end
 
         unknown = options.keys - DEFAULTS.keys
         raise ConfigurationError, "#{name || inspect}: unknown bobbin_options #{unknown.join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
 
         check_bobbin_options(options)
+        # `queue: nil` was kept, and every enqueue then failed on it (a review).
+        options = options.merge(%i[queue priority].filter_map { |key| [ key, DEFAULTS[key] ] if options.key?(key) && options[key].nil? }.to_h)
         options = options.merge(concurrency: Concurrency::Limit.parse(options[:concurrency], name)) if options[:concurrency]
         options = options.merge(runs_on: RunsOn.check(options[:runs_on], name)) if options.key?(:runs_on)
-        @bobbin_options = bobbin_options.merge(options).freeze
+        @own_bobbin_options = (@own_bobbin_options || {}).merge(options).freeze
+        @bobbin_options = nil
+        bobbin_options
       end
 
       # Stores a job to run as soon as a worker is free; returns its id.

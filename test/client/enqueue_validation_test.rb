@@ -58,6 +58,22 @@ class EnqueueValidationTest < Bobbin::TestCase
     assert_equal [ 2, :mail ], SleepJob.dup.bobbin_options(retries: 2, queue: :mail, priority: -1).values_at(:retries, :queue)
   end
 
+  # `queue: nil` was kept, and each enqueue then raised on it; a subclass read its parent's options once and kept that
+  # copy when the parent changed them later (a review).
+  test "a nil queue or priority in bobbin_options is the default's; a subclass follows its parent's options as they change" do
+    parent = Class.new(SleepJob) { bobbin_options queue: "low", priority: 5 }
+    child = Class.new(parent)
+    assert_equal [ "low", 5 ], child.bobbin_options.values_at(:queue, :priority)
+    parent.bobbin_options(queue: "high", retries: 1)
+    assert_equal [ "high", 5, 1 ], child.bobbin_options.values_at(:queue, :priority, :retries), "the parent's options now"
+    child.bobbin_options(queue: nil, priority: nil)
+    assert_equal [ "default", 0, 1 ], child.bobbin_options.values_at(:queue, :priority, :retries)
+    Object.const_set(:NilQueueJob, child)
+    assert_equal "default", Bobbin::JobRecord.find(NilQueueJob.enqueue(0)).queue
+  ensure
+    Object.send(:remove_const, :NilQueueJob) if Object.const_defined?(:NilQueueJob, false)
+  end
+
   test "the queue must be a non-empty String or Symbol of valid UTF-8 without control characters, commas or spaces around it, at most 255 bytes" do
     [ [ "a", "b" ], "", "  ", "a\0b", "a\nfake line", "\e[2Jq", "mail\u202Etxt", "mail\u200Ftxt", "a\u2028b", "x,y", " pad", "pad ",
       "\xff".dup.force_encoding("UTF-8"), "é" * 128, 5, [] ].each do |queue|
@@ -126,5 +142,6 @@ class EnqueueValidationTest < Bobbin::TestCase
 
   test "an anonymous job class is refused: a worker could not find it" do
     assert_refused(/anonymous class.*assign it to a constant/) { Class.new(SleepJob).enqueue(0) }
+    assert_refused(/\A"fake<job>": an anonymous class.*assign it to a constant/) { Class.new(SleepJob).set_temporary_name("fake<job>").enqueue(0) }
   end
 end
