@@ -11,14 +11,17 @@ module Bobbin
       YEARS = (1970..9999)
       QUEUE_BYTES = 255
       TIME_CLASSES = "Time, DateTime or ActiveSupport::TimeWithZone"
+      # A name Ruby can give a class (ÜberJob and CaféJob too), nested or not.
+      CLASS_NAME = /\A(?:::)?[[:upper:]][[:word:]]*(?:::[[:upper:]][[:word:]]*)*\z/
 
       module_function
 
-      # The class name, if it is one a worker can look up.
+      # The class name, if it is one a worker can look up. A temporary name (Class#set_temporary_name) was stored, and the
+      # worker failed the job at once as no class's (a review).
       def class_name(name)
-        return name if name.is_a?(String) && !name.empty?
+        return name if name.is_a?(String) && name.match?(CLASS_NAME)
 
-        raise EnqueueError, "an anonymous class cannot be enqueued (a worker finds the job by its class name): " \
+        raise EnqueueError, "#{"#{name.inspect}: " if name}an anonymous class cannot be enqueued (a worker finds the job by its class name): " \
                             "assign it to a constant"
       end
 

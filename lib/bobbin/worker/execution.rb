@@ -15,8 +15,7 @@ module Bobbin
       # here). A trial's jobs failed for good seconds before the new workers came up.
       UNKNOWN_CLASS_ATTEMPTS = 25
       UNKNOWN_CLASS_BACKOFF = 300
-      # A name Ruby can give a class (ÜberJob and CaféJob too), nested or not.
-      CLASS_NAME = /\A(?:::)?[[:upper:]][[:word:]]*(?:::[[:upper:]][[:word:]]*)*\z/
+      CLASS_NAME = Client::Fields::CLASS_NAME
       BACKTRACE_LINES = 50
       BACKTRACE_CHARACTERS = 20_000
       MESSAGE_CHARACTERS = 10_000
