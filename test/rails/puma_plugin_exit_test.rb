@@ -144,6 +144,29 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
     end
   end
 
+  # A refork (fork_worker: after its request count, here URG) fired the restart hook as a phased restart, and Bobbin
+  # was stopped and started again, its jobs drained, every 1,000 requests (a review).
+  test "a refork of Puma's workers (fork_worker) leaves Bobbin running: its job finishes, and no second supervisor starts", long: true do
+    skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
+    File.write(app.path("tmp/puma-refork.rb"), "workers 2\nfork_worker 0\nbind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
+    name = "slow-refork"
+    app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 6)")
+    log = app.path("log/puma-refork.log")
+    pid, first = start_puma("tmp/puma-refork.rb", log)
+    ensure_killed(pid) do
+      job_started(name)
+      Process.kill(:URG, pid)
+      wait_for("the refork", timeout: 60) { File.read(log).match?(/Worker 1 \(PID: \d+\) booted .*phase: 1/) }
+      wait_for("the job to finish", timeout: 30) { app.read("tmp/#{name}-finished") == "done" rescue nil }
+      assert_equal [ first ], supervisors(log)
+      assert_not gone?(first)
+      assert_no_match(/Stopping Bobbin/, File.read(log))
+      Process.kill(:TERM, pid)
+      wait_puma_exit(pid, log, "TERM")
+      wait_for("Bobbin to stop with Puma") { ended?(first) }
+    end
+  end
+
   # Puma's workers exit when its master dies, on EOF of a pipe the master alone writes to; Bobbin's supervisor, forked
   # from the master, held it too, and a killed master's workers went on serving until Bobbin had finished its jobs.
   test "clustered Puma whose master is killed while Bobbin finishes a job: Puma's workers exit at once, as without the plugin", long: true do

@@ -7,7 +7,8 @@ require "puma/plugin"
 # Puma stops gracefully too, once the workers it left have stopped, and exits with status 1 (a process manager
 # restarts both); if Puma dies, the supervisor notices within a second and stops gracefully. A restart of Puma,
 # hot (USR2) or phased (USR1, clustered), stops Bobbin gracefully and starts it again, on the new code, once Puma has
-# booted again and the old one has stopped (a hot restart waits for it first; a phased one goes on meanwhile).
+# booted again and the old one has stopped (a hot restart waits for it first; a phased one goes on meanwhile). A
+# refork (`fork_worker`) restarts nothing of Bobbin's.
 Puma::Plugin.create do
   # Called by Puma with its launcher. Once per Puma: config/puma.rb naming the plugin twice (a `plugin :bobbin` written by
   # hand beside the generator's line) made two instances, and each started a supervisor running every pool.
@@ -20,9 +21,12 @@ Puma::Plugin.create do
     @puma_pid = Process.pid
     exit_failed_on_crash
     events = launcher.events
-    on(events, :after_booted, :on_booted) { start_supervisor }
+    on(events, :after_booted, :on_booted) { @reforked ? @reforked = false : start_supervisor }
     on(events, :after_stopped, :on_stopped) { stop_supervisor }
-    on(events, :before_restart, :on_restart) { phased_restart? ? stop_for_phased_restart : stop_supervisor }
+    on(events, :before_restart, :on_restart) do
+      next @reforked = true if refork? # the same code: Bobbin runs on, and Puma's boot after it starts no second one
+      phased_restart? ? stop_for_phased_restart : stop_supervisor
+    end
     in_background { watch_supervisor }
   end
 
@@ -63,6 +67,11 @@ Puma::Plugin.create do
     # A phased restart (USR1, clustered) runs in Puma's master loop, and a hot one (USR2) from the launcher, which has
     # left :run by then.
     def phased_restart? = @launcher.instance_variable_get(:@status) == :run
+
+    # A refork (`fork_worker`: after its request count, or URG) fires the restart hook as a phased restart does, with
+    # no new code: Bobbin was stopped and started again, its running jobs drained and none claimed meanwhile, every
+    # 1,000 requests (a review).
+    def refork? = @launcher.instance_variable_get(:@runner)&.instance_variable_get(:@pending_phased_restart) == :refork
 
     # A phased restart goes on in Puma's master loop, which waiting here for Bobbin's running jobs held up: past Puma's
     # worker_timeout, the master then killed every one of its workers as timed out, requests and all (a trial). Bobbin
