@@ -125,15 +125,12 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
   # the master then killed every worker it had as timed out, the requests they served with them.
   test "a phased restart while Bobbin finishes a job keeps Puma's workers: Bobbin starts again once it has stopped", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
-    File.write(app.path("tmp/puma-phased.rb"), "workers 2\npreload_app! false\nworker_timeout 6\nbind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
     name = "slow-phased"
-    app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 12)")
-    log = app.path("log/puma-phased.log")
-    pid, first = start_puma("tmp/puma-phased.rb", log)
+    pid, first, log = puma_beside_slow_job(name, 12, "workers 2\npreload_app! false\nworker_timeout 6\n")
     ensure_killed(pid) do
       job_started(name)
       Process.kill(:USR1, pid)
-      second = wait_for("Bobbin started again after the phased restart", timeout: 60) { supervisors(log)[1] }
+      second = wait_for("Bobbin started again after the phased restart", timeout: 120) { supervisors(log)[1] }
       assert_equal "done", app.read("tmp/#{name}-finished"), "the job finished before the old supervisor exited"
       assert gone?(first)
       assert_match(/Worker 0 \(PID: \d+\) booted .*phase: 1/, File.read(log))
@@ -148,11 +145,8 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
   # was stopped and started again, its jobs drained, every 1,000 requests (a review).
   test "a refork of Puma's workers (fork_worker) leaves Bobbin running: its job finishes, and no second supervisor starts", long: true do
     skip("the plugin does the same on either database; SQLite's suite runs it") if postgres?
-    File.write(app.path("tmp/puma-refork.rb"), "workers 2\nfork_worker 0\nbind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
     name = "slow-refork"
-    app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, 6)")
-    log = app.path("log/puma-refork.log")
-    pid, first = start_puma("tmp/puma-refork.rb", log)
+    pid, first, log = puma_beside_slow_job(name, 6, "workers 2\nfork_worker 0\n")
     ensure_killed(pid) do
       job_started(name)
       Process.kill(:URG, pid)
@@ -241,6 +235,14 @@ class RailsPumaPluginExitTest < Bobbin::TestCase
   end
 
   # Waits for SlowJob `name` to start; returns the pid of the worker running it.
+  # A SlowJob `name` of `seconds` enqueued, then Puma with `settings` and the plugin: [Puma's pid, the supervisor's, the log].
+  def puma_beside_slow_job(name, seconds, settings)
+    File.write(app.path("tmp/puma-#{name}.rb"), "#{settings}bind \"tcp://127.0.0.1:0\"\nplugin :bobbin\n")
+    app.run!("bin/rails", "runner", "SlowJob.perform_later(#{name.inspect}, #{seconds})")
+    log = app.path("log/puma-#{name}.log")
+    [ *start_puma("tmp/puma-#{name}.rb", log), log ]
+  end
+
   def job_started(name)
     wait_for("the job to start", timeout: 90) { File.exist?(app.path("tmp/#{name}-started")) && app.read("tmp/#{name}-started").presence }.to_i
   end
