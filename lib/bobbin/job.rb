@@ -37,7 +37,7 @@ module Bobbin
 
         check_bobbin_options(options)
         # `queue: nil` was kept, and every enqueue then failed on it (a review).
-        options = options.merge(%i[queue priority].filter_map { |key| [ key, DEFAULTS[key] ] if options.key?(key) && options[key].nil? }.to_h)
+        %i[queue priority].each { |key| options[key] = DEFAULTS[key] if options.key?(key) && options[key].nil? }
         options = options.merge(concurrency: Concurrency::Limit.parse(options[:concurrency], name)) if options[:concurrency]
         options = options.merge(runs_on: RunsOn.check(options[:runs_on], name)) if options.key?(:runs_on)
         @own_bobbin_options = (@own_bobbin_options || {}).merge(options).freeze

@@ -17,7 +17,7 @@ module Bobbin
       # Seconds a slot is held at most, whatever `duration` says: a century, past any run. PostgreSQL reckons expiry as
       # duration × 1 second, and past its interval's range (about 30,000 years) the statement failed: a duration meant
       # as forever (Float::MAX) made every enqueue of the key raise while a holder ran, and stopped the promotion pass.
-      MAX_DURATION = 100 * 365 * 86_400.0
+      MAX_DURATION = Setting::LONGEST
       KEY_BYTES = 255
       OPTIONS = %i[to key duration group on_conflict].freeze
 

@@ -69,7 +69,7 @@ module Bobbin
     # for one over `at_most`.
     def seconds(value, where, min: 0, above: nil, at_most: Float::INFINITY, longer: "")
       number = value.is_a?(Numeric) && value.real? && value.finite?
-      raise ConfigurationError, "#{where}: must be at most #{at_most.to_i} seconds (100 years), got #{value.inspect}#{longer}" if number && value > at_most
+      raise ConfigurationError, "#{where}: must be at most #{at_most.to_i} seconds (#{(at_most / 31_536_000).round} years), got #{value.inspect}#{longer}" if number && value > at_most
       return value.to_f if number && (above ? value > above : value >= min)
 
       raise ConfigurationError, "#{where}: must be a number of seconds #{above ? "> #{above}" : "≥ #{min}"}, got #{value.inspect}"

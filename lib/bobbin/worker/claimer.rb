@@ -205,7 +205,6 @@ module Bobbin
           nil
         end
 
-        # Jobs handed back are ready for any worker (their queues are not known here: every worker with room looks).
         # Jobs this worker returned to their queues (`keys`: the concurrency key of each, see Store#release): those blocked
         # behind their limit are let through now, and idle workers woken. A stopping `bobbin work` may be its host's only
         # Clock: its limited jobs waited blocked for another worker's promotion pass, up to heartbeat_interval (a review).
@@ -216,6 +215,7 @@ module Bobbin
           Store.let_through(store, keys.compact)
         end
 
+        # Jobs handed back are ready for any worker (their queues are not known here: every worker with room looks).
         def announce(store = @store)
           store.announce(Wakeups::Notice.new(nil, nil))
         rescue Store::Unavailable
